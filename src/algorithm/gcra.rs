@@ -1,0 +1,79 @@
+//! GCRA, the generic cell rate algorithm.
+
+use super::interval::Interval;
+use super::{Algorithm, Verdict};
+use crate::error::CheckError;
+use crate::quota::Quota;
+
+/// The generic cell rate algorithm (from ATM networks): a token bucket whose
+/// whole state is one instant.
+///
+/// A key stores its *theoretical arrival time* (TAT): the instant at which it
+/// would be fully rested if nothing else arrived. A request of `cost` units at
+/// `now` fits while `max(tat, now) + cost × emission_interval - now <=
+/// burst × emission_interval`, and admitting it moves the TAT to that sum.
+///
+/// Its decisions are identical to [`TokenBucket`](super::TokenBucket)'s (the
+/// two share their arithmetic); it earns its place by its state, one `u64`,
+/// which a compare-and-swap can update without a lock.
+///
+/// A clock reading older than the TAT's own timeline simply looks like a key
+/// that owes more: it can only deny more, never admit more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gcra {
+    interval: Interval,
+}
+
+/// A GCRA key: its theoretical arrival time in clock nanoseconds. Zero (the
+/// default) is a fresh key.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GcraState {
+    tat_ns: u64,
+}
+
+impl GcraState {
+    /// The theoretical arrival time: when the key is fully rested.
+    #[must_use]
+    pub const fn tat_ns(&self) -> u64 {
+        self.tat_ns
+    }
+}
+
+impl Algorithm for Gcra {
+    type State = GcraState;
+    type Admission = GcraState;
+
+    fn from_quota(quota: &Quota) -> Self {
+        Self {
+            interval: Interval::from_quota(quota),
+        }
+    }
+
+    fn capacity(&self) -> u32 {
+        self.interval.capacity()
+    }
+
+    #[inline]
+    fn decide(
+        &self,
+        state: &GcraState,
+        now_ns: u64,
+        cost: u32,
+    ) -> Result<Verdict<GcraState>, CheckError> {
+        let debt_ns = state.tat_ns.saturating_sub(now_ns);
+        // max(tat, now) + cost × interval == now + new debt. Saturating: a
+        // clock within `burst × interval` of u64::MAX (584 years) pins the TAT
+        // at the end of time instead of wrapping it to a fresh key.
+        Ok(self
+            .interval
+            .decide(debt_ns, cost)?
+            .map_admission(|new_debt_ns| GcraState {
+                tat_ns: now_ns.saturating_add(new_debt_ns),
+            }))
+    }
+
+    #[inline]
+    fn admit(&self, state: &mut GcraState, admission: GcraState) {
+        *state = admission;
+    }
+}

@@ -1,0 +1,76 @@
+//! The arithmetic GCRA and the token bucket share.
+//!
+//! Both describe a key by its *debt*: how much of its capacity is in use,
+//! measured in nanoseconds of refill time. A full key owes nothing; each unit
+//! admitted adds one emission interval; time pays it back one nanosecond per
+//! nanosecond. A request of `cost` units fits while
+//! `debt + cost × emission_interval <= tolerance`, where the tolerance is
+//! `burst × emission_interval`, the refill time of a drained key.
+//!
+//! The two algorithms differ only in how they store the debt (GCRA: as the
+//! instant it will be paid off; the token bucket: as an amount and the instant
+//! it was measured), so this decision is written once and both call it.
+
+use super::{Verdict, to_u32, validate_cost};
+use crate::decision::Decision;
+use crate::error::CheckError;
+use crate::quota::Quota;
+
+/// A quota's constants in debt form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Interval {
+    capacity: u32,
+    emission_interval_ns: u64,
+    /// `capacity × emission_interval_ns`; `Quota` guarantees it fits.
+    tolerance_ns: u64,
+}
+
+impl Interval {
+    pub(crate) fn from_quota(quota: &Quota) -> Self {
+        let emission_interval_ns = quota.emission_interval_ns();
+        Self {
+            capacity: quota.burst(),
+            emission_interval_ns,
+            tolerance_ns: u64::from(quota.burst()) * emission_interval_ns,
+        }
+    }
+
+    pub(crate) const fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// Decides `cost` units against a key owing `debt_ns`. The admission is the
+    /// debt after admitting.
+    #[inline]
+    pub(crate) fn decide(&self, debt_ns: u64, cost: u32) -> Result<Verdict<u64>, CheckError> {
+        let cost = validate_cost(cost, self.capacity)?;
+        // cost <= capacity, so this is at most tolerance_ns: no overflow.
+        let cost_ns = u64::from(cost) * self.emission_interval_ns;
+        // The most debt at which `cost` still fits.
+        let max_debt_ns = self.tolerance_ns - cost_ns;
+        if debt_ns <= max_debt_ns {
+            let new_debt_ns = debt_ns + cost_ns;
+            Ok(Verdict::Allow {
+                decision: Decision::allow(self.capacity, self.units_free(new_debt_ns), new_debt_ns),
+                admission: new_debt_ns,
+            })
+        } else {
+            // Integer nanoseconds throughout: the wait is exact, so retrying
+            // at it succeeds and one nanosecond earlier does not. It is
+            // positive (debt > max_debt) and at most the debt, which is the
+            // reset time.
+            Ok(Verdict::Deny(Decision::deny(
+                self.capacity,
+                self.units_free(debt_ns),
+                debt_ns - max_debt_ns,
+                debt_ns,
+            )))
+        }
+    }
+
+    /// Whole unit requests that fit beside `debt_ns`.
+    #[inline]
+    fn units_free(&self, debt_ns: u64) -> u32 {
+        to_u32(self.tolerance_ns.saturating_sub(debt_ns) / self.emission_interval_ns)
+    }
+}

@@ -1,0 +1,183 @@
+//! The five rate-limiting algorithms, as pure arithmetic.
+//!
+//! Each algorithm is a value built from a [`Quota`] (its constants computed
+//! once) and a `State` type (what one key stores). Its decision is a pure
+//! function, [`Algorithm::decide`], of (state, now, cost): it reads the state
+//! and returns a [`Verdict`], touching no atomic and no lock. What an admission
+//! changes is returned as an [`Algorithm::Admission`] that the caller applies
+//! with [`Algorithm::admit`] under whatever discipline guards the state (one
+//! global mutex, a shard's mutex, a per-key mutex or a compare-and-swap).
+//! Every store and cell calls these same functions, so a benchmark that swaps
+//! the discipline varies exactly one thing.
+//!
+//! **A denial writes nothing**, in every algorithm: each state is stored in a
+//! form that the passage of time does not invalidate (a token bucket's refill
+//! is recomputed from the stored instant on every read), so a denial has
+//! nothing to record. This is what lets the atomic cells deny with a single
+//! load.
+//!
+//! | algorithm | state per key | burst behaviour |
+//! |---|---|---|
+//! | [`FixedWindow`] | window index + count (12 B, 16 with padding) | up to 2 × burst across a window boundary |
+//! | [`TokenBucket`] | deficit + last refill instant (16 B) | at most burst + rate × t over any span t |
+//! | [`Gcra`] | theoretical arrival time (8 B) | identical decisions to the token bucket |
+//! | [`SlidingWindowLog`] | ring of up to `burst` timestamps (8 B each) | exact: at most burst in any window |
+//! | [`SlidingWindowCounter`] | window index + two counts (16 B) | at most burst in any window (estimate errs low) |
+
+mod fixed_window;
+mod gcra;
+mod interval;
+mod sliding_log;
+mod sliding_window_counter;
+mod token_bucket;
+
+use std::fmt::Debug;
+
+pub use fixed_window::{FixedWindow, FixedWindowState};
+pub use gcra::{Gcra, GcraState};
+pub use sliding_log::{SlidingWindowLog, SlidingWindowLogAdmission, SlidingWindowLogState};
+pub use sliding_window_counter::{SlidingWindowCounter, SlidingWindowCounterState};
+pub use token_bucket::{TokenBucket, TokenBucketState};
+
+use crate::decision::Decision;
+use crate::error::CheckError;
+use crate::quota::Quota;
+
+/// A rate-limiting algorithm: constants derived from a [`Quota`], a per-key
+/// state, and a pure decision function.
+///
+/// The pure functions are public so that the same arithmetic can drive state
+/// kept elsewhere (a database row, a shared-memory segment):
+///
+/// ```
+/// use tollgate::Quota;
+/// use tollgate::algorithm::{Algorithm, TokenBucket};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let bucket = TokenBucket::from_quota(&Quota::per_second(2)?);
+/// let mut state = Default::default(); // a fresh key: a full bucket
+/// assert!(bucket.check(&mut state, 0, 1)?.is_allowed());
+/// assert!(bucket.check(&mut state, 0, 1)?.is_allowed());
+/// let denied = bucket.check(&mut state, 0, 1)?;
+/// assert!(!denied.is_allowed());
+/// assert_eq!(denied.retry_after().as_millis(), 500);
+/// # Ok(())
+/// # }
+/// ```
+pub trait Algorithm: Debug + Send + Sync + Sized + 'static {
+    /// What one key stores. `Default` is the state of a key never seen (or
+    /// fully rested): a fresh key and an idle one decide identically.
+    type State: Debug + Default + Send + Sync;
+
+    /// What an admission changes, to be applied with [`Algorithm::admit`].
+    type Admission: Debug + Copy;
+
+    /// Builds the algorithm's constants from a validated quota.
+    fn from_quota(quota: &Quota) -> Self;
+
+    /// The most unit requests a key can hold at once (the quota's burst).
+    fn capacity(&self) -> u32;
+
+    /// Decides a request of `cost` units at `now_ns` against `state`, without
+    /// changing anything.
+    ///
+    /// A reading `now_ns` older than the state never admits more than the
+    /// newer reading would have, and never underflows.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckError::ZeroCost`] for a cost of 0, and
+    /// [`CheckError::InsufficientCapacity`] for a cost above
+    /// [`capacity`](Algorithm::capacity): requests no wait could admit.
+    fn decide(
+        &self,
+        state: &Self::State,
+        now_ns: u64,
+        cost: u32,
+    ) -> Result<Verdict<Self::Admission>, CheckError>;
+
+    /// Applies an admission returned by [`decide`](Algorithm::decide) on the
+    /// same `state`.
+    fn admit(&self, state: &mut Self::State, admission: Self::Admission);
+
+    /// Decides and, if admitted, applies: the whole check for a caller that
+    /// holds the state exclusively.
+    ///
+    /// # Errors
+    ///
+    /// As [`decide`](Algorithm::decide); nothing is changed on error.
+    #[inline]
+    fn check(
+        &self,
+        state: &mut Self::State,
+        now_ns: u64,
+        cost: u32,
+    ) -> Result<Decision, CheckError> {
+        let verdict = self.decide(state, now_ns, cost)?;
+        let decision = verdict.decision();
+        if let Verdict::Allow { admission, .. } = verdict {
+            self.admit(state, admission);
+        }
+        Ok(decision)
+    }
+}
+
+/// The result of [`Algorithm::decide`]: a decision, and for an admission the
+/// change to apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict<A> {
+    /// Admitted: apply `admission` to consume the cost.
+    Allow {
+        /// What the caller is told.
+        decision: Decision,
+        /// The change to the state that consumes the cost.
+        admission: A,
+    },
+    /// Denied: nothing to write.
+    Deny(Decision),
+}
+
+impl<A> Verdict<A> {
+    /// The decision, for either outcome.
+    #[inline]
+    pub fn decision(&self) -> Decision {
+        match self {
+            Verdict::Allow { decision, .. } | Verdict::Deny(decision) => *decision,
+        }
+    }
+}
+
+/// Rejects the costs no wait could admit: zero, and more than `capacity`.
+#[inline]
+pub(crate) fn validate_cost(cost: u32, capacity: u32) -> Result<u32, CheckError> {
+    if cost == 0 {
+        Err(CheckError::ZeroCost)
+    } else if cost > capacity {
+        Err(CheckError::InsufficientCapacity { cost, capacity })
+    } else {
+        Ok(cost)
+    }
+}
+
+/// Clamps a count known to be at most a `u32` capacity back into `u32`.
+#[inline]
+pub(crate) fn to_u32(count: u64) -> u32 {
+    u32::try_from(count).unwrap_or(u32::MAX)
+}
+
+impl<A> Verdict<A> {
+    /// Converts the admission, keeping the decision.
+    #[inline]
+    pub(crate) fn map_admission<B>(self, convert: impl FnOnce(A) -> B) -> Verdict<B> {
+        match self {
+            Verdict::Allow {
+                decision,
+                admission,
+            } => Verdict::Allow {
+                decision,
+                admission: convert(admission),
+            },
+            Verdict::Deny(decision) => Verdict::Deny(decision),
+        }
+    }
+}

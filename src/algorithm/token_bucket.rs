@@ -1,0 +1,76 @@
+//! The token bucket, refilled lazily on read.
+
+use super::interval::Interval;
+use super::{Algorithm, Verdict};
+use crate::error::CheckError;
+use crate::quota::Quota;
+
+/// A token bucket: holds up to `burst` tokens, refills one token per emission
+/// interval, and a request of `cost` units takes `cost` tokens.
+///
+/// Rate and burst are separate dials, unlike the fixed window's one.
+///
+/// The refill is computed on read from the stored instant, never by a timer,
+/// so an idle key costs its stored state and no CPU. Tokens are counted in
+/// integer nanoseconds of refill time (a deficit below full), so the refill is
+/// exact: no float, no rounding drift, and `retry_after` is the exact wait.
+///
+/// Refill is a function of elapsed time, not of the decision: a denial's
+/// refilled state is implied by the stored one (`min(full, x + a + b) ==
+/// min(full, min(full, x + a) + b)`), so a denial has nothing to write, and a
+/// bucket hammered above its rate admits exactly `burst + rate × elapsed`.
+///
+/// A clock reading older than the last refill is treated as "no time has
+/// passed".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenBucket {
+    interval: Interval,
+}
+
+/// A token-bucket key: how far below full it was at `last_ns`, in nanoseconds
+/// of refill. The default (no deficit) is a full bucket.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TokenBucketState {
+    deficit_ns: u64,
+    last_ns: u64,
+}
+
+impl Algorithm for TokenBucket {
+    type State = TokenBucketState;
+    type Admission = TokenBucketState;
+
+    fn from_quota(quota: &Quota) -> Self {
+        Self {
+            interval: Interval::from_quota(quota),
+        }
+    }
+
+    fn capacity(&self) -> u32 {
+        self.interval.capacity()
+    }
+
+    #[inline]
+    fn decide(
+        &self,
+        state: &TokenBucketState,
+        now_ns: u64,
+        cost: u32,
+    ) -> Result<Verdict<TokenBucketState>, CheckError> {
+        // An older reading means no time has passed since the last refill.
+        let now_ns = now_ns.max(state.last_ns);
+        let refilled_ns = now_ns - state.last_ns;
+        let deficit_ns = state.deficit_ns.saturating_sub(refilled_ns);
+        Ok(self
+            .interval
+            .decide(deficit_ns, cost)?
+            .map_admission(|new_deficit_ns| TokenBucketState {
+                deficit_ns: new_deficit_ns,
+                last_ns: now_ns,
+            }))
+    }
+
+    #[inline]
+    fn admit(&self, state: &mut TokenBucketState, admission: TokenBucketState) {
+        *state = admission;
+    }
+}

@@ -1,0 +1,77 @@
+use std::time::Duration;
+
+use super::{Clock, saturating_nanos};
+use crate::sync::{Arc, AtomicU64, Ordering};
+
+/// A clock that moves only when told to: for tests, simulations and models.
+///
+/// Clones share one time, so a test keeps a clone and moves the time of the
+/// limiter that owns the other. It starts at zero.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::clock::{Clock, ManualClock};
+///
+/// let clock = ManualClock::new();
+/// let limiter_side = clock.clone();
+/// clock.advance(Duration::from_millis(5));
+/// assert_eq!(limiter_side.now_ns(), 5_000_000);
+/// ```
+///
+/// # Orderings
+///
+/// Every access is `Relaxed`. A reading carries no other data with it, so
+/// there is nothing for it to publish or acquire; each thread still sees the
+/// value only move forward through the modification order of the one atomic
+/// (read-read coherence), so a clock that is only advanced never appears to go
+/// backwards to any single reader. Readers on different threads may disagree
+/// about "now" by one step, which the limiters already tolerate (see
+/// [`Clock`]).
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock {
+    now_ns: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock at time zero.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Moves the clock forward by `by`, saturating at `u64::MAX` nanoseconds.
+    pub fn advance(&self, by: Duration) {
+        self.advance_ns(saturating_nanos(by));
+    }
+
+    /// Moves the clock forward by `by_ns` nanoseconds, saturating.
+    pub fn advance_ns(&self, by_ns: u64) {
+        // Relaxed: see the type's documentation. fetch_update is a CAS loop, so
+        // concurrent advances are never lost and never wrap.
+        let _ = self
+            .now_ns
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
+                Some(now.saturating_add(by_ns))
+            });
+    }
+
+    /// Sets the clock to `at` after its origin, forwards or backwards.
+    ///
+    /// Setting it backwards is how tests check that a limiter survives a clock
+    /// reading older than its state.
+    pub fn set(&self, at: Duration) {
+        self.set_ns(saturating_nanos(at));
+    }
+
+    /// Sets the clock to `at_ns` nanoseconds after its origin.
+    pub fn set_ns(&self, at_ns: u64) {
+        self.now_ns.store(at_ns, Ordering::Relaxed);
+    }
+}
+
+impl Clock for ManualClock {
+    #[inline]
+    fn now_ns(&self) -> u64 {
+        self.now_ns.load(Ordering::Relaxed)
+    }
+}

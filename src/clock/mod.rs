@@ -1,0 +1,49 @@
+//! Time sources.
+//!
+//! Every limiter reads time through a [`Clock`]: monotonic nanoseconds as a
+//! `u64` counted from the clock's own origin. Nothing else in the crate reads
+//! the system time, so tests and model checkers drive a [`ManualClock`] and see
+//! exactly the instants they chose.
+//!
+//! A clock is a measured choice, not a detail: reading a precise clock costs
+//! more than a whole lock-free denial. [`MonotonicClock`] (std `Instant`) is the
+//! default.
+
+mod manual;
+mod monotonic;
+
+pub use manual::ManualClock;
+pub use monotonic::MonotonicClock;
+
+/// A source of monotonic time in nanoseconds since the clock's origin.
+///
+/// Readings from one clock must never decrease when read from one thread in
+/// sequence. The limiters still tolerate a reading older than the state they
+/// hold (a clock shared between threads can hand two threads readings in the
+/// opposite order to the order in which they reach the state): such a reading
+/// never admits more than the newer one would, and never underflows.
+pub trait Clock: Send + Sync {
+    /// Nanoseconds elapsed since this clock's origin.
+    fn now_ns(&self) -> u64;
+}
+
+impl<C: Clock + ?Sized> Clock for &C {
+    #[inline]
+    fn now_ns(&self) -> u64 {
+        (**self).now_ns()
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for Box<C> {
+    #[inline]
+    fn now_ns(&self) -> u64 {
+        (**self).now_ns()
+    }
+}
+
+/// Converts a [`Duration`](std::time::Duration) to whole nanoseconds,
+/// saturating at `u64::MAX` (about 584 years).
+#[inline]
+pub(crate) fn saturating_nanos(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,90 @@
+//! The answer every check returns.
+
+use std::time::Duration;
+
+/// The outcome of one check: whether the request is admitted, and the numbers
+/// a client needs to behave well (they map onto `RateLimit-*` and
+/// `Retry-After` response headers).
+///
+/// Invariants, held by every algorithm and checked by the conformance suite:
+///
+/// * `remaining <= limit`;
+/// * `retry_after` is zero when allowed, and when denied
+///   `0 < retry_after <= reset_after`;
+/// * `retry_after` is exact: the same request retried `retry_after` later (with
+///   no other traffic on the key) is admitted, and one nanosecond earlier it is
+///   not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[must_use = "a decision says whether the request may proceed"]
+pub struct Decision {
+    allowed: bool,
+    limit: u32,
+    remaining: u32,
+    retry_after_ns: u64,
+    reset_after_ns: u64,
+}
+
+impl Decision {
+    /// An admission. `reset_after_ns` is measured after this admission.
+    pub(crate) const fn allow(limit: u32, remaining: u32, reset_after_ns: u64) -> Self {
+        Self {
+            allowed: true,
+            limit,
+            remaining,
+            retry_after_ns: 0,
+            reset_after_ns,
+        }
+    }
+
+    /// A denial. Callers guarantee `0 < retry_after_ns <= reset_after_ns`.
+    pub(crate) const fn deny(
+        limit: u32,
+        remaining: u32,
+        retry_after_ns: u64,
+        reset_after_ns: u64,
+    ) -> Self {
+        Self {
+            allowed: false,
+            limit,
+            remaining,
+            retry_after_ns,
+            reset_after_ns,
+        }
+    }
+
+    /// Whether the request was admitted (and its cost consumed).
+    #[must_use]
+    pub const fn is_allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// The key's capacity: the most unit requests it can admit at once (the
+    /// quota's burst).
+    #[must_use]
+    pub const fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// How many more unit requests would be admitted right now, after this
+    /// decision. Never more than [`limit`](Decision::limit).
+    #[must_use]
+    pub const fn remaining(&self) -> u32 {
+        self.remaining
+    }
+
+    /// Zero when allowed. When denied, the earliest wait after which the same
+    /// request is admitted, rounded **up** to the nanosecond, so that retrying
+    /// at it succeeds.
+    #[must_use]
+    pub const fn retry_after(&self) -> Duration {
+        Duration::from_nanos(self.retry_after_ns)
+    }
+
+    /// The time until the key is fully replenished (`remaining == limit`),
+    /// with no further traffic. Never less than
+    /// [`retry_after`](Decision::retry_after).
+    #[must_use]
+    pub const fn reset_after(&self) -> Duration {
+        Duration::from_nanos(self.reset_after_ns)
+    }
+}

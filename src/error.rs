@@ -1,0 +1,73 @@
+//! Error types: every bad input is one of these, never a panic.
+
+use std::time::Duration;
+
+/// A [`Quota`](crate::Quota) that cannot be built, naming the bad field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum QuotaError {
+    /// The limit (requests per window) was zero.
+    #[error("quota limit must be at least 1 request per window, got 0")]
+    ZeroLimit,
+    /// The window was zero.
+    #[error("quota window must be longer than zero")]
+    ZeroWindow,
+    /// The burst was zero: no request could ever be admitted.
+    #[error("quota burst must be at least 1, got 0")]
+    ZeroBurst,
+    /// `limit` requests per `window` leaves less than one nanosecond between
+    /// requests, below the resolution every clock here counts in.
+    #[error(
+        "quota of {limit} per {window:?} has an emission interval under 1 ns; \
+         the most a window of {window:?} can hold is {} requests",
+        window.as_nanos()
+    )]
+    EmissionIntervalTooShort {
+        /// The requested limit.
+        limit: u32,
+        /// The requested window.
+        window: Duration,
+    },
+    /// The window does not fit in 64-bit nanoseconds (about 584 years).
+    #[error("quota window {window:?} exceeds the u64 nanosecond range (about 584 years)")]
+    WindowTooLong {
+        /// The requested window.
+        window: Duration,
+    },
+    /// `burst` emission intervals do not fit in 64-bit nanoseconds, so the
+    /// time for a drained key to refill cannot be represented.
+    #[error(
+        "quota burst {burst} times the emission interval {emission_interval:?} \
+         exceeds the u64 nanosecond range"
+    )]
+    BurstTooLarge {
+        /// The requested burst.
+        burst: u32,
+        /// The quota's emission interval.
+        emission_interval: Duration,
+    },
+}
+
+/// A check that could not be decided: the cost itself is invalid.
+///
+/// A denial is not an error: it is a [`Decision`](crate::Decision) whose
+/// [`is_allowed`](crate::Decision::is_allowed) is false and which says when to
+/// retry. This type is for requests that no amount of waiting would admit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckError {
+    /// A cost of zero was asked for. It is rejected rather than treated as a
+    /// free pass; use [`peek`](crate::RateLimiter::peek) to look without
+    /// consuming.
+    #[error("a check must cost at least 1; use peek() to look without consuming")]
+    ZeroCost,
+    /// The cost is larger than the burst, so it could never be admitted, at
+    /// any time. Nothing was consumed.
+    #[error("a cost of {cost} can never be admitted: the burst capacity is {capacity}")]
+    InsufficientCapacity {
+        /// The requested cost.
+        cost: u32,
+        /// The most the quota can ever admit at once (its burst).
+        capacity: u32,
+    },
+}

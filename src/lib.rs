@@ -1,0 +1,64 @@
+//! Rate limiters whose hot paths are lock-free, whose atomic protocols are
+//! model-checked, and whose performance claims are numbers anyone can re-run.
+//!
+//! # Quick start
+//!
+//! ```
+//! use tollgate::{Quota, RateLimiter};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // 100 requests per minute per key, bursts of up to 10.
+//! let quota = Quota::per_minute(100)?.with_burst(10)?;
+//! let limiter: RateLimiter<String> = RateLimiter::keyed(quota);
+//!
+//! let decision = limiter.check("203.0.113.7")?;
+//! if decision.is_allowed() {
+//!     // serve; tell the client how many remain
+//!     assert_eq!(decision.remaining(), 9);
+//! } else {
+//!     // reject with `Retry-After: decision.retry_after()`
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Layers
+//!
+//! * [`clock`]: where time comes from ([`Clock`](clock::Clock), nanoseconds
+//!   as `u64`).
+//! * [`algorithm`]: five algorithms as pure functions of (state, now, cost).
+//! * [`cell`]: one key's state under a discipline (a mutex today).
+//! * [`store`]: how keys find their state.
+//! * [`RateLimiter`] and [`DirectLimiter`]: the façade, built by [`Builder`].
+//!
+//! # The contract
+//!
+//! Every check returns a [`Decision`] or, for a cost no wait could admit, a
+//! [`CheckError`]. A denial consumes nothing; `retry_after` is exact and
+//! rounded up; `retry_after <= reset_after`; a clock reading older than a
+//! key's state never admits more than a newer one. `notes/00-contract.md` in
+//! the repository argues each rule.
+
+#![deny(unsafe_op_in_unsafe_fn, missing_docs, missing_debug_implementations)]
+#![forbid(unsafe_code)]
+#![warn(clippy::pedantic)]
+#![allow(clippy::module_name_repetitions)]
+
+pub mod algorithm;
+pub mod cell;
+pub mod clock;
+mod decision;
+mod error;
+mod limiter;
+mod quota;
+pub mod store;
+mod sync;
+
+pub use decision::Decision;
+pub use error::{CheckError, QuotaError};
+pub use limiter::{Builder, DirectLimiter, RateLimiter};
+pub use quota::Quota;
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -1,0 +1,327 @@
+//! The public façade: keyed and direct limiters, and their builder.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::Hash;
+use std::marker::PhantomData;
+
+use crate::algorithm::{Algorithm, Gcra};
+use crate::cell::Locked;
+use crate::clock::{Clock, MonotonicClock};
+use crate::decision::Decision;
+use crate::error::CheckError;
+use crate::quota::Quota;
+use crate::store::{GlobalMutex, Key, Store, StoreKind};
+
+/// A rate limiter with one quota per key: each key (a user, an IP address, an
+/// API token) gets its own budget.
+///
+/// Built by [`RateLimiter::keyed`] with the defaults (GCRA, the default store,
+/// the monotonic clock), or by a [`Builder`] that chooses each part.
+///
+/// ```
+/// use tollgate::{Quota, RateLimiter};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter: RateLimiter<String> = RateLimiter::keyed(Quota::per_second(2)?);
+///
+/// assert!(limiter.check("alice")?.is_allowed());
+/// assert!(limiter.check("alice")?.is_allowed());
+/// let third = limiter.check("alice")?;
+/// assert!(!third.is_allowed());
+/// assert!(third.retry_after().as_millis() > 0);
+///
+/// // Keys are independent.
+/// assert!(limiter.check("bob")?.is_allowed());
+/// # Ok(())
+/// # }
+/// ```
+pub struct RateLimiter<
+    K: Key,
+    A: Algorithm = Gcra,
+    C: Clock = MonotonicClock,
+    S: StoreKind = GlobalMutex,
+> {
+    quota: Quota,
+    algorithm: A,
+    clock: C,
+    store: S::Store<K, A>,
+}
+
+impl<K: Key> RateLimiter<K> {
+    /// A keyed limiter with the defaults: GCRA, the default store, the
+    /// monotonic clock.
+    #[must_use]
+    pub fn keyed(quota: Quota) -> Self {
+        Builder::new(quota).build()
+    }
+}
+
+impl<K: Key, A: Algorithm, C: Clock, S: StoreKind> RateLimiter<K, A, C, S> {
+    /// Checks one unit request for `key`, consuming it if admitted.
+    ///
+    /// # Errors
+    ///
+    /// None today for a unit cost (every quota admits at least one); the
+    /// `Result` is the same as [`check_n`](RateLimiter::check_n)'s.
+    #[inline]
+    pub fn check<Q>(&self, key: &Q) -> Result<Decision, CheckError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.check_n(key, 1)
+    }
+
+    /// Checks a request costing `n` units for `key`, atomically: either all
+    /// `n` are consumed or none is.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckError::ZeroCost`] for `n == 0`, and
+    /// [`CheckError::InsufficientCapacity`] for `n` above the burst (no wait
+    /// would admit it). Nothing is consumed, and no key is stored, on error.
+    #[inline]
+    pub fn check_n<Q>(&self, key: &Q, n: u32) -> Result<Decision, CheckError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.store
+            .check(key, &self.algorithm, self.clock.now_ns(), n)
+    }
+
+    /// The decision [`check`](RateLimiter::check) would return for `key` now,
+    /// consuming nothing and storing nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](RateLimiter::check).
+    #[inline]
+    pub fn peek<Q>(&self, key: &Q) -> Result<Decision, CheckError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.store
+            .peek(key, &self.algorithm, self.clock.now_ns(), 1)
+    }
+
+    /// The quota every key is held to.
+    #[must_use]
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// How many keys hold state (keys that have been admitted at least once).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.store.len()
+    }
+
+    /// Whether no key holds state.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.store.is_empty()
+    }
+}
+
+impl<K: Key, A: Algorithm, C: Clock, S: StoreKind> fmt::Debug for RateLimiter<K, A, C, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimiter")
+            .field("quota", &self.quota)
+            .field("algorithm", &self.algorithm)
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A rate limiter for one shared budget (one upstream, one queue), with no
+/// key lookup.
+///
+/// ```
+/// use tollgate::{Builder, Quota};
+/// use tollgate::algorithm::TokenBucket;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = Builder::new(Quota::per_second(100)?)
+///     .algorithm::<TokenBucket>()
+///     .build_direct();
+/// assert!(limiter.check_n(40)?.is_allowed());
+/// assert_eq!(limiter.peek()?.remaining(), 60);
+/// # Ok(())
+/// # }
+/// ```
+pub struct DirectLimiter<A: Algorithm = Gcra, C: Clock = MonotonicClock> {
+    quota: Quota,
+    algorithm: A,
+    clock: C,
+    cell: Locked<A>,
+}
+
+impl DirectLimiter {
+    /// A direct limiter with the defaults: GCRA, the monotonic clock.
+    #[must_use]
+    pub fn direct(quota: Quota) -> Self {
+        Builder::new(quota).build_direct()
+    }
+}
+
+impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
+    /// Checks one unit request, consuming it if admitted.
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n`](DirectLimiter::check_n); never for a unit cost today.
+    #[inline]
+    pub fn check(&self) -> Result<Decision, CheckError> {
+        self.check_n(1)
+    }
+
+    /// Checks a request costing `n` units, atomically.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckError::ZeroCost`] for `n == 0`, and
+    /// [`CheckError::InsufficientCapacity`] for `n` above the burst.
+    #[inline]
+    pub fn check_n(&self, n: u32) -> Result<Decision, CheckError> {
+        self.cell.check(&self.algorithm, self.clock.now_ns(), n)
+    }
+
+    /// The decision [`check`](DirectLimiter::check) would return now,
+    /// consuming nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](DirectLimiter::check).
+    #[inline]
+    pub fn peek(&self) -> Result<Decision, CheckError> {
+        self.cell.peek(&self.algorithm, self.clock.now_ns(), 1)
+    }
+
+    /// The quota the limiter enforces.
+    #[must_use]
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+}
+
+impl<A: Algorithm, C: Clock> fmt::Debug for DirectLimiter<A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DirectLimiter")
+            .field("quota", &self.quota)
+            .field("algorithm", &self.algorithm)
+            .field("cell", &self.cell)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Chooses a limiter's algorithm, clock and store; starts from the defaults
+/// (GCRA, [`MonotonicClock`], [`GlobalMutex`]).
+///
+/// ```
+/// use tollgate::{Builder, Quota};
+/// use tollgate::algorithm::SlidingWindowLog;
+/// use tollgate::clock::ManualClock;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let clock = ManualClock::new();
+/// let limiter = Builder::new(Quota::per_hour(5)?)
+///     .algorithm::<SlidingWindowLog>()
+///     .clock(clock.clone())
+///     .build::<u64>();
+/// for _ in 0..5 {
+///     assert!(limiter.check(&42)?.is_allowed());
+/// }
+/// assert!(!limiter.check(&42)?.is_allowed());
+/// # Ok(())
+/// # }
+/// ```
+pub struct Builder<A = Gcra, C = MonotonicClock, S = GlobalMutex> {
+    quota: Quota,
+    clock: C,
+    store: S,
+    algorithm: PhantomData<fn() -> A>,
+}
+
+impl Builder {
+    /// A builder with the defaults.
+    #[must_use]
+    pub fn new(quota: Quota) -> Self {
+        Self {
+            quota,
+            clock: MonotonicClock::new(),
+            store: GlobalMutex,
+            algorithm: PhantomData,
+        }
+    }
+}
+
+impl<A: Algorithm, C: Clock, S: StoreKind> Builder<A, C, S> {
+    /// Chooses the algorithm.
+    #[must_use]
+    pub fn algorithm<A2: Algorithm>(self) -> Builder<A2, C, S> {
+        Builder {
+            quota: self.quota,
+            clock: self.clock,
+            store: self.store,
+            algorithm: PhantomData,
+        }
+    }
+
+    /// Chooses the clock.
+    #[must_use]
+    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<A, C2, S> {
+        Builder {
+            quota: self.quota,
+            clock,
+            store: self.store,
+            algorithm: PhantomData,
+        }
+    }
+
+    /// Chooses the store (keyed limiters only).
+    #[must_use]
+    pub fn store<S2: StoreKind>(self, store: S2) -> Builder<A, C, S2> {
+        Builder {
+            quota: self.quota,
+            clock: self.clock,
+            store,
+            algorithm: PhantomData,
+        }
+    }
+
+    /// Builds a keyed limiter.
+    #[must_use]
+    pub fn build<K: Key>(self) -> RateLimiter<K, A, C, S> {
+        RateLimiter {
+            algorithm: A::from_quota(&self.quota),
+            quota: self.quota,
+            clock: self.clock,
+            store: self.store.build(),
+        }
+    }
+
+    /// Builds a direct (single-budget) limiter; the store is not used.
+    #[must_use]
+    pub fn build_direct(self) -> DirectLimiter<A, C> {
+        DirectLimiter {
+            algorithm: A::from_quota(&self.quota),
+            quota: self.quota,
+            clock: self.clock,
+            cell: Locked::new(),
+        }
+    }
+}
+
+impl<A, C: fmt::Debug, S: fmt::Debug> fmt::Debug for Builder<A, C, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("quota", &self.quota)
+            .field("algorithm", &std::any::type_name::<A>())
+            .field("clock", &self.clock)
+            .field("store", &self.store)
+            .finish()
+    }
+}
