@@ -28,17 +28,18 @@ pub enum QuotaError {
         /// The requested window.
         window: Duration,
     },
-    /// The window does not fit in 64-bit nanoseconds (about 584 years).
-    #[error("quota window {window:?} exceeds the u64 nanosecond range (about 584 years)")]
+    /// The window is longer than 2^62 ns (about 146 years), the longest span
+    /// the algorithms' 64-bit arithmetic leaves room for.
+    #[error("quota window {window:?} exceeds 2^62 ns (about 146 years)")]
     WindowTooLong {
         /// The requested window.
         window: Duration,
     },
-    /// `burst` emission intervals do not fit in 64-bit nanoseconds, so the
-    /// time for a drained key to refill cannot be represented.
+    /// `burst` emission intervals (a drained key's refill time) exceed 2^62
+    /// ns (about 146 years).
     #[error(
         "quota burst {burst} times the emission interval {emission_interval:?} \
-         exceeds the u64 nanosecond range"
+         exceeds 2^62 ns (about 146 years)"
     )]
     BurstTooLarge {
         /// The requested burst.

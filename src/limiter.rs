@@ -94,6 +94,11 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind> RateLimiter<K, A, C, S> {
     /// The decision [`check`](RateLimiter::check) would return for `key` now,
     /// consuming nothing and storing nothing.
     ///
+    /// Like every decision, its [`remaining`](Decision::remaining) counts
+    /// after the check it predicts: a fresh key with a burst of 5 peeks as
+    /// allowed with 4 remaining. The units available right now are
+    /// `remaining + 1` when it is allowed and `remaining` when it is denied.
+    ///
     /// # Errors
     ///
     /// As [`check`](RateLimiter::check).

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::algorithm::MAX_SPAN_NS;
 use crate::error::QuotaError;
 
 /// How much traffic a key may send: a sustained rate of `limit` requests per
@@ -57,7 +58,7 @@ impl Quota {
     /// # Errors
     ///
     /// [`QuotaError::ZeroLimit`], [`QuotaError::ZeroWindow`],
-    /// [`QuotaError::WindowTooLong`] (beyond about 584 years),
+    /// [`QuotaError::WindowTooLong`] (beyond 2^62 ns, about 146 years),
     /// [`QuotaError::EmissionIntervalTooShort`] (more than one request per
     /// nanosecond) or [`QuotaError::BurstTooLarge`].
     pub fn new(limit: u32, window: Duration) -> Result<Self, QuotaError> {
@@ -67,8 +68,10 @@ impl Quota {
         if window.is_zero() {
             return Err(QuotaError::ZeroWindow);
         }
-        let window_ns =
-            u64::try_from(window.as_nanos()).map_err(|_| QuotaError::WindowTooLong { window })?;
+        let window_ns = u64::try_from(window.as_nanos())
+            .ok()
+            .filter(|&window_ns| window_ns <= MAX_SPAN_NS)
+            .ok_or(QuotaError::WindowTooLong { window })?;
         if window_ns < u64::from(limit) {
             return Err(QuotaError::EmissionIntervalTooShort { limit, window });
         }
@@ -108,7 +111,7 @@ impl Quota {
     /// # Errors
     ///
     /// [`QuotaError::ZeroBurst`], or [`QuotaError::BurstTooLarge`] when
-    /// `burst` emission intervals overflow 64-bit nanoseconds.
+    /// `burst` emission intervals exceed 2^62 ns (about 146 years).
     pub fn with_burst(self, burst: u32) -> Result<Self, QuotaError> {
         Self::derive(self.limit, self.window_ns, burst)
     }
@@ -125,9 +128,11 @@ impl Quota {
             emission_interval: Duration::from_nanos(emission_interval_ns),
         };
         // burst × emission_interval is the refill time of a drained key; every
-        // algorithm's arithmetic stays below it, so it must fit in a u64.
+        // algorithm's arithmetic stays within it, so it is held to
+        // MAX_SPAN_NS (see `algorithm::END_OF_TIME_NS`).
         u64::from(burst)
             .checked_mul(emission_interval_ns)
+            .filter(|&refill_ns| refill_ns <= MAX_SPAN_NS)
             .ok_or(too_large)?;
         // window × burst / limit, rounded up, computed exactly in u128. It is
         // at most burst × emission_interval, which was just checked to fit.

@@ -2,7 +2,7 @@
 
 use std::cmp::Ordering;
 
-use super::{Algorithm, Verdict, validate_cost};
+use super::{Algorithm, Verdict, clamp_time, validate_cost};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
@@ -74,6 +74,7 @@ impl Algorithm for FixedWindow {
         cost: u32,
     ) -> Result<Verdict<FixedWindowState>, CheckError> {
         let cost = validate_cost(cost, self.capacity)?;
+        let now_ns = clamp_time(now_ns);
         let now_index = now_ns / self.window_ns;
         let (window_index, count, elapsed_ns) = match now_index.cmp(&state.window_index) {
             Ordering::Greater => (now_index, 0, now_ns % self.window_ns),

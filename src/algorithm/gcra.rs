@@ -1,7 +1,7 @@
 //! GCRA, the generic cell rate algorithm.
 
 use super::interval::Interval;
-use super::{Algorithm, Verdict};
+use super::{Algorithm, Verdict, clamp_time};
 use crate::error::CheckError;
 use crate::quota::Quota;
 
@@ -60,15 +60,15 @@ impl Algorithm for Gcra {
         now_ns: u64,
         cost: u32,
     ) -> Result<Verdict<GcraState>, CheckError> {
+        let now_ns = clamp_time(now_ns);
         let debt_ns = state.tat_ns.saturating_sub(now_ns);
-        // max(tat, now) + cost × interval == now + new debt. Saturating: a
-        // clock within `burst × interval` of u64::MAX (584 years) pins the TAT
-        // at the end of time instead of wrapping it to a fresh key.
+        // max(tat, now) + cost × interval == now + new debt, which is at most
+        // END_OF_TIME_NS + MAX_SPAN_NS: no overflow.
         Ok(self
             .interval
             .decide(debt_ns, cost)?
             .map_admission(|new_debt_ns| GcraState {
-                tat_ns: now_ns.saturating_add(new_debt_ns),
+                tat_ns: now_ns + new_debt_ns,
             }))
     }
 

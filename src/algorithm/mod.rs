@@ -82,7 +82,8 @@ pub trait Algorithm: Debug + Send + Sync + Sized + 'static {
     /// changing anything.
     ///
     /// A reading `now_ns` older than the state never admits more than the
-    /// newer reading would have, and never underflows.
+    /// newer reading would have, and never underflows; a reading past
+    /// [`END_OF_TIME_NS`] is read as it.
     ///
     /// # Errors
     ///
@@ -145,6 +146,23 @@ impl<A> Verdict<A> {
             Verdict::Allow { decision, .. } | Verdict::Deny(decision) => *decision,
         }
     }
+}
+
+/// The last instant the algorithms distinguish: 2^63 ns, about 292 years
+/// after a clock's origin. Later readings are read as this one, so time
+/// stops there and a key behaves as under a frozen clock (exact, never
+/// refilled) instead of wrapping. [`Quota`] keeps every span at or below
+/// [`MAX_SPAN_NS`], so `END_OF_TIME_NS + 2 × span` never overflows a `u64`.
+pub const END_OF_TIME_NS: u64 = 1 << 63;
+
+/// The longest span a quota may imply (a window, or a drained key's refill
+/// time): 2^62 ns, about 146 years.
+pub const MAX_SPAN_NS: u64 = 1 << 62;
+
+/// A clock reading, clamped to [`END_OF_TIME_NS`].
+#[inline]
+pub(crate) fn clamp_time(now_ns: u64) -> u64 {
+    now_ns.min(END_OF_TIME_NS)
 }
 
 /// Rejects the costs no wait could admit: zero, and more than `capacity`.

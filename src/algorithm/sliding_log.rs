@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Algorithm, Verdict, to_u32, validate_cost};
+use super::{Algorithm, Verdict, clamp_time, to_u32, validate_cost};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
@@ -67,7 +67,7 @@ impl SlidingWindowLog {
     /// Whether a unit admitted at `stamp_ns` has left the window `(now − window, now]`.
     #[inline]
     fn has_left(&self, stamp_ns: u64, now_ns: u64) -> bool {
-        stamp_ns.saturating_add(self.window_ns) <= now_ns
+        stamp_ns + self.window_ns <= now_ns
     }
 
     /// How many stored timestamps have left the window (they are the oldest).
@@ -81,9 +81,7 @@ impl SlidingWindowLog {
     /// Time from `now_ns` until a unit admitted at `stamp_ns` leaves the window.
     #[inline]
     fn leaves_in_ns(&self, stamp_ns: u64, now_ns: u64) -> u64 {
-        stamp_ns
-            .saturating_add(self.window_ns)
-            .saturating_sub(now_ns)
+        (stamp_ns + self.window_ns).saturating_sub(now_ns)
     }
 }
 
@@ -110,6 +108,7 @@ impl Algorithm for SlidingWindowLog {
     ) -> Result<Verdict<SlidingWindowLogAdmission>, CheckError> {
         let cost = validate_cost(cost, self.capacity)?;
         let newest_ns = state.stamps_ns.back().copied();
+        let now_ns = clamp_time(now_ns);
         let now_ns = newest_ns.map_or(now_ns, |newest_ns| now_ns.max(newest_ns));
         let departed = self.departed(state, now_ns);
         // The ring never holds more than `capacity` stamps, a u32.

@@ -2,7 +2,7 @@
 
 use std::cmp::Ordering;
 
-use super::{Algorithm, Verdict, to_u32, validate_cost};
+use super::{Algorithm, Verdict, clamp_time, to_u32, validate_cost};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
@@ -113,7 +113,7 @@ impl SlidingWindowCounter {
     /// Time until both windows weigh nothing.
     fn reset_after_ns(&self, previous: u32, current: u32, elapsed_ns: u64) -> u64 {
         if current > 0 {
-            self.window_ns.saturating_mul(2) - elapsed_ns
+            2 * self.window_ns - elapsed_ns
         } else if previous > 0 {
             self.window_ns - elapsed_ns
         } else {
@@ -145,7 +145,7 @@ impl Algorithm for SlidingWindowCounter {
         cost: u32,
     ) -> Result<Verdict<SlidingWindowCounterState>, CheckError> {
         let cost = validate_cost(cost, self.capacity)?;
-        let view = self.view(state, now_ns);
+        let view = self.view(state, clamp_time(now_ns));
         let carried = self.carried(&view);
         let free = self.units_free(carried, view.current);
         if cost <= free {

@@ -1,7 +1,7 @@
 //! The token bucket, refilled lazily on read.
 
 use super::interval::Interval;
-use super::{Algorithm, Verdict};
+use super::{Algorithm, Verdict, clamp_time};
 use crate::error::CheckError;
 use crate::quota::Quota;
 
@@ -57,7 +57,7 @@ impl Algorithm for TokenBucket {
         cost: u32,
     ) -> Result<Verdict<TokenBucketState>, CheckError> {
         // An older reading means no time has passed since the last refill.
-        let now_ns = now_ns.max(state.last_ns);
+        let now_ns = clamp_time(now_ns).max(state.last_ns);
         let refilled_ns = now_ns - state.last_ns;
         let deficit_ns = state.deficit_ns.saturating_sub(refilled_ns);
         Ok(self

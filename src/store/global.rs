@@ -52,11 +52,12 @@ impl<K: Key, A: Algorithm> Store<K, A> for GlobalMutexStore<K, A> {
         if let Some(state) = map.get_mut(key) {
             return algorithm.check(state, now_ns, cost);
         }
+        // A new key: its state is the default, which has its whole burst, so
+        // any valid cost is admitted and the state to store is the admitted
+        // one. An invalid cost returns before anything is stored.
         let mut state = A::State::default();
         let decision = algorithm.check(&mut state, now_ns, cost)?;
-        if decision.is_allowed() {
-            map.insert(key.to_owned(), state);
-        }
+        map.insert(key.to_owned(), state);
         Ok(decision)
     }
 

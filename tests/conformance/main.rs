@@ -1,0 +1,69 @@
+//! Runs the conformance suite (`suite.rs`) over every algorithm
+//! on every store. A new store or algorithm is one `conformance!` line.
+
+mod suite;
+
+macro_rules! conformance {
+    ($name:ident, $algorithm:ty, $store:expr) => {
+        mod $name {
+            use tollgate::clock::ManualClock;
+            use tollgate::store::Key;
+            use tollgate::{Builder, Quota, RateLimiter};
+
+            use super::*;
+
+            #[allow(clippy::type_complexity)]
+            fn make<K: Key>(
+                quota: Quota,
+                clock: ManualClock,
+            ) -> RateLimiter<K, $algorithm, ManualClock, impl tollgate::store::StoreKind> {
+                Builder::new(quota)
+                    .algorithm::<$algorithm>()
+                    .clock(clock)
+                    .store($store)
+                    .build::<K>()
+            }
+
+            conformance!(@tests
+                allows_up_to_burst,
+                rejects_past_burst_while_clock_frozen,
+                replenishes_fully_after_reset,
+                retry_after_is_exact,
+                isolates_keys,
+                remaining_is_exact,
+                retry_after_only_when_denied,
+                check_n_is_atomic,
+                invalid_cost_is_an_error,
+                peek_consumes_nothing,
+                exact_count_under_contention,
+                exact_multi_unit_count_under_contention,
+                burst_differs_from_limit,
+                clock_going_backwards,
+                survives_the_end_of_time,
+                many_keys_each_get_exactly_their_burst,
+            );
+
+            #[test]
+            fn isolates_string_keys() {
+                suite::isolates_string_keys(make::<String>);
+            }
+        }
+    };
+    (@tests $($test:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                suite::$test(make::<u64>);
+            }
+        )*
+    };
+}
+
+use tollgate::algorithm::{FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
+use tollgate::store::GlobalMutex;
+
+conformance!(fixed_window_global, FixedWindow, GlobalMutex);
+conformance!(token_bucket_global, TokenBucket, GlobalMutex);
+conformance!(sliding_log_global, SlidingWindowLog, GlobalMutex);
+conformance!(sliding_counter_global, SlidingWindowCounter, GlobalMutex);
+conformance!(gcra_global, Gcra, GlobalMutex);
