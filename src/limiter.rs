@@ -23,7 +23,7 @@ use crate::store::{GlobalMutex, Key, Store, StoreKind};
 /// use tollgate::{Quota, RateLimiter};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let limiter: RateLimiter<String> = RateLimiter::keyed(Quota::per_second(2)?);
+/// let limiter: RateLimiter<String> = RateLimiter::keyed(Quota::per_minute(2)?);
 ///
 /// assert!(limiter.check("alice")?.is_allowed());
 /// assert!(limiter.check("alice")?.is_allowed());
@@ -152,8 +152,9 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind> fmt::Debug for RateLimiter<K,
 /// let limiter = Builder::new(Quota::per_second(100)?)
 ///     .algorithm::<TokenBucket>()
 ///     .build_direct();
-/// assert!(limiter.check_n(40)?.is_allowed());
-/// assert_eq!(limiter.peek()?.remaining(), 60);
+/// let decision = limiter.check_n(40)?;
+/// assert!(decision.is_allowed());
+/// assert_eq!(decision.remaining(), 60);
 /// # Ok(())
 /// # }
 /// ```
