@@ -1,8 +1,9 @@
 //! The direct (single-budget) limiter over its `Locked` cell, for every
 //! algorithm: exact counts under contention, atomic multi-unit checks.
 
-use std::sync::Barrier;
-use std::sync::atomic::{AtomicU32, Ordering};
+#[path = "support/contention.rs"]
+mod contention;
+
 use std::time::Duration;
 
 use tollgate::algorithm::{
@@ -10,6 +11,8 @@ use tollgate::algorithm::{
 };
 use tollgate::clock::ManualClock;
 use tollgate::{Builder, DirectLimiter, Quota};
+
+use contention::admitted_under_contention;
 
 fn direct<A: Algorithm>(quota: Quota, clock: &ManualClock) -> DirectLimiter<A, ManualClock> {
     Builder::new(quota)
@@ -22,21 +25,8 @@ fn direct<A: Algorithm>(quota: Quota, clock: &ManualClock) -> DirectLimiter<A, M
 /// (`assert_eq!`: a lost update admits more, a lost admission fewer).
 fn exact_count_under_contention<A: Algorithm>() {
     let limiter = direct::<A>(Quota::per_hour(100).unwrap(), &ManualClock::new());
-    let admitted = AtomicU32::new(0);
-    let start = Barrier::new(64);
-    std::thread::scope(|scope| {
-        for _ in 0..64 {
-            scope.spawn(|| {
-                start.wait();
-                for _ in 0..20 {
-                    if limiter.check().unwrap().is_allowed() {
-                        admitted.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            });
-        }
-    });
-    assert_eq!(admitted.load(Ordering::Relaxed), 100);
+    let admitted = admitted_under_contention(64, 20, || limiter.check().unwrap().is_allowed());
+    assert_eq!(admitted, 100);
 }
 
 /// All or nothing, then refilled after `reset_after`.

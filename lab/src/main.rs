@@ -57,7 +57,10 @@ fn main() {
 
 fn boundary_table() {
     println!("## Boundary burst: 100 per minute, drain at 59.999 s and at 60.000 s");
-    println!("{:<24} {:>18} {:>18}", "algorithm", "with anchor at 0", "without anchor");
+    println!(
+        "{:<24} {:>18} {:>18}",
+        "algorithm", "with anchor at 0", "without anchor"
+    );
     for_each_algorithm!(|name, A| println!(
         "{:<24} {:>18} {:>18}",
         name,
@@ -84,12 +87,17 @@ fn retry_after_table() {
             verdict(on_time)
         );
     });
-    println!("(the exact wait is 333 333 333.3 ns; truncating it to 333 333 333 would be denied)\n");
+    println!(
+        "(the exact wait is 333 333 333.3 ns; truncating it to 333 333 333 would be denied)\n"
+    );
 }
 
 fn sustained_table() {
     println!("## Hammered every 1 ms for 60 s: 10 per second, burst 5");
-    println!("{:<24} {:>10} {:>22}", "algorithm", "admitted", "burst + rate × 60 s");
+    println!(
+        "{:<24} {:>10} {:>22}",
+        "algorithm", "admitted", "burst + rate × 60 s"
+    );
     for_each_algorithm!(|name, A| println!(
         "{:<24} {:>10} {:>22}",
         name,
@@ -141,11 +149,16 @@ fn memory_table() {
             allocations
         );
     });
-    println!("(state bytes: the per-key state inline; retained: everything the map holds, keys included)\n");
+    println!(
+        "(state bytes: the per-key state inline; retained: everything the map holds, keys included)\n"
+    );
 
     const LOG_KEYS: u64 = 10_000;
     println!("## Sliding window log at its limit: {LOG_KEYS} keys, each drained to the limit");
-    println!("{:<10} {:>16} {:>12}", "limit", "retained B/key", "allocs/key");
+    println!(
+        "{:<10} {:>16} {:>12}",
+        "limit", "retained B/key", "allocs/key"
+    );
     for limit in [10, 100, 1_000] {
         let quota = Quota::new(limit, Duration::from_secs(60)).expect("valid");
         let (bytes, allocations) = bytes_per_key::<SlidingWindowLog>(quota, LOG_KEYS, limit);

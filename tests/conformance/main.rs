@@ -1,6 +1,8 @@
 //! Runs the conformance suite (`suite.rs`) over every algorithm
 //! on every store. A new store or algorithm is one `conformance!` line.
 
+#[path = "../support/contention.rs"]
+mod contention;
 mod suite;
 
 macro_rules! conformance {

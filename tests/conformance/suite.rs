@@ -2,13 +2,13 @@
 //! hold. Each function takes a factory `(quota, clock) -> limiter` so that
 //! `conformance!` in `tests/conformance.rs` can run it over any combination.
 
-use std::sync::Barrier;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use tollgate::clock::ManualClock;
 use tollgate::store::Key;
 use tollgate::{CheckError, Decision, Quota};
+
+use crate::contention::admitted_under_contention;
 
 /// The limiter interface the suite drives, over one key type.
 pub trait Subject<K>: Sync {
@@ -273,24 +273,9 @@ pub fn peek_consumes_nothing<L: Subject<u64>>(make: impl Fn(Quota, ManualClock) 
 /// passes for the second. The clock never moves, so no refill can blur the
 /// count: it is determined.
 pub fn exact_count_under_contention<L: Subject<u64>>(make: impl Fn(Quota, ManualClock) -> L) {
-    const THREADS: usize = 64;
-    const CHECKS_PER_THREAD: usize = 20;
     let limiter = make(quota(100, Duration::from_secs(3600)), ManualClock::new());
-    let admitted = AtomicU32::new(0);
-    let start = Barrier::new(THREADS);
-    std::thread::scope(|scope| {
-        for _ in 0..THREADS {
-            scope.spawn(|| {
-                start.wait();
-                for _ in 0..CHECKS_PER_THREAD {
-                    if limiter.check(&7).is_allowed() {
-                        admitted.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            });
-        }
-    });
-    assert_eq!(admitted.load(Ordering::Relaxed), 100);
+    let admitted = admitted_under_contention(64, 20, || limiter.check(&7).is_allowed());
+    assert_eq!(admitted, 100);
     assert_eq!(available_now(&limiter, &7), 0);
     assert_eq!(limiter.len(), 1);
 }
@@ -301,21 +286,9 @@ pub fn exact_multi_unit_count_under_contention<L: Subject<u64>>(
     make: impl Fn(Quota, ManualClock) -> L,
 ) {
     let limiter = make(quota(100, Duration::from_secs(3600)), ManualClock::new());
-    let admitted = AtomicU32::new(0);
-    let start = Barrier::new(16);
-    std::thread::scope(|scope| {
-        for _ in 0..16 {
-            scope.spawn(|| {
-                start.wait();
-                for _ in 0..10 {
-                    if limiter.check_n(&7, 3).unwrap().is_allowed() {
-                        admitted.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            });
-        }
-    });
-    assert_eq!(admitted.load(Ordering::Relaxed), 33);
+    let admitted =
+        admitted_under_contention(16, 10, || limiter.check_n(&7, 3).unwrap().is_allowed());
+    assert_eq!(admitted, 33);
     assert_eq!(available_now(&limiter, &7), 1);
 }
 
