@@ -6,7 +6,7 @@ use std::hash::Hash;
 use std::marker::PhantomData;
 
 use crate::algorithm::{Algorithm, Gcra};
-use crate::cell::Locked;
+use crate::cell::Cell;
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::CheckError;
@@ -141,6 +141,10 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind> fmt::Debug for RateLimiter<K,
     }
 }
 
+/// Only stores retire cells (eviction, migration); a direct limiter's cell is
+/// private and never retired, so its checks always decide.
+const NEVER_RETIRED: &str = "a direct limiter never retires its cell";
+
 /// A rate limiter for one shared budget (one upstream, one queue), with no
 /// key lookup.
 ///
@@ -162,7 +166,7 @@ pub struct DirectLimiter<A: Algorithm = Gcra, C: Clock = MonotonicClock> {
     quota: Quota,
     algorithm: A,
     clock: C,
-    cell: Locked<A>,
+    cell: A::Cell,
 }
 
 impl DirectLimiter {
@@ -192,7 +196,8 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
     /// [`CheckError::InsufficientCapacity`] for `n` above the burst.
     #[inline]
     pub fn check_n(&self, n: u32) -> Result<Decision, CheckError> {
-        self.cell.check(&self.algorithm, self.clock.now_ns(), n)
+        let decision = self.cell.check(&self.algorithm, self.clock.now_ns(), n)?;
+        Ok(decision.expect(NEVER_RETIRED))
     }
 
     /// The decision [`check`](DirectLimiter::check) would return now,
@@ -203,7 +208,8 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
     /// As [`check`](DirectLimiter::check).
     #[inline]
     pub fn peek(&self) -> Result<Decision, CheckError> {
-        self.cell.peek(&self.algorithm, self.clock.now_ns(), 1)
+        let decision = self.cell.peek(&self.algorithm, self.clock.now_ns(), 1)?;
+        Ok(decision.expect(NEVER_RETIRED))
     }
 
     /// The quota the limiter enforces.
@@ -312,11 +318,12 @@ impl<A: Algorithm, C: Clock, S: StoreKind> Builder<A, C, S> {
     /// Builds a direct (single-budget) limiter; the store is not used.
     #[must_use]
     pub fn build_direct(self) -> DirectLimiter<A, C> {
+        let algorithm = A::from_quota(&self.quota);
         DirectLimiter {
-            algorithm: A::from_quota(&self.quota),
+            cell: A::Cell::new(&algorithm),
+            algorithm,
             quota: self.quota,
             clock: self.clock,
-            cell: Locked::new(),
         }
     }
 }

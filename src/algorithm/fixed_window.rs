@@ -2,7 +2,8 @@
 
 use std::cmp::Ordering;
 
-use super::{Algorithm, Verdict, clamp_time, validate_cost};
+use super::{Algorithm, PackedAlgorithm, Verdict, clamp_time, validate_cost};
+use crate::cell::Atomic;
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
@@ -23,10 +24,55 @@ use crate::quota::Quota;
 ///
 /// A clock reading from before the stored window is treated as the stored
 /// window's first instant: it sees the stored count and the longest wait.
+///
+/// # Packed state
+///
+/// The state packs into one `u64` ([`pack_window`]) so that the lock-free
+/// cell updates it with one compare-and-swap. The count takes as many bits as
+/// the burst needs (`k`, 1 to 32), the window index the other `64 − k`.
+/// That never runs out: a window holds at least `burst >= 2^(k−1)`
+/// nanoseconds (a quota allows at most one request per nanosecond), so by the
+/// time horizon (2^63 ns) the index is at most `2^(64−k)`. It is clamped to
+/// `2^(64−k) − 2`, so that time stops at most two windows early at the
+/// 292-year horizon, and so that no state packs to [`RETIRED_WORD`](super::RETIRED_WORD).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FixedWindow {
     capacity: u32,
     window_ns: u64,
+    count_bits: u32,
+    max_window_index: u64,
+}
+
+/// Packs a fixed-window state into a word.
+///
+/// ```text
+///  63                       k   k−1          0
+/// +---------------------------+---------------+
+/// |  window index (64 − k)    |  count (k)    |
+/// +---------------------------+---------------+
+/// ```
+///
+/// | word | meaning |
+/// |---|---|
+/// | `0` | a fresh key: window 0, nothing admitted |
+/// | `index << k \| count` | `count` units admitted in window `index` |
+/// | `u64::MAX` | never a state: the retired marker (the index is at most `2^(64−k) − 2`) |
+///
+/// `count_bits` is `k`, from 1 to 32; `count` must fit in it and `window_index`
+/// in the remaining bits.
+#[must_use]
+pub const fn pack_window(window_index: u64, count: u32, count_bits: u32) -> u64 {
+    (window_index << count_bits) | count as u64
+}
+
+/// Unpacks a word built by [`pack_window`] into (window index, count).
+#[must_use]
+pub const fn unpack_window(word: u64, count_bits: u32) -> (u64, u32) {
+    let count_mask = (1_u64 << count_bits) - 1;
+    // The mask keeps k <= 32 bits: the cast is lossless.
+    #[allow(clippy::cast_possible_truncation)]
+    let count = (word & count_mask) as u32;
+    (word >> count_bits, count)
 }
 
 /// A fixed-window key: which window it last counted in, and how many units it
@@ -54,11 +100,15 @@ impl FixedWindowState {
 impl Algorithm for FixedWindow {
     type State = FixedWindowState;
     type Admission = FixedWindowState;
+    type Cell = Atomic<Self>;
 
     fn from_quota(quota: &Quota) -> Self {
+        let count_bits = u32::BITS - quota.burst().leading_zeros();
         Self {
             capacity: quota.burst(),
             window_ns: quota.burst_window_ns(),
+            count_bits,
+            max_window_index: (1_u64 << (u64::BITS - count_bits)) - 2,
         }
     }
 
@@ -75,7 +125,7 @@ impl Algorithm for FixedWindow {
     ) -> Result<Verdict<FixedWindowState>, CheckError> {
         let cost = validate_cost(cost, self.capacity)?;
         let now_ns = clamp_time(now_ns);
-        let now_index = now_ns / self.window_ns;
+        let now_index = self.window_index(now_ns);
         let (window_index, count, elapsed_ns) = match now_index.cmp(&state.window_index) {
             Ordering::Greater => (now_index, 0, now_ns % self.window_ns),
             Ordering::Equal => (now_index, state.count, now_ns % self.window_ns),
@@ -108,5 +158,34 @@ impl Algorithm for FixedWindow {
     #[inline]
     fn admit(&self, state: &mut FixedWindowState, admission: FixedWindowState) {
         *state = admission;
+    }
+
+    /// Idle when nothing is counted in the current window: a fresh key.
+    fn is_idle(&self, state: &FixedWindowState, now_ns: u64) -> bool {
+        state.count == 0 || state.window_index < self.window_index(clamp_time(now_ns))
+    }
+}
+
+impl FixedWindow {
+    /// The window `now_ns` falls in, clamped so that it always packs.
+    #[inline]
+    fn window_index(&self, now_ns: u64) -> u64 {
+        (now_ns / self.window_ns).min(self.max_window_index)
+    }
+}
+
+impl PackedAlgorithm for FixedWindow {
+    #[inline]
+    fn pack(&self, state: &FixedWindowState) -> u64 {
+        pack_window(state.window_index, state.count, self.count_bits)
+    }
+
+    #[inline]
+    fn unpack(&self, word: u64) -> FixedWindowState {
+        let (window_index, count) = unpack_window(word, self.count_bits);
+        FixedWindowState {
+            window_index,
+            count,
+        }
     }
 }

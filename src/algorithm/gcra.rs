@@ -1,7 +1,8 @@
 //! GCRA, the generic cell rate algorithm.
 
 use super::interval::Interval;
-use super::{Algorithm, Verdict, clamp_time};
+use super::{Algorithm, PackedAlgorithm, Verdict, clamp_time};
+use crate::cell::Atomic;
 use crate::error::CheckError;
 use crate::quota::Quota;
 
@@ -42,6 +43,7 @@ impl GcraState {
 impl Algorithm for Gcra {
     type State = GcraState;
     type Admission = GcraState;
+    type Cell = Atomic<Self>;
 
     fn from_quota(quota: &Quota) -> Self {
         Self {
@@ -75,5 +77,24 @@ impl Algorithm for Gcra {
     #[inline]
     fn admit(&self, state: &mut GcraState, admission: GcraState) {
         *state = admission;
+    }
+
+    /// Idle once the TAT has passed: no debt, as a fresh key (TAT 0).
+    fn is_idle(&self, state: &GcraState, now_ns: u64) -> bool {
+        state.tat_ns <= clamp_time(now_ns)
+    }
+}
+
+impl PackedAlgorithm for Gcra {
+    /// The TAT itself. It never exceeds `END_OF_TIME_NS + MAX_SPAN_NS`
+    /// (3 × 2^62), far below `RETIRED_WORD`.
+    #[inline]
+    fn pack(&self, state: &GcraState) -> u64 {
+        state.tat_ns
+    }
+
+    #[inline]
+    fn unpack(&self, word: u64) -> GcraState {
+        GcraState { tat_ns: word }
     }
 }

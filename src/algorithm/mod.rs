@@ -33,12 +33,13 @@ mod token_bucket;
 
 use std::fmt::Debug;
 
-pub use fixed_window::{FixedWindow, FixedWindowState};
+pub use fixed_window::{FixedWindow, FixedWindowState, pack_window, unpack_window};
 pub use gcra::{Gcra, GcraState};
 pub use sliding_log::{SlidingWindowLog, SlidingWindowLogAdmission, SlidingWindowLogState};
 pub use sliding_window_counter::{SlidingWindowCounter, SlidingWindowCounterState};
 pub use token_bucket::{TokenBucket, TokenBucketState};
 
+use crate::cell::Cell;
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
@@ -72,6 +73,12 @@ pub trait Algorithm: Debug + Send + Sync + Sized + 'static {
     /// What an admission changes, to be applied with [`Algorithm::admit`].
     type Admission: Debug + Copy;
 
+    /// The cell that holds one key's state in the lock-free store and in a
+    /// [`DirectLimiter`](crate::DirectLimiter): a compare-and-swap word
+    /// ([`Atomic`](crate::cell::Atomic)) for algorithms whose state packs into
+    /// a `u64`, otherwise a [`Locked`](crate::cell::Locked) mutex.
+    type Cell: Cell<Self>;
+
     /// Builds the algorithm's constants from a validated quota.
     fn from_quota(quota: &Quota) -> Self;
 
@@ -101,6 +108,11 @@ pub trait Algorithm: Debug + Send + Sync + Sized + 'static {
     /// same `state`.
     fn admit(&self, state: &mut Self::State, admission: Self::Admission);
 
+    /// Whether `state` decides exactly as a fresh key would at `now_ns` and at
+    /// every later reading, so that forgetting the key changes no decision.
+    /// Idle eviction removes only such keys.
+    fn is_idle(&self, state: &Self::State, now_ns: u64) -> bool;
+
     /// Decides and, if admitted, applies: the whole check for a caller that
     /// holds the state exclusively.
     ///
@@ -122,6 +134,22 @@ pub trait Algorithm: Debug + Send + Sync + Sized + 'static {
         Ok(decision)
     }
 }
+
+/// An algorithm whose whole state packs into one `u64`, so that a
+/// compare-and-swap can update it without a lock
+/// ([`Atomic`](crate::cell::Atomic)). Its admission is the new state.
+pub trait PackedAlgorithm: Algorithm<Admission = <Self as Algorithm>::State> {
+    /// The state as a word. Never [`RETIRED_WORD`]: that value is reserved
+    /// for a cell taken out of service.
+    fn pack(&self, state: &Self::State) -> u64;
+
+    /// The state a word produced by [`pack`](PackedAlgorithm::pack) holds.
+    fn unpack(&self, word: u64) -> Self::State;
+}
+
+/// The word no packed state ever takes: marks a cell retired (evicted, or
+/// moved to a new table). A checker that reads it looks the key up again.
+pub const RETIRED_WORD: u64 = u64::MAX;
 
 /// The result of [`Algorithm::decide`]: a decision, and for an admission the
 /// change to apply.

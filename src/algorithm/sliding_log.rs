@@ -3,6 +3,7 @@
 use std::collections::VecDeque;
 
 use super::{Algorithm, Verdict, clamp_time, to_u32, validate_cost};
+use crate::cell::Locked;
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
@@ -88,6 +89,7 @@ impl SlidingWindowLog {
 impl Algorithm for SlidingWindowLog {
     type State = SlidingWindowLogState;
     type Admission = SlidingWindowLogAdmission;
+    type Cell = Locked<Self>;
 
     fn from_quota(quota: &Quota) -> Self {
         Self {
@@ -155,5 +157,13 @@ impl Algorithm for SlidingWindowLog {
             admission.now_ns,
             admission.cost as usize,
         ));
+    }
+
+    /// Idle when every stored stamp has left the window.
+    fn is_idle(&self, state: &SlidingWindowLogState, now_ns: u64) -> bool {
+        state
+            .stamps_ns
+            .back()
+            .is_none_or(|&newest_ns| self.has_left(newest_ns, clamp_time(now_ns)))
     }
 }

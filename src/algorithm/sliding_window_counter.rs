@@ -3,6 +3,7 @@
 use std::cmp::Ordering;
 
 use super::{Algorithm, Verdict, clamp_time, to_u32, validate_cost};
+use crate::cell::Locked;
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
@@ -125,6 +126,7 @@ impl SlidingWindowCounter {
 impl Algorithm for SlidingWindowCounter {
     type State = SlidingWindowCounterState;
     type Admission = SlidingWindowCounterState;
+    type Cell = Locked<Self>;
 
     fn from_quota(quota: &Quota) -> Self {
         Self {
@@ -186,5 +188,11 @@ impl Algorithm for SlidingWindowCounter {
     #[inline]
     fn admit(&self, state: &mut SlidingWindowCounterState, admission: SlidingWindowCounterState) {
         *state = admission;
+    }
+
+    /// Idle when neither window, rolled forward to now, counts anything.
+    fn is_idle(&self, state: &SlidingWindowCounterState, now_ns: u64) -> bool {
+        let view = self.view(state, clamp_time(now_ns));
+        view.previous == 0 && view.current == 0
     }
 }

@@ -2,6 +2,7 @@
 
 use super::interval::Interval;
 use super::{Algorithm, Verdict, clamp_time};
+use crate::cell::Locked;
 use crate::error::CheckError;
 use crate::quota::Quota;
 
@@ -38,6 +39,7 @@ pub struct TokenBucketState {
 impl Algorithm for TokenBucket {
     type State = TokenBucketState;
     type Admission = TokenBucketState;
+    type Cell = Locked<Self>;
 
     fn from_quota(quota: &Quota) -> Self {
         Self {
@@ -72,5 +74,11 @@ impl Algorithm for TokenBucket {
     #[inline]
     fn admit(&self, state: &mut TokenBucketState, admission: TokenBucketState) {
         *state = admission;
+    }
+
+    /// Idle once the deficit has refilled: a full bucket, as a fresh key.
+    fn is_idle(&self, state: &TokenBucketState, now_ns: u64) -> bool {
+        let now_ns = clamp_time(now_ns).max(state.last_ns);
+        state.deficit_ns <= now_ns - state.last_ns
     }
 }

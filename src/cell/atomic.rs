@@ -1,0 +1,180 @@
+use std::fmt;
+use std::marker::PhantomData;
+
+use crossbeam_utils::Backoff;
+
+use super::Cell;
+use crate::algorithm::{PackedAlgorithm, RETIRED_WORD, Verdict};
+use crate::decision::Decision;
+use crate::error::CheckError;
+use crate::sync::{AtomicU64, Ordering};
+
+/// A packed state in one `AtomicU64`, updated by compare-and-swap: the
+/// lock-free cell.
+///
+/// # Implementation details
+///
+/// A check loads the word, unpacks it and runs the algorithm's pure
+/// decision. A **denial returns there**: one load and a compare, no store of
+/// any kind, so threads hammering a drained key never write the cache line
+/// and share it read-only. An admission tries one `compare_exchange_weak` from
+/// the word it decided on to the packed admission. When the word has changed
+/// (another thread won, or the weak CAS failed spuriously), it re-decides on
+/// the word it found, after a `Backoff` spin, on a `#[cold]` path.
+///
+/// | word | meaning |
+/// |---|---|
+/// | `RETIRED_WORD` (`u64::MAX`) | retired: every check answers `None` |
+/// | anything else | `algorithm.unpack(word)`, the key's state |
+///
+/// # Orderings
+///
+/// Every access is `Relaxed`. The word is the key's whole state and carries
+/// no other data: nothing is published through it, and no other memory is
+/// read because of it. What exactness needs is that read-decide-write is one
+/// atomic step, and the compare-and-swap gives that through the single
+/// modification order of one location. A CAS succeeds only if no other write
+/// came between the load it decided on and its own write, whatever the
+/// ordering argument. Retirement is a CAS or a swap on the same word, so it is
+/// ordered against every admission the same way. The *store* publishes a
+/// cell's memory to other threads (the table's control bytes and table
+/// pointer use Release/Acquire); the cell itself does not.
+pub struct Atomic<A: PackedAlgorithm> {
+    word: AtomicU64,
+    algorithm: PhantomData<fn() -> A>,
+}
+
+/// One attempt at a check.
+enum Attempt {
+    Done(Option<Decision>),
+    /// The word changed under us; this is what it holds now.
+    Conflict(u64),
+}
+
+impl<A: PackedAlgorithm> Atomic<A> {
+    fn holding(word: u64) -> Self {
+        Self {
+            word: AtomicU64::new(word),
+            algorithm: PhantomData,
+        }
+    }
+
+    /// Decides on `word` and, if admitted, tries to install the admission.
+    #[inline]
+    fn attempt(
+        &self,
+        algorithm: &A,
+        word: u64,
+        now_ns: u64,
+        cost: u32,
+    ) -> Result<Attempt, CheckError> {
+        if word == RETIRED_WORD {
+            return Ok(Attempt::Done(None));
+        }
+        match algorithm.decide(&algorithm.unpack(word), now_ns, cost)? {
+            // The deny path: nothing is written.
+            Verdict::Deny(decision) => Ok(Attempt::Done(Some(decision))),
+            Verdict::Allow {
+                decision,
+                admission,
+            } => match self.word.compare_exchange_weak(
+                word,
+                algorithm.pack(&admission),
+                // Relaxed, both: see "Orderings" on the type.
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => Ok(Attempt::Done(Some(decision))),
+                Err(actual) => Ok(Attempt::Conflict(actual)),
+            },
+        }
+    }
+
+    /// The retry loop, off the fast path.
+    #[cold]
+    #[inline(never)]
+    fn check_contended(
+        &self,
+        algorithm: &A,
+        mut word: u64,
+        now_ns: u64,
+        cost: u32,
+    ) -> Result<Option<Decision>, CheckError> {
+        let backoff = Backoff::new();
+        loop {
+            backoff.spin();
+            match self.attempt(algorithm, word, now_ns, cost)? {
+                Attempt::Done(decision) => return Ok(decision),
+                Attempt::Conflict(actual) => word = actual,
+            }
+        }
+    }
+
+    /// The raw word, for tests of the deny path and of packing.
+    #[must_use]
+    pub fn load_word(&self) -> u64 {
+        self.word.load(Ordering::Relaxed)
+    }
+}
+
+impl<A: PackedAlgorithm> Cell<A> for Atomic<A> {
+    fn new(algorithm: &A) -> Self {
+        Self::holding(algorithm.pack(&A::State::default()))
+    }
+
+    #[inline]
+    fn check(&self, algorithm: &A, now_ns: u64, cost: u32) -> Result<Option<Decision>, CheckError> {
+        let word = self.word.load(Ordering::Relaxed);
+        match self.attempt(algorithm, word, now_ns, cost)? {
+            Attempt::Done(decision) => Ok(decision),
+            Attempt::Conflict(actual) => self.check_contended(algorithm, actual, now_ns, cost),
+        }
+    }
+
+    #[inline]
+    fn peek(&self, algorithm: &A, now_ns: u64, cost: u32) -> Result<Option<Decision>, CheckError> {
+        let word = self.word.load(Ordering::Relaxed);
+        if word == RETIRED_WORD {
+            return Ok(None);
+        }
+        Ok(Some(
+            algorithm
+                .decide(&algorithm.unpack(word), now_ns, cost)?
+                .decision(),
+        ))
+    }
+
+    fn retire_if_idle(&self, algorithm: &A, now_ns: u64) -> bool {
+        let mut word = self.word.load(Ordering::Relaxed);
+        while word != RETIRED_WORD && algorithm.is_idle(&algorithm.unpack(word), now_ns) {
+            // The CAS fails if an admission landed since the load: then the
+            // key is judged again on the word that admission wrote.
+            match self.word.compare_exchange_weak(
+                word,
+                RETIRED_WORD,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(actual) => word = actual,
+            }
+        }
+        false
+    }
+
+    fn retire_into_new(&self) -> Option<Self> {
+        // A swap reads the last word in the modification order: every
+        // admission before it is in the copy, every check after it sees
+        // RETIRED_WORD and looks the key up again.
+        let word = self.word.swap(RETIRED_WORD, Ordering::Relaxed);
+        (word != RETIRED_WORD).then(|| Self::holding(word))
+    }
+}
+
+impl<A: PackedAlgorithm> fmt::Debug for Atomic<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Atomic")
+            .field("word", &format_args!("{:#018x}", self.load_word()))
+            .finish()
+    }
+}
