@@ -195,6 +195,7 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
     /// [`CheckError::ZeroCost`] for `n == 0`, and
     /// [`CheckError::InsufficientCapacity`] for `n` above the burst.
     #[inline]
+    #[allow(clippy::missing_panics_doc)] // NEVER_RETIRED: an internal invariant
     pub fn check_n(&self, n: u32) -> Result<Decision, CheckError> {
         let decision = self.cell.check(&self.algorithm, self.clock.now_ns(), n)?;
         Ok(decision.expect(NEVER_RETIRED))
@@ -207,6 +208,7 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
     ///
     /// As [`check`](DirectLimiter::check).
     #[inline]
+    #[allow(clippy::missing_panics_doc)] // NEVER_RETIRED: an internal invariant
     pub fn peek(&self) -> Result<Decision, CheckError> {
         let decision = self.cell.peek(&self.algorithm, self.clock.now_ns(), 1)?;
         Ok(decision.expect(NEVER_RETIRED))
