@@ -62,6 +62,15 @@ pub enum CheckError {
     /// consuming.
     #[error("a check must cost at least 1; use peek() to look without consuming")]
     ZeroCost,
+    /// The key is new, the store already holds its
+    /// [`max_keys`](crate::Builder::max_keys) and none of the keys it examined
+    /// was idle; the cap's policy is [`WhenFull::Reject`](crate::store::WhenFull::Reject).
+    /// Existing keys are unaffected. Nothing was stored.
+    #[error("the limiter tracks its maximum of {max_keys} keys; a new key was rejected")]
+    StoreFull {
+        /// The cap.
+        max_keys: usize,
+    },
     /// The cost is larger than the burst, so it could never be admitted, at
     /// any time. Nothing was consumed.
     #[error("a cost of {cost} can never be admitted: the burst capacity is {capacity}")]

@@ -11,7 +11,7 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
-use crate::store::{GlobalMutex, Key, Store, StoreKind};
+use crate::store::{Key, KeyCap, LockFree, Store, StoreKind, WhenFull};
 
 /// A rate limiter with one quota per key: each key (a user, an IP address, an
 /// API token) gets its own budget.
@@ -40,7 +40,7 @@ pub struct RateLimiter<
     K: Key,
     A: Algorithm = Gcra,
     C: Clock = MonotonicClock,
-    S: StoreKind = GlobalMutex,
+    S: StoreKind = LockFree,
 > {
     quota: Quota,
     algorithm: A,
@@ -49,8 +49,9 @@ pub struct RateLimiter<
 }
 
 impl<K: Key> RateLimiter<K> {
-    /// A keyed limiter with the defaults: GCRA, the default store, the
-    /// monotonic clock.
+    /// A keyed limiter with the defaults: GCRA on the [`LockFree`] store, the
+    /// monotonic clock, no key cap (idle keys are still evicted as the store
+    /// grows).
     #[must_use]
     pub fn keyed(quota: Quota) -> Self {
         Builder::new(quota).build()
@@ -128,6 +129,14 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind> RateLimiter<K, A, C, S> {
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.store.is_empty()
+    }
+
+    /// Removes every key whose state is indistinguishable from a fresh key's
+    /// (see [`Algorithm::is_idle`]), so no later decision changes; returns how
+    /// many. Stores also do this amortized as they grow; call it to give
+    /// memory back after a burst of one-off keys.
+    pub fn evict_idle(&self) -> usize {
+        self.store.evict_idle(&self.algorithm, self.clock.now_ns())
     }
 }
 
@@ -231,8 +240,8 @@ impl<A: Algorithm, C: Clock> fmt::Debug for DirectLimiter<A, C> {
     }
 }
 
-/// Chooses a limiter's algorithm, clock and store; starts from the defaults
-/// (GCRA, [`MonotonicClock`], [`GlobalMutex`]).
+/// Chooses a limiter's algorithm, clock, store and key cap; starts from the
+/// defaults (GCRA, [`MonotonicClock`], [`LockFree`], no cap).
 ///
 /// ```
 /// use tollgate::{Builder, Quota};
@@ -252,10 +261,11 @@ impl<A: Algorithm, C: Clock> fmt::Debug for DirectLimiter<A, C> {
 /// # Ok(())
 /// # }
 /// ```
-pub struct Builder<A = Gcra, C = MonotonicClock, S = GlobalMutex> {
+pub struct Builder<A = Gcra, C = MonotonicClock, S = LockFree> {
     quota: Quota,
     clock: C,
     store: S,
+    cap: Option<KeyCap>,
     algorithm: PhantomData<fn() -> A>,
 }
 
@@ -266,7 +276,8 @@ impl Builder {
         Self {
             quota,
             clock: MonotonicClock::new(),
-            store: GlobalMutex,
+            store: LockFree::default(),
+            cap: None,
             algorithm: PhantomData,
         }
     }
@@ -280,6 +291,7 @@ impl<A: Algorithm, C: Clock, S: StoreKind> Builder<A, C, S> {
             quota: self.quota,
             clock: self.clock,
             store: self.store,
+            cap: self.cap,
             algorithm: PhantomData,
         }
     }
@@ -291,6 +303,7 @@ impl<A: Algorithm, C: Clock, S: StoreKind> Builder<A, C, S> {
             quota: self.quota,
             clock,
             store: self.store,
+            cap: self.cap,
             algorithm: PhantomData,
         }
     }
@@ -302,8 +315,32 @@ impl<A: Algorithm, C: Clock, S: StoreKind> Builder<A, C, S> {
             quota: self.quota,
             clock: self.clock,
             store,
+            cap: self.cap,
             algorithm: PhantomData,
         }
+    }
+
+    /// Caps the keys a keyed limiter holds at `max_keys`. A new key past the
+    /// cap, once idle keys are evicted, gets the [`when_full`](Builder::when_full)
+    /// policy ([`WhenFull::Reject`] unless chosen otherwise). Existing keys are
+    /// never evicted to make room unless idle, so their decisions never change.
+    #[must_use]
+    pub fn max_keys(mut self, max_keys: std::num::NonZeroUsize) -> Self {
+        self.cap = Some(KeyCap {
+            max_keys: max_keys.get(),
+            when_full: self.cap.map_or(WhenFull::default(), |cap| cap.when_full),
+        });
+        self
+    }
+
+    /// What a new key gets past the cap set by
+    /// [`max_keys`](Builder::max_keys) (no effect without one).
+    #[must_use]
+    pub fn when_full(mut self, when_full: WhenFull) -> Self {
+        if let Some(cap) = &mut self.cap {
+            cap.when_full = when_full;
+        }
+        self
     }
 
     /// Builds a keyed limiter.
@@ -313,7 +350,7 @@ impl<A: Algorithm, C: Clock, S: StoreKind> Builder<A, C, S> {
             algorithm: A::from_quota(&self.quota),
             quota: self.quota,
             clock: self.clock,
-            store: self.store.build(),
+            store: self.store.build(self.cap),
         }
     }
 
@@ -337,6 +374,7 @@ impl<A, C: fmt::Debug, S: fmt::Debug> fmt::Debug for Builder<A, C, S> {
             .field("algorithm", &std::any::type_name::<A>())
             .field("clock", &self.clock)
             .field("store", &self.store)
+            .field("cap", &self.cap)
             .finish()
     }
 }

@@ -2,23 +2,42 @@
 //!
 //! A [`Store`] maps keys to per-key state and applies an algorithm to it
 //! under its own discipline. Every store runs the same conformance suite, so
-//! a new store is checked by adding one line to `tests/conformance.rs`.
+//! a new store is checked by adding one line to `tests/conformance/main.rs`.
 //!
-//! A key enters a store only when a request on it is admitted: a denial, an
-//! invalid cost or a [`peek`](Store::peek) never allocates, because a fresh
-//! key's state is the algorithm's default and can be decided without storing
-//! it.
+//! * [`GlobalMutex`]: one `Mutex<HashMap>`. The baseline.
+//! * [`Sharded`]: `N` cache-padded `Mutex<HashMap>` shards.
+//! * [`LockFree`]: the default; checks on existing keys take no lock (see its
+//!   documentation).
 //!
-//! [`StoreKind`] names a store without naming its key and algorithm types, so
-//! that a [`Builder`](crate::Builder) can choose one before it knows them.
+//! A key enters a store only when a request on it is admitted: a peek, an
+//! invalid cost or a rejected new key never allocates, because a fresh key's
+//! state is the algorithm's default and can be decided without storing it.
+//!
+//! # Bounded memory
+//!
+//! Keys are usually chosen by clients, so by attackers. Every store
+//! therefore
+//!
+//! * **evicts idle keys exactly**: it removes only a key whose state decides
+//!   as a fresh key's would ([`Algorithm::is_idle`]), so eviction never
+//!   changes a decision. It does this amortized inside normal operation
+//!   (before a shard's table grows, and when the cap is reached), and on
+//!   demand with [`Store::evict_idle`];
+//! * **caps the number of keys** when asked ([`KeyCap`]), with an explicit
+//!   policy for a new key that finds the store full ([`WhenFull`]).
 
-mod global;
+#[allow(unsafe_code)]
+mod lock_free;
+mod mutex;
+#[allow(unsafe_code)]
+mod table;
 
 use std::borrow::Borrow;
 use std::fmt::Debug;
 use std::hash::Hash;
 
-pub use global::{GlobalMutex, GlobalMutexStore};
+pub use lock_free::{LockFree, LockFreeStore};
+pub use mutex::{GlobalMutex, MutexStore, Sharded};
 
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
@@ -30,6 +49,29 @@ pub trait Key: Hash + Eq + Send + Sync + 'static {}
 
 impl<K: Hash + Eq + Send + Sync + 'static> Key for K {}
 
+/// What a store does with a new key when it already holds
+/// [`KeyCap::max_keys`] keys and none it examined was idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum WhenFull {
+    /// Fail closed: the new key's check returns
+    /// [`CheckError::StoreFull`]. Existing keys keep working. The default.
+    #[default]
+    Reject,
+    /// Fail open: decide the new key as a fresh key and do not store it. It
+    /// gets its full burst on every request until a slot frees up, so a
+    /// flood of new keys is not limited; existing keys keep their state.
+    AdmitUntracked,
+}
+
+/// A cap on the number of keys a store holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KeyCap {
+    /// The most keys held at once.
+    pub max_keys: usize,
+    /// What happens to a new key past the cap.
+    pub when_full: WhenFull,
+}
+
 /// A map from keys to per-key state, and the discipline that applies an
 /// algorithm to it.
 pub trait Store<K: Key, A: Algorithm>: Debug + Send + Sync {
@@ -39,7 +81,8 @@ pub trait Store<K: Key, A: Algorithm>: Debug + Send + Sync {
     ///
     /// # Errors
     ///
-    /// As [`Algorithm::decide`]; nothing is consumed or stored on error.
+    /// As [`Algorithm::decide`], and [`CheckError::StoreFull`] for a new key
+    /// past a rejecting cap; nothing is consumed or stored on error.
     fn check<Q>(
         &self,
         key: &Q,
@@ -51,7 +94,8 @@ pub trait Store<K: Key, A: Algorithm>: Debug + Send + Sync {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized;
 
-    /// The decision `check` would return, consuming and storing nothing.
+    /// The decision `check` would return, consuming and storing nothing (for
+    /// a new key: the decision of a fresh key, whatever the cap).
     ///
     /// # Errors
     ///
@@ -66,6 +110,9 @@ pub trait Store<K: Key, A: Algorithm>: Debug + Send + Sync {
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized;
+
+    /// Removes every key that is idle at `now_ns`; returns how many.
+    fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize;
 
     /// How many keys are stored.
     fn len(&self) -> usize;
@@ -82,6 +129,78 @@ pub trait StoreKind: Debug + Clone + Send + Sync + 'static {
     /// The store this kind builds.
     type Store<K: Key, A: Algorithm>: Store<K, A>;
 
-    /// Builds an empty store.
-    fn build<K: Key, A: Algorithm>(&self) -> Self::Store<K, A>;
+    /// Builds an empty store, capped if `cap` is given.
+    fn build<K: Key, A: Algorithm>(&self, cap: Option<KeyCap>) -> Self::Store<K, A>;
+}
+
+/// The keys a store may still add, shared by its shards: exact under
+/// concurrency (a reservation is a compare-and-swap on one counter).
+#[derive(Debug)]
+struct Population {
+    len: crate::sync::AtomicUsize,
+    cap: Option<KeyCap>,
+}
+
+impl Population {
+    fn new(cap: Option<KeyCap>) -> Self {
+        Self {
+            len: crate::sync::AtomicUsize::new(0),
+            cap,
+        }
+    }
+
+    /// Reserves room for one more key; the cap when it is reached.
+    fn reserve(&self) -> Result<(), KeyCap> {
+        use crate::sync::Ordering;
+        let Some(cap) = self.cap else {
+            // Relaxed: a statistic with no cap to enforce.
+            self.len.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        };
+        // Relaxed: the count guards no other data; the CAS alone makes the
+        // reservations exact (at most `max_keys` succeed).
+        self.len
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |len| {
+                (len < cap.max_keys).then_some(len + 1)
+            })
+            .map(drop)
+            .map_err(|_| cap)
+    }
+
+    /// Returns `removed` keys' room.
+    fn release(&self, removed: usize) {
+        if removed > 0 {
+            self.len.fetch_sub(removed, crate::sync::Ordering::Relaxed);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len.load(crate::sync::Ordering::Relaxed)
+    }
+}
+
+impl KeyCap {
+    /// The outcome for a new key that found the store full, given the
+    /// decision a fresh key gets.
+    fn when_full(self, fresh: Decision) -> Result<Decision, CheckError> {
+        match self.when_full {
+            WhenFull::Reject => Err(CheckError::StoreFull {
+                max_keys: self.max_keys,
+            }),
+            WhenFull::AdmitUntracked => Ok(fresh),
+        }
+    }
+}
+
+/// How often a shard that finds the store full sweeps itself for idle keys:
+/// once per `len / SWEEP_SPACING + 1` new keys that find it full, so a flood
+/// of new keys costs amortized `O(SWEEP_SPACING)` per key, not `O(len)`.
+const SWEEP_SPACING: usize = 8;
+
+/// The default shard count: four per available core, a power of two.
+fn default_shards() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .saturating_mul(4)
+        .next_power_of_two()
 }

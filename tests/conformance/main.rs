@@ -62,10 +62,44 @@ macro_rules! conformance {
 }
 
 use tollgate::algorithm::{FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
-use tollgate::store::GlobalMutex;
+use tollgate::store::{GlobalMutex, LockFree, Sharded};
 
 conformance!(fixed_window_global, FixedWindow, GlobalMutex);
 conformance!(token_bucket_global, TokenBucket, GlobalMutex);
 conformance!(sliding_log_global, SlidingWindowLog, GlobalMutex);
 conformance!(sliding_counter_global, SlidingWindowCounter, GlobalMutex);
 conformance!(gcra_global, Gcra, GlobalMutex);
+
+conformance!(fixed_window_sharded, FixedWindow, Sharded::new(4));
+conformance!(token_bucket_sharded, TokenBucket, Sharded::new(4));
+conformance!(sliding_log_sharded, SlidingWindowLog, Sharded::new(4));
+conformance!(
+    sliding_counter_sharded,
+    SlidingWindowCounter,
+    Sharded::new(4)
+);
+conformance!(gcra_sharded, Gcra, Sharded::new(4));
+
+conformance!(fixed_window_lock_free, FixedWindow, LockFree::default());
+conformance!(token_bucket_lock_free, TokenBucket, LockFree::default());
+conformance!(sliding_log_lock_free, SlidingWindowLog, LockFree::default());
+conformance!(
+    sliding_counter_lock_free,
+    SlidingWindowCounter,
+    LockFree::default()
+);
+conformance!(gcra_lock_free, Gcra, LockFree::default());
+
+// One shard: every key in one table, so the 10 000-key test rebuilds it
+// from 8 buckets to 16 384 while checking.
+conformance!(gcra_lock_free_one_shard, Gcra, LockFree::new(1));
+conformance!(
+    fixed_window_lock_free_one_shard,
+    FixedWindow,
+    LockFree::new(1)
+);
+conformance!(
+    sliding_log_lock_free_one_shard,
+    SlidingWindowLog,
+    LockFree::new(1)
+);

@@ -1,0 +1,206 @@
+//! The mutex baselines: one `Mutex<HashMap>`, or cache-padded shards of them.
+
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasher, Hash, RandomState};
+
+use crossbeam_utils::CachePadded;
+
+use super::{Key, KeyCap, Population, SWEEP_SPACING, Store, StoreKind, default_shards};
+use crate::algorithm::Algorithm;
+use crate::decision::Decision;
+use crate::error::CheckError;
+use crate::sync::{Mutex, MutexGuard, lock};
+
+/// Every key in one `HashMap` behind one `Mutex`: correct, simple, and the
+/// baseline the other stores are measured against. Every check on every key
+/// serialises on the one lock.
+///
+/// The map's hasher is std's `RandomState`, seeded randomly per map, so an
+/// attacker who chooses keys cannot precompute collisions.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GlobalMutex;
+
+/// `N` independently locked `HashMap` shards, each on its own cache line; a
+/// key's shard is chosen by a randomly seeded hash. Checks on keys in
+/// different shards proceed in parallel; one hot key still serialises.
+#[derive(Debug, Clone, Copy)]
+pub struct Sharded {
+    shards: usize,
+}
+
+impl Sharded {
+    /// `shards` shards, rounded up to a power of two (at least 1).
+    #[must_use]
+    pub fn new(shards: usize) -> Self {
+        Self {
+            shards: shards.max(1).next_power_of_two(),
+        }
+    }
+}
+
+impl Default for Sharded {
+    /// Four shards per available core, rounded up to a power of two.
+    fn default() -> Self {
+        Self::new(default_shards())
+    }
+}
+
+impl StoreKind for GlobalMutex {
+    type Store<K: Key, A: Algorithm> = MutexStore<K, A>;
+
+    fn build<K: Key, A: Algorithm>(&self, cap: Option<KeyCap>) -> MutexStore<K, A> {
+        MutexStore::new(1, cap)
+    }
+}
+
+impl StoreKind for Sharded {
+    type Store<K: Key, A: Algorithm> = MutexStore<K, A>;
+
+    fn build<K: Key, A: Algorithm>(&self, cap: Option<KeyCap>) -> MutexStore<K, A> {
+        MutexStore::new(self.shards, cap)
+    }
+}
+
+/// The store [`GlobalMutex`] (one shard) and [`Sharded`] build.
+pub struct MutexStore<K, A: Algorithm> {
+    shards: Box<[LockedShard<K, A::State>]>,
+    /// Chooses a key's shard; unused with one shard.
+    shard_hasher: RandomState,
+    population: Population,
+}
+
+/// One shard: its lock and map on their own cache line(s).
+type LockedShard<K, S> = CachePadded<Mutex<MapShard<K, S>>>;
+
+struct MapShard<K, S> {
+    map: HashMap<K, S>,
+    /// New keys that found the store full since this shard last swept.
+    full_since_sweep: usize,
+}
+
+impl<K: Key, A: Algorithm> MutexStore<K, A> {
+    fn new(shards: usize, cap: Option<KeyCap>) -> Self {
+        Self {
+            shards: (0..shards)
+                .map(|_| {
+                    CachePadded::new(Mutex::new(MapShard {
+                        map: HashMap::new(),
+                        full_since_sweep: 0,
+                    }))
+                })
+                .collect(),
+            shard_hasher: RandomState::new(),
+            population: Population::new(cap),
+        }
+    }
+
+    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> MutexGuard<'_, MapShard<K, A::State>> {
+        let index = if self.shards.len() == 1 {
+            0
+        } else {
+            // The mask keeps the index below the shard count: truncation is
+            // the point.
+            #[allow(clippy::cast_possible_truncation)]
+            let hash = self.shard_hasher.hash_one(key) as usize;
+            hash & (self.shards.len() - 1)
+        };
+        lock(&self.shards[index])
+    }
+
+    /// Removes the shard's idle keys and returns their room; gives back
+    /// memory when the map has become mostly empty.
+    fn sweep(&self, shard: &mut MapShard<K, A::State>, algorithm: &A, now_ns: u64) -> usize {
+        let before = shard.map.len();
+        shard
+            .map
+            .retain(|_, state| !algorithm.is_idle(state, now_ns));
+        let removed = before - shard.map.len();
+        self.population.release(removed);
+        if shard.map.len() < shard.map.capacity() / 4 {
+            shard.map.shrink_to(shard.map.len() * 2);
+        }
+        shard.full_since_sweep = 0;
+        removed
+    }
+}
+
+impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
+    fn check<Q>(
+        &self,
+        key: &Q,
+        algorithm: &A,
+        now_ns: u64,
+        cost: u32,
+    ) -> Result<Decision, CheckError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        // Lookup, decision and write all happen under the shard's lock.
+        let mut shard = self.shard(key);
+        if let Some(state) = shard.map.get_mut(key) {
+            return algorithm.check(state, now_ns, cost);
+        }
+        // A new key: its state is the default, which has its whole burst, so
+        // any valid cost is admitted. An invalid cost returns here, before
+        // anything is stored.
+        let mut state = A::State::default();
+        let decision = algorithm.check(&mut state, now_ns, cost)?;
+        // Before the map grows, make room by evicting idle keys: amortized,
+        // since the map doubles each time it grows.
+        if shard.map.len() == shard.map.capacity() {
+            self.sweep(&mut shard, algorithm, now_ns);
+        }
+        if let Err(cap) = self.population.reserve() {
+            let sweep_due = shard.full_since_sweep % (shard.map.len() / SWEEP_SPACING + 1) == 0;
+            shard.full_since_sweep += 1;
+            let freed = sweep_due && self.sweep(&mut shard, algorithm, now_ns) > 0;
+            if !freed || self.population.reserve().is_err() {
+                return cap.when_full(decision);
+            }
+        }
+        shard.map.insert(key.to_owned(), state);
+        Ok(decision)
+    }
+
+    fn peek<Q>(
+        &self,
+        key: &Q,
+        algorithm: &A,
+        now_ns: u64,
+        cost: u32,
+    ) -> Result<Decision, CheckError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let shard = self.shard(key);
+        let verdict = match shard.map.get(key) {
+            Some(state) => algorithm.decide(state, now_ns, cost)?,
+            None => algorithm.decide(&A::State::default(), now_ns, cost)?,
+        };
+        Ok(verdict.decision())
+    }
+
+    fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| self.sweep(&mut lock(shard), algorithm, now_ns))
+            .sum()
+    }
+
+    fn len(&self) -> usize {
+        self.population.len()
+    }
+}
+
+impl<K, A: Algorithm> fmt::Debug for MutexStore<K, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MutexStore")
+            .field("shards", &self.shards.len())
+            .field("population", &self.population)
+            .finish_non_exhaustive()
+    }
+}
