@@ -1,0 +1,242 @@
+//! Store properties beyond the contract: exact idle eviction, the key cap
+//! under a flood, and the lock-free table's rebuilds racing with checks.
+
+#[path = "support/contention.rs"]
+mod contention;
+
+use std::num::NonZeroUsize;
+
+use tollgate::algorithm::{
+    Algorithm, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+};
+use tollgate::clock::ManualClock;
+use tollgate::store::{GlobalMutex, LockFree, Sharded, StoreKind, WhenFull};
+use tollgate::{Builder, CheckError, Quota, RateLimiter};
+
+use contention::admitted_under_contention;
+
+fn limiter<A: Algorithm, S: StoreKind>(
+    quota: Quota,
+    store: S,
+    clock: &ManualClock,
+) -> RateLimiter<u64, A, ManualClock, S> {
+    Builder::new(quota)
+        .algorithm::<A>()
+        .store(store)
+        .clock(clock.clone())
+        .build()
+}
+
+/// A deterministic irregular workload: (advance ns, key, cost).
+fn workload() -> impl Iterator<Item = (u64, u64, u32)> {
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    (0..20_000).map(move |_| {
+        // xorshift64: a fixed sequence, no dependency needed.
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let advance_ns = if seed % 5 == 0 {
+            seed % 900_000_000
+        } else {
+            seed % 3_000_000
+        };
+        (advance_ns, (seed >> 20) % 40, 1 + (seed >> 40) as u32 % 3)
+    })
+}
+
+/// Eviction removes only keys whose state decides as a fresh key's: the same
+/// workload with `evict_idle` after every step makes identical decisions,
+/// and it does evict.
+fn eviction_changes_no_decision<A: Algorithm, S: StoreKind>(store: S) {
+    let quota = Quota::per_second(5).unwrap();
+    let (clock, evicting_clock) = (ManualClock::new(), ManualClock::new());
+    let keeping = limiter::<A, S>(quota, store.clone(), &clock);
+    let evicting = limiter::<A, S>(quota, store, &evicting_clock);
+    let mut evicted = 0;
+    for (step, (advance_ns, key, cost)) in workload().enumerate() {
+        clock.advance_ns(advance_ns);
+        evicting_clock.advance_ns(advance_ns);
+        assert_eq!(
+            keeping.check_n(&key, cost),
+            evicting.check_n(&key, cost),
+            "step {step}"
+        );
+        evicted += evicting.evict_idle();
+    }
+    assert!(
+        evicted > 1_000,
+        "the workload must make keys idle: {evicted}"
+    );
+    assert!(evicting.len() < keeping.len());
+}
+
+macro_rules! eviction_tests {
+    ($($name:ident: $algorithm:ty, $store:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            eviction_changes_no_decision::<$algorithm, _>($store);
+        }
+    )*};
+}
+
+eviction_tests! {
+    eviction_gcra_lock_free: Gcra, LockFree::new(2);
+    eviction_fixed_window_lock_free: FixedWindow, LockFree::new(2);
+    eviction_token_bucket_lock_free: TokenBucket, LockFree::new(2);
+    eviction_sliding_log_lock_free: SlidingWindowLog, LockFree::new(2);
+    eviction_sliding_counter_lock_free: SlidingWindowCounter, LockFree::new(2);
+    eviction_gcra_sharded: Gcra, Sharded::new(4);
+    eviction_sliding_log_global: SlidingWindowLog, GlobalMutex;
+    eviction_sliding_counter_global: SlidingWindowCounter, GlobalMutex;
+}
+
+/// 2 000 000 distinct keys flood a limiter capped at 100 000 keys while a
+/// victim key keeps working: the store never holds more than the cap, idle
+/// flood keys are evicted to make room, and the victim's decisions are the
+/// ones it gets without any flood.
+fn flood_respects_the_cap<S: StoreKind>(store: S) {
+    const CAP: usize = 100_000;
+    let quota = Quota::per_second(10).unwrap();
+    let clock = ManualClock::new();
+    let flooded = Builder::new(quota)
+        .store(store)
+        .clock(clock.clone())
+        .max_keys(NonZeroUsize::new(CAP).unwrap())
+        .build::<u64>();
+    let quiet_clock = ManualClock::new();
+    let quiet = limiter::<Gcra, GlobalMutex>(quota, GlobalMutex, &quiet_clock);
+    let victim = u64::MAX;
+    let (mut admitted, mut full) = (0_u32, 0_u32);
+    for flood_key in 0..2_000_000_u64 {
+        // 2 µs per flood request: a flood key is idle 100 ms (one interval)
+        // after its request, so 50 000 are live at any time, under the cap.
+        clock.advance_ns(2_000);
+        quiet_clock.advance_ns(2_000);
+        match flooded.check(&flood_key) {
+            Ok(decision) => admitted += u32::from(decision.is_allowed()),
+            Err(CheckError::StoreFull { max_keys }) => {
+                assert_eq!(max_keys, CAP);
+                full += 1;
+            }
+            Err(error) => panic!("{error}"),
+        }
+        if flood_key % 997 == 0 {
+            assert_eq!(
+                flooded.check(&victim),
+                quiet.check(&victim),
+                "flood key {flood_key}"
+            );
+        }
+        if flood_key % 65_536 == 0 {
+            assert!(flooded.len() <= CAP, "{} keys", flooded.len());
+        }
+    }
+    assert!(flooded.len() <= CAP);
+    // 50 000 live at a time never reach the cap: every flood key admitted.
+    assert_eq!((admitted, full), (2_000_000, 0));
+}
+
+#[test]
+fn flood_respects_the_cap_lock_free() {
+    flood_respects_the_cap(LockFree::default());
+}
+
+#[test]
+fn flood_respects_the_cap_sharded() {
+    flood_respects_the_cap(Sharded::default());
+}
+
+/// With a frozen clock no key ever becomes idle: exactly `cap` new keys are
+/// admitted, every later one is rejected (or admitted untracked), and the
+/// keys already held keep their exact budgets.
+fn cap_is_exact_when_nothing_is_idle<S: StoreKind>(store: S) {
+    let quota = Quota::per_hour(2).unwrap();
+    let cap = NonZeroUsize::new(1_000).unwrap();
+    let rejecting = Builder::new(quota)
+        .store(store.clone())
+        .clock(ManualClock::new())
+        .max_keys(cap)
+        .build::<u64>();
+    let admitted = (0..5_000_u64)
+        .filter(|key| {
+            rejecting
+                .check(key)
+                .is_ok_and(|decision| decision.is_allowed())
+        })
+        .count();
+    assert_eq!(admitted, 1_000);
+    assert_eq!(rejecting.len(), 1_000);
+    assert_eq!(
+        rejecting.check(&4_999),
+        Err(CheckError::StoreFull { max_keys: 1_000 })
+    );
+    // Held keys are untouched: each has exactly one unit left.
+    assert!(rejecting.check(&0).unwrap().is_allowed());
+    assert!(!rejecting.check(&0).unwrap().is_allowed());
+
+    let open = Builder::new(quota)
+        .store(store)
+        .clock(ManualClock::new())
+        .max_keys(cap)
+        .when_full(WhenFull::AdmitUntracked)
+        .build::<u64>();
+    for key in 0..5_000_u64 {
+        assert!(open.check(&key).unwrap().is_allowed());
+    }
+    assert_eq!(open.len(), 1_000);
+    // An untracked key gets a fresh budget every time: the policy's price.
+    assert!(open.check(&4_999).unwrap().is_allowed());
+    assert!(open.check(&4_999).unwrap().is_allowed());
+    assert!(open.check(&4_999).unwrap().is_allowed());
+}
+
+#[test]
+fn cap_is_exact_lock_free() {
+    cap_is_exact_when_nothing_is_idle(LockFree::new(4));
+}
+
+#[test]
+fn cap_is_exact_global() {
+    cap_is_exact_when_nothing_is_idle(GlobalMutex);
+}
+
+/// Rebuilds race with checks: four threads hammer one hot key (a burst of
+/// 1 000) while two threads insert 50 000 new keys into the same single
+/// shard, forcing it through every rebuild from 8 to 131 072 buckets. A
+/// check that lands on a moved cell retries in the new table, so the hot key
+/// admits exactly its burst and every new key is admitted exactly once.
+#[test]
+fn rebuilds_lose_no_admission() {
+    let quota = Quota::per_hour(1_000).unwrap();
+    let clock = ManualClock::new();
+    let hot = limiter::<Gcra, LockFree>(quota, LockFree::new(1), &clock);
+    let single = limiter::<Gcra, LockFree>(Quota::per_hour(1).unwrap(), LockFree::new(1), &clock);
+    let mut new_keys_admitted = 0;
+    let hot_admitted = std::thread::scope(|scope| {
+        let inserters: Vec<_> = (0..2_u64)
+            .map(|half| {
+                let (hot, single) = (&hot, &single);
+                scope.spawn(move || {
+                    let mut admitted = 0;
+                    for key in (half * 25_000)..((half + 1) * 25_000) {
+                        admitted += u32::from(hot.check(&(key + 1)).unwrap().is_allowed());
+                        admitted += u32::from(single.check(&key).unwrap().is_allowed());
+                        assert!(!single.check(&key).unwrap().is_allowed());
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        let hot_admitted =
+            admitted_under_contention(4, 2_000, || hot.check(&0).unwrap().is_allowed());
+        for inserter in inserters {
+            new_keys_admitted += inserter.join().unwrap();
+        }
+        hot_admitted
+    });
+    assert_eq!(hot_admitted, 1_000);
+    assert_eq!(new_keys_admitted, 2 * 50_000);
+    assert_eq!(hot.len(), 50_001);
+    assert_eq!(single.len(), 50_000);
+    assert!(!hot.check(&0).unwrap().is_allowed());
+}
