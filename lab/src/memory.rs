@@ -1,0 +1,195 @@
+//! Memory per key, measured by the counting allocator.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use tollgate::algorithm::{
+    Algorithm, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+};
+use tollgate::clock::ManualClock;
+use tollgate::store::{GlobalMutex, LockFree, Sharded, StoreKind};
+use tollgate::{Builder, Quota};
+
+use crate::alloc;
+
+/// Runs the epoch collector until deferred frees (tables replaced by a
+/// rebuild) have happened, so that a reading shows what stays allocated, not
+/// garbage a busy process would free within a few more checks.
+fn settle() {
+    for _ in 0..1_024 {
+        crossbeam_epoch::pin().flush();
+    }
+}
+
+/// Bytes and allocations retained per key by whatever `fill` builds, measured
+/// while it is alive, with the epoch collector settled before and after.
+fn retained_per_key<T>(keys: u64, fill: impl FnOnce() -> T) -> (f64, f64) {
+    settle();
+    let (bytes_before, allocations_before) = alloc::live();
+    let filled = fill();
+    settle();
+    let (bytes_after, allocations_after) = alloc::live();
+    drop(filled);
+    #[allow(clippy::cast_precision_loss)]
+    let per = |after: u64, before: u64| after.saturating_sub(before) as f64 / keys as f64;
+    (
+        per(bytes_after, bytes_before),
+        per(allocations_after, allocations_before),
+    )
+}
+
+/// A tollgate limiter over `keys` u64 keys, each with `per_key` requests.
+fn tollgate_u64<A: Algorithm, S: StoreKind>(
+    quota: Quota,
+    store: S,
+    keys: u64,
+    per_key: u32,
+) -> (f64, f64) {
+    retained_per_key(keys, || {
+        let limiter = Builder::new(quota)
+            .algorithm::<A>()
+            .store(store)
+            .clock(ManualClock::new())
+            .build::<u64>();
+        for key in 0..keys {
+            for _ in 0..per_key {
+                assert!(limiter.check(&key).expect("unit cost").is_allowed());
+            }
+        }
+        assert_eq!(limiter.len() as u64, keys);
+        limiter
+    })
+}
+
+/// The same with `String` keys (`"client-<n>"`); the strings' heap counts.
+fn tollgate_strings<S: StoreKind>(store: S, keys: u64) -> f64 {
+    retained_per_key(keys, || {
+        let limiter = Builder::new(quota())
+            .store(store)
+            .clock(ManualClock::new())
+            .build::<String>();
+        for key in 0..keys {
+            assert!(
+                limiter
+                    .check(&format!("client-{key}"))
+                    .expect("unit cost")
+                    .is_allowed()
+            );
+        }
+        limiter
+    })
+    .0
+}
+
+fn governor_quota() -> governor::Quota {
+    governor::Quota::per_minute(NonZeroU32::new(100).expect("nonzero"))
+}
+
+/// governor's default keyed limiter (its `DashMap` store).
+fn governor_u64(keys: u64) -> f64 {
+    retained_per_key(keys, || {
+        let limiter = governor::RateLimiter::keyed(governor_quota());
+        for key in 0..keys {
+            assert!(limiter.check_key(&key).is_ok());
+        }
+        limiter
+    })
+    .0
+}
+
+fn governor_strings(keys: u64) -> f64 {
+    retained_per_key(keys, || {
+        let limiter = governor::RateLimiter::keyed(governor_quota());
+        for key in 0..keys {
+            assert!(limiter.check_key(&format!("client-{key}")).is_ok());
+        }
+        limiter
+    })
+    .0
+}
+
+fn quota() -> Quota {
+    Quota::per_minute(100).expect("valid")
+}
+
+/// Bytes of state per key for each algorithm on the global-mutex store, and
+/// the sliding log at its limit.
+pub fn algorithm_table() {
+    const KEYS: u64 = 100_000;
+    println!(
+        "## Memory per key by algorithm: {KEYS} u64 keys, one request each, global-mutex store"
+    );
+    println!(
+        "{:<24} {:>12} {:>16} {:>12}",
+        "algorithm", "state bytes", "retained B/key", "allocs/key"
+    );
+    crate::for_each_algorithm!(|name, A| {
+        let (bytes, allocations) = tollgate_u64::<A, _>(quota(), GlobalMutex, KEYS, 1);
+        println!(
+            "{:<24} {:>12} {:>16.1} {:>12.2}",
+            name,
+            std::mem::size_of::<<A as Algorithm>::State>(),
+            bytes,
+            allocations
+        );
+    });
+    println!(
+        "(state bytes: the per-key state inline; retained: everything the map holds, keys included)\n"
+    );
+
+    const LOG_KEYS: u64 = 10_000;
+    println!("## Sliding window log at its limit: {LOG_KEYS} keys, each drained to the limit");
+    println!(
+        "{:<10} {:>16} {:>12}",
+        "limit", "retained B/key", "allocs/key"
+    );
+    for limit in [10, 100, 1_000] {
+        let quota = Quota::new(limit, Duration::from_secs(60)).expect("valid");
+        let (bytes, allocations) =
+            tollgate_u64::<SlidingWindowLog, _>(quota, GlobalMutex, LOG_KEYS, limit);
+        println!("{limit:<10} {bytes:>16.1} {allocations:>12.2}");
+    }
+    println!("(8 bytes per timestamp, at most `limit` per key)\n");
+}
+
+/// Retained bytes per key by store, against governor, over key counts.
+pub fn store_sweep() {
+    println!("## Memory per key by store: u64 keys, one request each (B/key retained)");
+    println!(
+        "{:>9} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7}",
+        "keys", "governor", "lock-free", "lock-free", "lock-free", "sharded", "global", "floor"
+    );
+    println!(
+        "{:>9} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7}",
+        "", "keyed", "GCRA", "fixed win.", "tok.bucket", "GCRA", "GCRA", "GCRA"
+    );
+    for keys in [100_000, 200_000, 500_000, 1_000_000, 2_000_000] {
+        let lock_free = tollgate_u64::<Gcra, _>(quota(), LockFree::default(), keys, 1).0;
+        println!(
+            "{:>9} {:>9.1} {:>11.1} {:>11.1} {:>11.1} {:>11.1} {:>11.1} {:>7}",
+            keys,
+            governor_u64(keys),
+            lock_free,
+            tollgate_u64::<FixedWindow, _>(quota(), LockFree::default(), keys, 1).0,
+            tollgate_u64::<TokenBucket, _>(quota(), LockFree::default(), keys, 1).0,
+            tollgate_u64::<Gcra, _>(quota(), Sharded::default(), keys, 1).0,
+            tollgate_u64::<Gcra, _>(quota(), GlobalMutex, keys, 1).0,
+            2 * std::mem::size_of::<u64>(),
+        );
+    }
+    const STRING_KEYS: u64 = 100_000;
+    println!(
+        "{:>9} {:>9.1} {:>11.1} {:>11} {:>11} {:>11.1} {:>11} {:>7}",
+        "100k str",
+        governor_strings(STRING_KEYS),
+        tollgate_strings(LockFree::default(), STRING_KEYS),
+        "",
+        "",
+        tollgate_strings(Sharded::default(), STRING_KEYS),
+        "",
+        "",
+    );
+    println!(
+        "(floor: a u64 key and an 8-byte state; string keys are \"client-<n>\", their heap included)"
+    );
+}
