@@ -10,7 +10,7 @@
 //! while holding a lock with a half-written state (every critical section
 //! computes the new state first and stores it with one assignment).
 
-pub(crate) use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Locks `mutex`, recovering the guard if a previous holder panicked.

@@ -6,14 +6,26 @@
 //! exactly the instants they chose.
 //!
 //! A clock is a measured choice, not a detail: reading a precise clock costs
-//! more than a whole lock-free denial. [`MonotonicClock`] (std `Instant`) is the
-//! default.
+//! more than a whole lock-free denial.
+//!
+//! | clock | a reading | resolution, error |
+//! |---|---|---|
+//! | [`MonotonicClock`] (default) | std `Instant`: a vDSO call | the OS clock's, nanoseconds |
+//! | `TscClock` (feature `tsc`) | `rdtsc` and a scaling | calibrated against the OS clock; ppm drift |
+//! | [`CoarseClock`] | one atomic load | lags by up to its refresh interval; only ever stricter |
+//! | [`ManualClock`] | one atomic load | exactly what a test set |
 
+mod coarse;
 mod manual;
 mod monotonic;
+#[cfg(feature = "tsc")]
+mod tsc;
 
+pub use coarse::{CoarseClock, Refresher};
 pub use manual::ManualClock;
 pub use monotonic::MonotonicClock;
+#[cfg(feature = "tsc")]
+pub use tsc::TscClock;
 
 /// A source of monotonic time in nanoseconds since the clock's origin.
 ///
