@@ -160,6 +160,11 @@ impl Algorithm for FixedWindow {
         *state = admission;
     }
 
+    /// A count is idle once its window has ended.
+    fn rest_ns(&self) -> u64 {
+        self.window_ns
+    }
+
     /// Idle when nothing is counted in the current window: a fresh key.
     fn is_idle(&self, state: &FixedWindowState, now_ns: u64) -> bool {
         state.count == 0 || state.window_index < self.window_index(clamp_time(now_ns))

@@ -79,6 +79,10 @@ impl Algorithm for Gcra {
         *state = admission;
     }
 
+    fn rest_ns(&self) -> u64 {
+        self.interval.tolerance_ns()
+    }
+
     /// Idle once the TAT has passed: no debt, as a fresh key (TAT 0).
     fn is_idle(&self, state: &GcraState, now_ns: u64) -> bool {
         state.tat_ns <= clamp_time(now_ns)

@@ -39,6 +39,11 @@ impl Interval {
         self.capacity
     }
 
+    /// A drained key's refill time.
+    pub(crate) const fn tolerance_ns(&self) -> u64 {
+        self.tolerance_ns
+    }
+
     /// Decides `cost` units against a key owing `debt_ns`. The admission is the
     /// debt after admitting.
     #[inline]

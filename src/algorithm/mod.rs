@@ -110,8 +110,15 @@ pub trait Algorithm: Debug + Send + Sync + Sized + 'static {
 
     /// Whether `state` decides exactly as a fresh key would at `now_ns` and at
     /// every later reading, so that forgetting the key changes no decision.
-    /// Idle eviction removes only such keys.
+    /// Idle eviction removes only such keys. Once idle, a state stays idle
+    /// until its next admission.
     fn is_idle(&self, state: &Self::State, now_ns: u64) -> bool;
+
+    /// The longest a key can take to become idle after its last admission
+    /// (for a drained key: its full refill). Stores evict, as they grow, only
+    /// keys that have been idle this long (a key merely between two requests
+    /// stays), so that keys in use are not evicted and re-inserted.
+    fn rest_ns(&self) -> u64;
 
     /// Decides and, if admitted, applies: the whole check for a caller that
     /// holds the state exclusively.

@@ -159,6 +159,11 @@ impl Algorithm for SlidingWindowLog {
         ));
     }
 
+    /// The newest stamp leaves the window one window after it was made.
+    fn rest_ns(&self) -> u64 {
+        self.window_ns
+    }
+
     /// Idle when every stored stamp has left the window.
     fn is_idle(&self, state: &SlidingWindowLogState, now_ns: u64) -> bool {
         state

@@ -190,6 +190,11 @@ impl Algorithm for SlidingWindowCounter {
         *state = admission;
     }
 
+    /// A count weighs on the next window too: idle two windows on.
+    fn rest_ns(&self) -> u64 {
+        2 * self.window_ns
+    }
+
     /// Idle when neither window, rolled forward to now, counts anything.
     fn is_idle(&self, state: &SlidingWindowCounterState, now_ns: u64) -> bool {
         let view = self.view(state, clamp_time(now_ns));

@@ -76,6 +76,10 @@ impl Algorithm for TokenBucket {
         *state = admission;
     }
 
+    fn rest_ns(&self) -> u64 {
+        self.interval.tolerance_ns()
+    }
+
     /// Idle once the deficit has refilled: a full bucket, as a fresh key.
     fn is_idle(&self, state: &TokenBucketState, now_ns: u64) -> bool {
         let now_ns = clamp_time(now_ns).max(state.last_ns);

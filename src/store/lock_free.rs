@@ -192,6 +192,7 @@ impl<K: Key, A: Algorithm> LockFreeStore<K, A> {
         if let Err(cap) = self.population.reserve() {
             let sweep_due = writer.full_since_sweep % (writer.live / SWEEP_SPACING + 1) == 0;
             writer.full_since_sweep += 1;
+            // At the cap, any idle key makes room: no grace.
             let freed = sweep_due && self.sweep(table, &mut writer, algorithm, now_ns) > 0;
             if !freed || self.population.reserve().is_err() {
                 return cap.when_full(fresh);
@@ -211,17 +212,18 @@ impl<K: Key, A: Algorithm> LockFreeStore<K, A> {
         }
     }
 
-    /// Evicts the idle keys of the whole current table.
+    /// Evicts the keys of the whole current table that are idle at
+    /// `idle_at_ns` (and so at every later instant).
     fn sweep(
         &self,
         table: &RawTable<K, A::Cell>,
         writer: &mut MutexGuard<'_, Writer>,
         algorithm: &A,
-        now_ns: u64,
+        idle_at_ns: u64,
     ) -> usize {
         let mut removed = 0;
         for (index, _, cell) in table.live() {
-            if cell.retire_if_idle(algorithm, now_ns) {
+            if cell.retire_if_idle(algorithm, idle_at_ns) {
                 table.mark_deleted(index);
                 removed += 1;
             }
@@ -232,10 +234,14 @@ impl<K: Key, A: Algorithm> LockFreeStore<K, A> {
         removed
     }
 
-    /// Rebuilds the shard's table, sized for its live keys after evicting
-    /// the idle ones, and returns the new table. The amortized eviction:
-    /// rebuilds happen when the table fills, which takes a number of inserts
-    /// proportional to its size.
+    /// Rebuilds the shard's table, sized for its live keys, and returns the
+    /// new table. When live keys (not evicted slots) fill the table, it first
+    /// evicts the keys idle for at least the algorithm's rest time: the
+    /// amortized eviction, since a table fills only after a number of inserts
+    /// proportional to its size. Keys idle for less (in use, between two
+    /// requests) stay, so a working set is never evicted only to be
+    /// re-inserted; and a rebuild that only clears evicted slots evicts
+    /// nothing.
     fn rebuild<'g>(
         &self,
         shard: &Shard<K, A::Cell>,
@@ -245,7 +251,10 @@ impl<K: Key, A: Algorithm> LockFreeStore<K, A> {
         guard: &'g Guard,
     ) -> &'g RawTable<K, A::Cell> {
         let old = shard.table(guard);
-        self.sweep(old, writer, algorithm, now_ns);
+        if (writer.live + 1) * 4 > max_used(old.buckets()) * 3 {
+            let idle_at_ns = now_ns.saturating_sub(algorithm.rest_ns());
+            self.sweep(old, writer, algorithm, idle_at_ns);
+        }
         // Room for the live keys and the one being inserted at no more than
         // 3/4 of the maximum load, so that the next rebuild is far off; when
         // nothing was evicted this doubles, as hashbrown does.

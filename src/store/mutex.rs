@@ -109,13 +109,14 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
         lock(&self.shards[index])
     }
 
-    /// Removes the shard's idle keys and returns their room; gives back
-    /// memory when the map has become mostly empty.
-    fn sweep(&self, shard: &mut MapShard<K, A::State>, algorithm: &A, now_ns: u64) -> usize {
+    /// Removes the shard's keys idle at `idle_at_ns` (and so at every later
+    /// instant) and returns their room; gives back memory when the map has
+    /// become mostly empty.
+    fn sweep(&self, shard: &mut MapShard<K, A::State>, algorithm: &A, idle_at_ns: u64) -> usize {
         let before = shard.map.len();
         shard
             .map
-            .retain(|_, state| !algorithm.is_idle(state, now_ns));
+            .retain(|_, state| !algorithm.is_idle(state, idle_at_ns));
         let removed = before - shard.map.len();
         self.population.release(removed);
         if shard.map.len() < shard.map.capacity() / 4 {
@@ -148,10 +149,12 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
         // anything is stored.
         let mut state = A::State::default();
         let decision = algorithm.check(&mut state, now_ns, cost)?;
-        // Before the map grows, make room by evicting idle keys: amortized,
-        // since the map doubles each time it grows.
+        // Before the map grows, make room by evicting keys idle for at least
+        // the algorithm's rest time (keys between two requests stay):
+        // amortized, since the map doubles each time it grows.
         if shard.map.len() == shard.map.capacity() {
-            self.sweep(&mut shard, algorithm, now_ns);
+            let idle_at_ns = now_ns.saturating_sub(algorithm.rest_ns());
+            self.sweep(&mut shard, algorithm, idle_at_ns);
         }
         if let Err(cap) = self.population.reserve() {
             let sweep_due = shard.full_since_sweep % (shard.map.len() / SWEEP_SPACING + 1) == 0;
