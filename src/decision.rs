@@ -14,21 +14,25 @@ use std::time::Duration;
 /// * `retry_after` is exact: the same request retried `retry_after` later (with
 ///   no other traffic on the key) is admitted, and one nanosecond earlier it is
 ///   not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 #[must_use = "a decision says whether the request may proceed"]
+// No `allowed` field: a decision is allowed exactly when its wait is zero
+// (a denial's is positive), so the flag is derived and the invariant cannot
+// break. It also keeps the type three whole words with no padding: with a
+// `bool`, rustc moved it through `Result<Option<_>, _>` on the hot path with
+// overlapping odd-offset copies of the padding that stalled store forwarding
+// (measured: notes/04).
 pub struct Decision {
-    allowed: bool,
-    limit: u32,
-    remaining: u32,
     retry_after_ns: u64,
     reset_after_ns: u64,
+    limit: u32,
+    remaining: u32,
 }
 
 impl Decision {
     /// An admission. `reset_after_ns` is measured after this admission.
     pub(crate) const fn allow(limit: u32, remaining: u32, reset_after_ns: u64) -> Self {
         Self {
-            allowed: true,
             limit,
             remaining,
             retry_after_ns: 0,
@@ -36,26 +40,27 @@ impl Decision {
         }
     }
 
-    /// A denial. Callers guarantee `0 < retry_after_ns <= reset_after_ns`.
+    /// A denial. Callers guarantee `0 < retry_after_ns <= reset_after_ns`:
+    /// a zero wait would read as an admission.
     pub(crate) const fn deny(
         limit: u32,
         remaining: u32,
         retry_after_ns: u64,
         reset_after_ns: u64,
     ) -> Self {
+        debug_assert!(retry_after_ns > 0 && retry_after_ns <= reset_after_ns);
         Self {
-            allowed: false,
-            limit,
-            remaining,
             retry_after_ns,
             reset_after_ns,
+            limit,
+            remaining,
         }
     }
 
     /// Whether the request was admitted (and its cost consumed).
     #[must_use]
     pub const fn is_allowed(&self) -> bool {
-        self.allowed
+        self.retry_after_ns == 0
     }
 
     /// The key's capacity: the most unit requests it can admit at once (the
@@ -86,5 +91,17 @@ impl Decision {
     #[must_use]
     pub const fn reset_after(&self) -> Duration {
         Duration::from_nanos(self.reset_after_ns)
+    }
+}
+
+impl std::fmt::Debug for Decision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decision")
+            .field("allowed", &self.is_allowed())
+            .field("limit", &self.limit)
+            .field("remaining", &self.remaining)
+            .field("retry_after", &self.retry_after())
+            .field("reset_after", &self.reset_after())
+            .finish()
     }
 }

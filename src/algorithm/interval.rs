@@ -76,6 +76,13 @@ impl Interval {
     /// Whole unit requests that fit beside `debt_ns`.
     #[inline]
     fn units_free(&self, debt_ns: u64) -> u32 {
-        to_u32(self.tolerance_ns.saturating_sub(debt_ns) / self.emission_interval_ns)
+        let free_ns = self.tolerance_ns.saturating_sub(debt_ns);
+        // A drained key (the deny path's usual case) has less than one
+        // interval free: answer without a 64-bit division.
+        if free_ns < self.emission_interval_ns {
+            0
+        } else {
+            to_u32(free_ns / self.emission_interval_ns)
+        }
     }
 }
