@@ -100,8 +100,8 @@ impl std::fmt::Debug for Decision {
             .field("allowed", &self.is_allowed())
             .field("limit", &self.limit)
             .field("remaining", &self.remaining)
-            .field("retry_after", &self.retry_after())
-            .field("reset_after", &self.reset_after())
+            .field("retry_after_ns", &self.retry_after_ns)
+            .field("reset_after_ns", &self.reset_after_ns)
             .finish()
     }
 }
