@@ -214,11 +214,38 @@ fn clock_read(criterion: &mut Criterion) {
     group.finish();
 }
 
+/// The cost of hashing one key with the default hasher (std `RandomState`:
+/// SipHash-1-3 with random keys per limiter) and with randomly seeded
+/// alternatives. Keys are attacker-chosen, so only seeded hashers qualify.
+fn hash_key(criterion: &mut Criterion) {
+    use std::hash::BuildHasher;
+    let mut group = criterion.benchmark_group("hash_key");
+    let text = "client-203.0.113.7".to_owned();
+    macro_rules! hashers {
+        ($($name:literal: $hasher:expr),*) => {$({
+            let hasher = $hasher;
+            group.bench_function(concat!($name, "/u64"), |bencher| {
+                bencher.iter(|| black_box(hasher.hash_one(black_box(0x1234_5678_u64))));
+            });
+            group.bench_function(concat!($name, "/string"), |bencher| {
+                bencher.iter(|| black_box(hasher.hash_one(black_box(&text))));
+            });
+        })*};
+    }
+    hashers!(
+        "std_random_state": std::hash::RandomState::new(),
+        "foldhash_random": foldhash::fast::RandomState::default(),
+        "ahash_random": ahash::RandomState::new()
+    );
+    group.finish();
+}
+
 criterion_group!(
     benches,
     deny_hot_key,
     admit_distinct_keys,
     admit_hot_key,
-    clock_read
+    clock_read,
+    hash_key
 );
 criterion_main!(benches);
