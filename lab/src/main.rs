@@ -50,6 +50,7 @@ fn main() {
     sustained_table();
     memory::algorithm_table();
     memory::store_sweep();
+    memory::candidate_maps();
 }
 
 fn boundary_table() {

@@ -193,3 +193,71 @@ pub fn store_sweep() {
         "(floor: a u64 key and an 8-byte state; string keys are \"client-<n>\", their heap included)"
     );
 }
+
+/// The lock-free maps considered for the default store, holding `u64 →
+/// AtomicU64` (the cell of GCRA) with no limiter around them, beside the
+/// table tollgate built and governor's store.
+pub fn candidate_maps() {
+    use std::sync::atomic::AtomicU64;
+    const KEYS: u64 = 1_000_000;
+    println!("## Candidate maps: {KEYS} u64 keys → AtomicU64, retained B/key");
+    let rows: [(&str, f64); 6] = [
+        (
+            "dashmap (governor's keyed store)",
+            retained_per_key(KEYS, || {
+                let map = dashmap::DashMap::new();
+                for key in 0..KEYS {
+                    map.insert(key, AtomicU64::new(key));
+                }
+                map
+            })
+            .0,
+        ),
+        (
+            "scc::HashIndex",
+            retained_per_key(KEYS, || {
+                let map = scc::HashIndex::new();
+                for key in 0..KEYS {
+                    assert!(map.insert(key, key).is_ok());
+                }
+                map
+            })
+            .0,
+        ),
+        (
+            "papaya",
+            retained_per_key(KEYS, || {
+                let map = papaya::HashMap::new();
+                let pinned = map.pin();
+                for key in 0..KEYS {
+                    pinned.insert(key, AtomicU64::new(key));
+                }
+                drop(pinned);
+                map
+            })
+            .0,
+        ),
+        (
+            "flurry",
+            retained_per_key(KEYS, || {
+                let map = flurry::HashMap::new();
+                let guard = map.guard();
+                for key in 0..KEYS {
+                    map.insert(key, AtomicU64::new(key), &guard);
+                }
+                drop(guard);
+                map
+            })
+            .0,
+        ),
+        (
+            "tollgate lock-free (GCRA limiter)",
+            tollgate_u64::<Gcra, _>(quota(), LockFree::default(), KEYS, 1).0,
+        ),
+        ("floor (key + 8 B)", 16.0),
+    ];
+    for (name, bytes) in rows {
+        println!("{name:<36} {bytes:>8.1}");
+    }
+    println!();
+}
