@@ -11,7 +11,7 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
-use crate::store::{Key, KeyCap, LockFree, Store, StoreKind, WhenFull};
+use crate::store::{DefaultStore, Key, KeyCap, Store, StoreKind, WhenFull};
 
 /// A rate limiter with one quota per key: each key (a user, an IP address, an
 /// API token) gets its own budget.
@@ -40,7 +40,7 @@ pub struct RateLimiter<
     K: Key,
     A: Algorithm = Gcra,
     C: Clock = MonotonicClock,
-    S: StoreKind = LockFree,
+    S: StoreKind = DefaultStore,
 > {
     quota: Quota,
     algorithm: A,
@@ -49,7 +49,7 @@ pub struct RateLimiter<
 }
 
 impl<K: Key> RateLimiter<K> {
-    /// A keyed limiter with the defaults: GCRA on the [`LockFree`] store, the
+    /// A keyed limiter with the defaults: GCRA on the [`DefaultStore`] store, the
     /// monotonic clock, no key cap (idle keys are still evicted as the store
     /// grows).
     #[must_use]
@@ -241,7 +241,7 @@ impl<A: Algorithm, C: Clock> fmt::Debug for DirectLimiter<A, C> {
 }
 
 /// Chooses a limiter's algorithm, clock, store and key cap; starts from the
-/// defaults (GCRA, [`MonotonicClock`], [`LockFree`], no cap).
+/// defaults (GCRA, [`MonotonicClock`], [`DefaultStore`], no cap).
 ///
 /// ```
 /// use tollgate::{Builder, Quota};
@@ -261,7 +261,7 @@ impl<A: Algorithm, C: Clock> fmt::Debug for DirectLimiter<A, C> {
 /// # Ok(())
 /// # }
 /// ```
-pub struct Builder<A = Gcra, C = MonotonicClock, S = LockFree> {
+pub struct Builder<A = Gcra, C = MonotonicClock, S = DefaultStore> {
     quota: Quota,
     clock: C,
     store: S,
@@ -276,7 +276,7 @@ impl Builder {
         Self {
             quota,
             clock: MonotonicClock::new(),
-            store: LockFree::default(),
+            store: DefaultStore::default(),
             cap: None,
             algorithm: PhantomData,
         }

@@ -2,6 +2,10 @@
 //! Retry-After rounding, refill under denial, and each algorithm's own
 //! arithmetic.
 
+// Ordinary tests use std's primitives; under the model-checking features the
+// crate's primitives are loom's or shuttle's, usable only inside a model.
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+
 #[path = "support/scenarios.rs"]
 mod scenarios;
 

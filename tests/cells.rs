@@ -1,6 +1,10 @@
 //! The cells: the packed fixed-window layout at its edges, the atomic cell's
 //! write-free deny path, and retirement.
 
+// Ordinary tests use std's primitives; under the model-checking features the
+// crate's primitives are loom's or shuttle's, usable only inside a model.
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+
 use std::time::Duration;
 
 use tollgate::Quota;

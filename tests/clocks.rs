@@ -1,6 +1,10 @@
 //! Clocks: the manual clock's arithmetic, the coarse clock's cache and
 //! refresher, and what a lagging clock does to decisions.
 
+// Ordinary tests use std's primitives; under the model-checking features the
+// crate's primitives are loom's or shuttle's, usable only inside a model.
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+
 use std::time::{Duration, Instant};
 
 use tollgate::clock::{Clock, CoarseClock, ManualClock, MonotonicClock};

@@ -1,6 +1,10 @@
 //! The direct (single-budget) limiter over its `Locked` cell, for every
 //! algorithm: exact counts under contention, atomic multi-unit checks.
 
+// Ordinary tests use std's primitives; under the model-checking features the
+// crate's primitives are loom's or shuttle's, usable only inside a model.
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+
 #[path = "support/contention.rs"]
 mod contention;
 

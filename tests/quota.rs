@@ -1,6 +1,10 @@
 //! Every bad input to a constructor or a check is a typed error, never a
 //! panic.
 
+// Ordinary tests use std's primitives; under the model-checking features the
+// crate's primitives are loom's or shuttle's, usable only inside a model.
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+
 use std::time::Duration;
 
 use tollgate::{CheckError, DirectLimiter, Quota, QuotaError};

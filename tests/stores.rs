@@ -1,6 +1,10 @@
 //! Store properties beyond the contract: exact idle eviction, the key cap
 //! under a flood, and the lock-free table's rebuilds racing with checks.
 
+// Ordinary tests use std's primitives; under the model-checking features the
+// crate's primitives are loom's or shuttle's, usable only inside a model.
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+
 #[path = "support/contention.rs"]
 mod contention;
 
@@ -10,7 +14,7 @@ use tollgate::algorithm::{
     Algorithm, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
 use tollgate::clock::ManualClock;
-use tollgate::store::{GlobalMutex, LockFree, Sharded, StoreKind, WhenFull};
+use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded, StoreKind, WhenFull};
 use tollgate::{Builder, CheckError, Quota, RateLimiter};
 
 use contention::admitted_under_contention;
@@ -88,6 +92,8 @@ eviction_tests! {
     eviction_gcra_sharded: Gcra, Sharded::new(4);
     eviction_sliding_log_global: SlidingWindowLog, GlobalMutex;
     eviction_sliding_counter_global: SlidingWindowCounter, GlobalMutex;
+    eviction_gcra_per_key: Gcra, PerKey;
+    eviction_token_bucket_per_key: TokenBucket, PerKey;
 }
 
 /// 2 000 000 distinct keys flood a limiter capped at 100 000 keys while a
@@ -193,6 +199,21 @@ fn cap_is_exact_when_nothing_is_idle<S: StoreKind>(store: S) {
 #[test]
 fn cap_is_exact_lock_free() {
     cap_is_exact_when_nothing_is_idle(LockFree::new(4));
+}
+
+#[test]
+fn cap_is_exact_per_key() {
+    cap_is_exact_when_nothing_is_idle(PerKey);
+}
+
+#[test]
+fn flood_respects_the_cap_per_key() {
+    flood_respects_the_cap(PerKey);
+}
+
+#[test]
+fn working_set_survives_growth_per_key() {
+    working_set_survives_growth(PerKey);
 }
 
 #[test]

@@ -6,7 +6,9 @@
 //!
 //! * [`GlobalMutex`]: one `Mutex<HashMap>`. The baseline.
 //! * [`Sharded`]: `N` cache-padded `Mutex<HashMap>` shards.
-//! * [`LockFree`]: the default; checks on existing keys take no lock (see its
+//! * [`PerKey`]: one `Mutex<HashMap>` of `Arc`'d cells, locked only to find
+//!   a key's cell.
+//! * `LockFree`: the default; checks on existing keys take no lock (see its
 //!   documentation).
 //!
 //! A key enters a store only when a request on it is admitted: a peek, an
@@ -26,9 +28,16 @@
 //! * **caps the number of keys** when asked ([`KeyCap`]), with an explicit
 //!   policy for a new key that finds the store full ([`WhenFull`]).
 
+// The lock-free table reclaims memory with crossbeam-epoch, which model
+// checkers cannot see into (loom runs its threads on one OS thread, so the
+// epoch's thread-locals would be shared): under the model-checking features it
+// compiles out, and `PerKey`, built only on `crate::sync`, stands in for it.
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
 #[allow(unsafe_code)]
 mod lock_free;
 mod mutex;
+mod per_key;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
 #[allow(unsafe_code)]
 mod table;
 
@@ -36,8 +45,21 @@ use std::borrow::Borrow;
 use std::fmt::Debug;
 use std::hash::Hash;
 
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub use lock_free::{LockFree, LockFreeStore};
 pub use mutex::{GlobalMutex, MutexStore, Sharded};
+pub use per_key::{PerKey, PerKeyStore};
+
+/// The store a limiter uses unless a [`Builder`](crate::Builder) chooses
+/// one: [`LockFree`] (under the model-checking features, [`PerKey`]).
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub type DefaultStore = LockFree;
+
+/// The store a limiter uses unless a [`Builder`](crate::Builder) chooses
+/// one: under the model-checking features, [`PerKey`], the stand-in for
+/// the lock-free store that model checkers can see into.
+#[cfg(any(feature = "loom", feature = "shuttle"))]
+pub type DefaultStore = PerKey;
 
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;

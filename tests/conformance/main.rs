@@ -1,6 +1,10 @@
 //! Runs the conformance suite (`suite.rs`) over every algorithm
 //! on every store. A new store or algorithm is one `conformance!` line.
 
+// Ordinary tests use std's primitives; under the model-checking features the
+// crate's primitives are loom's or shuttle's, usable only inside a model.
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+
 #[path = "../support/contention.rs"]
 mod contention;
 mod suite;
@@ -62,7 +66,7 @@ macro_rules! conformance {
 }
 
 use tollgate::algorithm::{FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
-use tollgate::store::{GlobalMutex, LockFree, Sharded};
+use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded};
 
 conformance!(fixed_window_global, FixedWindow, GlobalMutex);
 conformance!(token_bucket_global, TokenBucket, GlobalMutex);
@@ -89,6 +93,12 @@ conformance!(
     LockFree::default()
 );
 conformance!(gcra_lock_free, Gcra, LockFree::default());
+
+conformance!(fixed_window_per_key, FixedWindow, PerKey);
+conformance!(token_bucket_per_key, TokenBucket, PerKey);
+conformance!(sliding_log_per_key, SlidingWindowLog, PerKey);
+conformance!(sliding_counter_per_key, SlidingWindowCounter, PerKey);
+conformance!(gcra_per_key, Gcra, PerKey);
 
 // One shard: every key in one table, so the 10 000-key test rebuilds it
 // from 8 buckets to 16 384 while checking.
