@@ -22,6 +22,7 @@ use crate::store::{DefaultStore, Key, KeyCap, Store, StoreKind, WhenFull};
 /// ```
 /// use tollgate::{Quota, RateLimiter};
 ///
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let limiter: RateLimiter<String> = RateLimiter::keyed(Quota::per_minute(2)?);
 ///
@@ -35,6 +36,7 @@ use crate::store::{DefaultStore, Key, KeyCap, Store, StoreKind, WhenFull};
 /// assert!(limiter.check("bob")?.is_allowed());
 /// # Ok(())
 /// # }
+/// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
 /// ```
 pub struct RateLimiter<
     K: Key,
@@ -161,6 +163,7 @@ const NEVER_RETIRED: &str = "a direct limiter never retires its cell";
 /// use tollgate::{Builder, Quota};
 /// use tollgate::algorithm::TokenBucket;
 ///
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let limiter = Builder::new(Quota::per_second(100)?)
 ///     .algorithm::<TokenBucket>()
@@ -170,6 +173,7 @@ const NEVER_RETIRED: &str = "a direct limiter never retires its cell";
 /// assert_eq!(decision.remaining(), 60);
 /// # Ok(())
 /// # }
+/// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
 /// ```
 pub struct DirectLimiter<A: Algorithm = Gcra, C: Clock = MonotonicClock> {
     quota: Quota,
@@ -248,6 +252,7 @@ impl<A: Algorithm, C: Clock> fmt::Debug for DirectLimiter<A, C> {
 /// use tollgate::algorithm::SlidingWindowLog;
 /// use tollgate::clock::ManualClock;
 ///
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let clock = ManualClock::new();
 /// let limiter = Builder::new(Quota::per_hour(5)?)
@@ -260,6 +265,7 @@ impl<A: Algorithm, C: Clock> fmt::Debug for DirectLimiter<A, C> {
 /// assert!(!limiter.check(&42)?.is_allowed());
 /// # Ok(())
 /// # }
+/// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
 /// ```
 pub struct Builder<A = Gcra, C = MonotonicClock, S = DefaultStore> {
     quota: Quota,

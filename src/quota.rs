@@ -33,6 +33,7 @@ use crate::error::QuotaError;
 /// use std::time::Duration;
 /// use tollgate::Quota;
 ///
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 /// # fn main() -> Result<(), tollgate::QuotaError> {
 /// let quota = Quota::per_second(10)?.with_burst(3)?;
 /// assert_eq!(quota.emission_interval(), Duration::from_millis(100));
@@ -42,6 +43,7 @@ use crate::error::QuotaError;
 /// assert!(Quota::per_minute(0).is_err());
 /// # Ok(())
 /// # }
+/// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {

@@ -54,6 +54,7 @@ use crate::quota::Quota;
 /// use tollgate::Quota;
 /// use tollgate::algorithm::{Algorithm, TokenBucket};
 ///
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let bucket = TokenBucket::from_quota(&Quota::per_second(2)?);
 /// let mut state = Default::default(); // a fresh key: a full bucket
@@ -64,6 +65,7 @@ use crate::quota::Quota;
 /// assert_eq!(denied.retry_after().as_millis(), 500);
 /// # Ok(())
 /// # }
+/// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
 /// ```
 pub trait Algorithm: Debug + Send + Sync + Sized + 'static {
     /// What one key stores. `Default` is the state of a key never seen (or

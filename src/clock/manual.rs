@@ -9,6 +9,8 @@ use crate::sync::{Arc, AtomicU64, Ordering};
 /// limiter that owns the other. It starts at zero.
 ///
 /// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+/// # fn main() {
 /// use std::time::Duration;
 /// use tollgate::clock::{Clock, ManualClock};
 ///
@@ -16,6 +18,8 @@ use crate::sync::{Arc, AtomicU64, Ordering};
 /// let limiter_side = clock.clone();
 /// clock.advance(Duration::from_millis(5));
 /// assert_eq!(limiter_side.now_ns(), 5_000_000);
+/// # }
+/// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
 /// ```
 ///
 /// # Orderings

@@ -10,11 +10,15 @@ use super::{Clock, saturating_nanos};
 /// is more than a lock-free denial costs.
 ///
 /// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+/// # fn main() {
 /// use tollgate::clock::{Clock, MonotonicClock};
 ///
 /// let clock = MonotonicClock::new();
 /// let first = clock.now_ns();
 /// assert!(clock.now_ns() >= first);
+/// # }
+/// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
 /// ```
 #[derive(Debug, Clone, Copy)]
 pub struct MonotonicClock {
