@@ -152,7 +152,7 @@ impl<K: Key, A: Algorithm> Store<K, A> for PerKeyStore<K, A> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let cell = lock(&self.map).cells.get(key).map(Arc::clone);
+        let cell = lock(&self.map).cells.get(key).cloned();
         if let Some(decision) = cell
             .map(|cell| cell.peek(algorithm, now_ns, cost))
             .transpose()?
