@@ -1,0 +1,255 @@
+//! shuttle tests: the keyed limiter with 3–8 threads on hot and distinct
+//! keys, under shuttle's random scheduler and its PCT scheduler (depth 3),
+//! 10 000 executions each. The stores here are the ones shuttle can see
+//! into: `PerKey` (the lock-free store's stand-in: the same retire-then-unlink
+//! protocol, whose lock is a shuttle scheduling point) and the mutex stores.
+//! Canaries (the racy cell, check-then-insert with two fresh cells) must be
+//! caught at the same settings.
+//!
+//! Run: `cargo test --release --features shuttle --test shuttle`.
+
+#![cfg(feature = "shuttle")]
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use shuttle::sync::atomic::{AtomicU64, Ordering};
+use shuttle::sync::{Arc, Mutex};
+use shuttle::thread;
+use tollgate::algorithm::{Algorithm, Gcra, PackedAlgorithm, TokenBucket, Verdict};
+use tollgate::clock::ManualClock;
+use tollgate::store::{GlobalMutex, PerKey, Sharded, StoreKind};
+use tollgate::{Builder, Quota, RateLimiter};
+
+const EXECUTIONS: usize = 10_000;
+const PCT_DEPTH: usize = 3;
+
+/// Runs `test` under the random scheduler, then under PCT, each for
+/// `EXECUTIONS` executions, and prints the time taken.
+fn both_schedulers(name: &str, test: impl Fn() + Send + Sync + Clone + 'static) {
+    let started = Instant::now();
+    shuttle::check_random(test.clone(), EXECUTIONS);
+    println!(
+        "shuttle {name}: random, {EXECUTIONS} executions, {:?}",
+        started.elapsed()
+    );
+    let started = Instant::now();
+    shuttle::check_pct(test, EXECUTIONS, PCT_DEPTH);
+    println!(
+        "shuttle {name}: pct depth {PCT_DEPTH}, {EXECUTIONS} executions, {:?}",
+        started.elapsed()
+    );
+}
+
+fn limiter<A: Algorithm, S: StoreKind>(
+    quota: Quota,
+    store: S,
+) -> Arc<RateLimiter<u64, A, ManualClock, S>> {
+    Arc::new(
+        Builder::new(quota)
+            .algorithm::<A>()
+            .store(store)
+            .clock(ManualClock::new())
+            .build(),
+    )
+}
+
+/// `threads` threads × `checks` unit checks on one key with a burst of
+/// `burst` and a frozen clock: exactly `burst` admitted.
+fn hot_key<A: Algorithm, S: StoreKind + Default>(threads: usize, checks: usize, burst: u32) {
+    let limiter = limiter::<A, S>(Quota::per_hour(burst).unwrap(), S::default());
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                (0..checks)
+                    .filter(|_| limiter.check(&0).unwrap().is_allowed())
+                    .count()
+            })
+        })
+        .collect();
+    let admitted: usize = handles
+        .into_iter()
+        .map(|handle| handle.join().unwrap())
+        .sum();
+    assert_eq!(
+        admitted, burst as usize,
+        "hot key: admitted {admitted} against a burst of {burst}"
+    );
+}
+
+#[test]
+fn hot_key_gcra_per_key_four_threads() {
+    both_schedulers("hot key, GCRA, per-key, 4 threads", || {
+        hot_key::<Gcra, PerKey>(4, 3, 5)
+    });
+}
+
+#[test]
+fn hot_key_token_bucket_per_key_three_threads() {
+    both_schedulers("hot key, token bucket, per-key, 3 threads", || {
+        hot_key::<TokenBucket, PerKey>(3, 3, 4);
+    });
+}
+
+#[test]
+fn hot_key_gcra_sharded_eight_threads() {
+    both_schedulers("hot key, GCRA, sharded, 8 threads", || {
+        hot_key::<Gcra, Sharded>(8, 2, 5)
+    });
+}
+
+/// Eight threads, each with its own key (burst 2, checked 3 times) and one
+/// shared key (checked once each, burst 2): every own key admits exactly 2,
+/// the shared key exactly 2 in total.
+fn distinct_keys<S: StoreKind + Default>() {
+    let limiter = limiter::<Gcra, S>(Quota::per_hour(2).unwrap(), S::default());
+    let handles: Vec<_> = (1..=8_u64)
+        .map(|own| {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                let own_admitted = (0..3)
+                    .filter(|_| limiter.check(&own).unwrap().is_allowed())
+                    .count();
+                let shared_admitted = usize::from(limiter.check(&0).unwrap().is_allowed());
+                (own_admitted, shared_admitted)
+            })
+        })
+        .collect();
+    let mut shared = 0;
+    for handle in handles {
+        let (own_admitted, shared_admitted) = handle.join().unwrap();
+        assert_eq!(own_admitted, 2, "an own key admitted {own_admitted}");
+        shared += shared_admitted;
+    }
+    assert_eq!(shared, 2, "the shared key admitted {shared}");
+    assert_eq!(limiter.len(), 9);
+}
+
+#[test]
+fn distinct_keys_per_key_eight_threads() {
+    both_schedulers("distinct keys, per-key, 8 threads", distinct_keys::<PerKey>);
+}
+
+#[test]
+fn distinct_keys_global_mutex_eight_threads() {
+    both_schedulers(
+        "distinct keys, global mutex, 8 threads",
+        distinct_keys::<GlobalMutex>,
+    );
+}
+
+/// Eviction races checks: key 7 admitted at 0 s and rested at 1 s; three
+/// threads check it while a fourth evicts idle keys twice: exactly one
+/// admitted (the burst is 1), whether in the old cell or a fresh one.
+#[test]
+fn eviction_races_checks_per_key() {
+    both_schedulers("eviction vs 3 checks, per-key", || {
+        let clock = ManualClock::new();
+        let limiter = Arc::new(
+            Builder::new(Quota::per_second(1).unwrap())
+                .store(PerKey)
+                .clock(clock.clone())
+                .build::<u64>(),
+        );
+        assert!(limiter.check(&7).unwrap().is_allowed());
+        clock.set_ns(1_000_000_000);
+        let checkers: Vec<_> = (0..3)
+            .map(|_| {
+                let limiter = Arc::clone(&limiter);
+                thread::spawn(move || usize::from(limiter.check(&7).unwrap().is_allowed()))
+            })
+            .collect();
+        let evictor = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                limiter.evict_idle();
+                limiter.evict_idle();
+            })
+        };
+        evictor.join().unwrap();
+        let admitted: usize = checkers
+            .into_iter()
+            .map(|handle| handle.join().unwrap())
+            .sum();
+        assert_eq!(
+            admitted, 1,
+            "eviction: admitted {admitted} from one rested unit"
+        );
+    });
+}
+
+/// Canary: read-decide-write with a plain store. Four threads, a burst of 1.
+#[test]
+#[should_panic(expected = "racy cell admitted")]
+fn canary_racy_cell_is_caught() {
+    both_schedulers("canary: racy cell", || {
+        let algorithm = Arc::new(Gcra::from_quota(&Quota::per_hour(1).unwrap()));
+        let word = Arc::new(AtomicU64::new(0));
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let (algorithm, word) = (Arc::clone(&algorithm), Arc::clone(&word));
+                thread::spawn(move || {
+                    let seen = word.load(Ordering::Relaxed);
+                    match algorithm.decide(&algorithm.unpack(seen), 0, 1).unwrap() {
+                        Verdict::Allow { admission, .. } => {
+                            word.store(algorithm.pack(&admission), Ordering::Relaxed); // the bug
+                            1
+                        }
+                        Verdict::Deny(_) => 0,
+                    }
+                })
+            })
+            .collect();
+        let admitted: u32 = handles
+            .into_iter()
+            .map(|handle| handle.join().unwrap())
+            .sum();
+        assert_eq!(
+            admitted, 1,
+            "racy cell admitted {admitted} against a burst of 1"
+        );
+    });
+}
+
+/// Canary: check-then-insert that releases the lock between the lookup and
+/// the insert. Three threads, one new key, a burst of 1.
+#[test]
+#[should_panic(expected = "two cells for one key")]
+fn canary_check_then_insert_is_caught() {
+    both_schedulers("canary: check, unlock, insert", || {
+        let algorithm = Arc::new(Gcra::from_quota(&Quota::per_hour(1).unwrap()));
+        let map: Arc<Mutex<HashMap<u64, Arc<AtomicU64>>>> = Arc::new(Mutex::new(HashMap::new()));
+        let handles: Vec<_> = (0..3)
+            .map(|_| {
+                let (algorithm, map) = (Arc::clone(&algorithm), Arc::clone(&map));
+                thread::spawn(move || {
+                    let existing = map.lock().unwrap().get(&9).cloned();
+                    let word = existing.unwrap_or_else(|| {
+                        let fresh = Arc::new(AtomicU64::new(0)); // the bug: lock released
+                        map.lock().unwrap().insert(9, Arc::clone(&fresh));
+                        fresh
+                    });
+                    let seen = word.load(Ordering::Relaxed);
+                    match algorithm.decide(&algorithm.unpack(seen), 0, 1).unwrap() {
+                        Verdict::Allow { admission, .. } => u32::from(
+                            word.compare_exchange(
+                                seen,
+                                algorithm.pack(&admission),
+                                Ordering::Relaxed,
+                                Ordering::Relaxed,
+                            )
+                            .is_ok(),
+                        ),
+                        Verdict::Deny(_) => 0,
+                    }
+                })
+            })
+            .collect();
+        let admitted: u32 = handles
+            .into_iter()
+            .map(|handle| handle.join().unwrap())
+            .sum();
+        assert_eq!(admitted, 1, "two cells for one key: admitted {admitted}");
+    });
+}
