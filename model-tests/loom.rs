@@ -125,6 +125,7 @@ fn exact_burst<C: WordCell<Gcra>>(threads: usize, burst: u32) {
 
 #[test]
 fn gcra_cell_two_threads_admit_exactly_the_burst() {
+    // Bound 3: 112 executions, 5 ms (release build, the 2-core VM, 2026-11-30).
     explore("gcra cell, 2 threads, burst 1", 3, || {
         exact_burst::<Atomic<Gcra>>(2, 1)
     });
@@ -132,6 +133,7 @@ fn gcra_cell_two_threads_admit_exactly_the_burst() {
 
 #[test]
 fn gcra_cell_three_threads_admit_exactly_the_burst() {
+    // Bound 3: 17 438 executions, 1.16 s (release build, the 2-core VM, 2026-11-30).
     explore("gcra cell, 3 threads, burst 2", 3, || {
         exact_burst::<Atomic<Gcra>>(3, 2)
     });
@@ -186,6 +188,7 @@ fn denial_races_admission<C: WordCell<Gcra>>() {
 
 #[test]
 fn gcra_cell_denial_writes_nothing() {
+    // Bound 3: 69 executions, 3 ms (release build, the 2-core VM, 2026-11-30).
     explore(
         "gcra cell, denial vs admission",
         3,
@@ -298,6 +301,7 @@ fn window_model<C: WordCell<FixedWindow>>() {
 
 #[test]
 fn fixed_window_cell_with_the_clock_advancing() {
+    // Bound 3: 34 596 executions, 2.05 s (release build, the 2-core VM, 2026-11-30).
     explore(
         "fixed window cell, clock advancing",
         3,
@@ -404,6 +408,7 @@ fn migration_model(migrate: fn(&Atomic<Gcra>) -> Atomic<Gcra>) {
 
 #[test]
 fn migration_loses_and_duplicates_no_admission() {
+    // Bound 3: 200 executions, 9 ms (release build, the 2-core VM, 2026-11-30).
     explore("migration vs checks", 3, || {
         migration_model(|old| old.retire_into_new().expect("live before the migration"));
     });
@@ -442,6 +447,7 @@ fn canary_migration_without_retiring_is_caught() {
 /// in the old cell before the eviction, or in a fresh one after it.
 #[test]
 fn per_key_store_eviction_races_checks() {
+    // Bound 3: 9 908 executions, 562 ms (release build, the 2-core VM, 2026-11-30).
     explore("per-key store, eviction vs 2 checks", 3, || {
         let clock = ManualClock::new();
         let limiter = Arc::new(
@@ -559,6 +565,7 @@ fn check_then_insert<S: StoreKind>(store: S) {
 
 #[test]
 fn per_key_store_check_then_insert() {
+    // Bound 3: 184 executions, 8 ms (release build, the 2-core VM, 2026-11-30).
     explore("per-key store, check-then-insert", 3, || {
         check_then_insert(PerKey)
     });
@@ -566,6 +573,7 @@ fn per_key_store_check_then_insert() {
 
 #[test]
 fn global_mutex_store_check_then_insert() {
+    // Bound 3: 34 executions, 1.5 ms (release build, the 2-core VM, 2026-11-30).
     explore("global mutex store, check-then-insert", 3, || {
         check_then_insert(GlobalMutex)
     });
