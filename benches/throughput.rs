@@ -8,28 +8,22 @@
 
 #[path = "support/parallel.rs"]
 mod parallel;
+#[path = "support/workloads.rs"]
+mod workloads;
 
 use std::hint::black_box;
-use std::num::NonZeroU32;
 use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, criterion_group, criterion_main};
-use tollgate::algorithm::{
-    Algorithm, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
-};
+use tollgate::algorithm::{FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 use tollgate::clock::{Clock, CoarseClock, MonotonicClock, TscClock};
-use tollgate::store::{GlobalMutex, LockFree, Sharded, StoreKind};
-use tollgate::{Builder, Quota, RateLimiter};
+use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded};
 
 const THREADS: [usize; 3] = [1, 2, 4];
 
 /// Benches `op` at every thread count as aggregate throughput.
-fn parallel_bench<F: Fn(usize, u64) + Sync>(
-    group: &mut BenchmarkGroup<'_, WallTime>,
-    name: &str,
-    op: F,
-) {
+fn parallel_bench(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, op: &workloads::Op) {
     for threads in THREADS {
         group.bench_with_input(
             BenchmarkId::new(name, threads),
@@ -37,7 +31,7 @@ fn parallel_bench<F: Fn(usize, u64) + Sync>(
             |bencher, &threads| {
                 bencher.iter_custom(|iters| {
                     let per_thread = iters.div_ceil(threads as u64);
-                    let elapsed = parallel::run(threads, per_thread, &op);
+                    let elapsed = parallel::run(threads, per_thread, op);
                     // Scale to exactly `iters` operations.
                     #[allow(clippy::cast_precision_loss)]
                     let scale = iters as f64 / (per_thread * threads as u64) as f64;
@@ -46,39 +40,6 @@ fn parallel_bench<F: Fn(usize, u64) + Sync>(
             },
         );
     }
-}
-
-fn keyed<A: Algorithm, S: StoreKind>(quota: Quota, store: S) -> RateLimiter<u64, A, TscClock, S> {
-    Builder::new(quota)
-        .algorithm::<A>()
-        .store(store)
-        .clock(TscClock::new())
-        .build()
-}
-
-/// A quota one hot key never drains: one request per nanosecond, a burst of
-/// a million, so every check is admitted.
-fn hot_quota() -> Quota {
-    Quota::per_second(1_000_000_000)
-        .unwrap()
-        .with_burst(1_000_000)
-        .unwrap()
-}
-
-/// A quota distinct keys never drain: 10^8 per second per key (checks on
-/// one key are further apart than 10 ns), a burst of 10^7. A key rests 100 ms
-/// after its last admission, far longer than any key waits for its next
-/// check here, so no key is evicted while it is in use.
-fn distinct_quota() -> Quota {
-    Quota::per_second(100_000_000)
-        .unwrap()
-        .with_burst(10_000_000)
-        .unwrap()
-}
-
-fn governor_quota(per_second: u32, burst: u32) -> governor::Quota {
-    governor::Quota::per_second(NonZeroU32::new(per_second).unwrap())
-        .allow_burst(NonZeroU32::new(burst).unwrap())
 }
 
 fn configure(group: &mut BenchmarkGroup<'_, WallTime>) {
@@ -94,46 +55,51 @@ fn configure(group: &mut BenchmarkGroup<'_, WallTime>) {
 fn deny_hot_key(criterion: &mut Criterion) {
     let mut group = criterion.benchmark_group("deny_hot_key");
     configure(&mut group);
-    fn drained<A: Algorithm>() -> RateLimiter<u64, A, TscClock, LockFree> {
-        let limiter = keyed::<A, _>(Quota::per_hour(1).unwrap(), LockFree::default());
-        assert!(limiter.check(&0).unwrap().is_allowed());
-        assert!(!limiter.check(&0).unwrap().is_allowed());
-        limiter
+    let ops: [(&str, workloads::Op); 8] = [
+        (
+            "fixed_window",
+            workloads::deny_hot_key::<FixedWindow, _>(TscClock::new()),
+        ),
+        (
+            "token_bucket",
+            workloads::deny_hot_key::<TokenBucket, _>(TscClock::new()),
+        ),
+        (
+            "sliding_log",
+            workloads::deny_hot_key::<SlidingWindowLog, _>(TscClock::new()),
+        ),
+        (
+            "sliding_counter",
+            workloads::deny_hot_key::<SlidingWindowCounter, _>(TscClock::new()),
+        ),
+        ("gcra", workloads::deny_hot_key::<Gcra, _>(TscClock::new())),
+        ("governor_keyed", workloads::governor_deny_hot_key()),
+        ("gcra_direct", workloads::direct_deny()),
+        ("governor_direct", workloads::governor_direct_deny()),
+    ];
+    for (name, op) in &ops {
+        parallel_bench(&mut group, name, op);
     }
-    macro_rules! deny {
-        ($($name:literal: $algorithm:ty),*) => {$({
-            let limiter = drained::<$algorithm>();
-            parallel_bench(&mut group, $name, |_, _| {
-                black_box(limiter.check(black_box(&0)).unwrap().is_allowed());
-            });
-        })*};
+    group.finish();
+}
+
+/// GCRA denying on a drained hot key with each clock: the clock's share of
+/// a denial.
+fn deny_with_clock(criterion: &mut Criterion) {
+    let mut group = criterion.benchmark_group("deny_with_clock");
+    configure(&mut group);
+    let coarse = CoarseClock::new();
+    let ops: [(&str, workloads::Op); 3] = [
+        (
+            "monotonic",
+            workloads::deny_hot_key::<Gcra, _>(MonotonicClock::new()),
+        ),
+        ("tsc", workloads::deny_hot_key::<Gcra, _>(TscClock::new())),
+        ("coarse", workloads::deny_hot_key::<Gcra, _>(coarse)),
+    ];
+    for (name, op) in &ops {
+        parallel_bench(&mut group, name, op);
     }
-    deny!(
-        "fixed_window": FixedWindow,
-        "token_bucket": TokenBucket,
-        "sliding_log": SlidingWindowLog,
-        "sliding_counter": SlidingWindowCounter,
-        "gcra": Gcra
-    );
-    let governor_keyed =
-        governor::RateLimiter::keyed(governor::Quota::per_hour(NonZeroU32::new(1).unwrap()));
-    assert!(governor_keyed.check_key(&0_u64).is_ok());
-    parallel_bench(&mut group, "governor_keyed", |_, _| {
-        black_box(governor_keyed.check_key(black_box(&0_u64)).is_ok());
-    });
-    let governor_direct =
-        governor::RateLimiter::direct(governor::Quota::per_hour(NonZeroU32::new(1).unwrap()));
-    assert!(governor_direct.check().is_ok());
-    parallel_bench(&mut group, "governor_direct", |_, _| {
-        black_box(governor_direct.check().is_ok());
-    });
-    let direct = Builder::new(Quota::per_hour(1).unwrap())
-        .clock(TscClock::new())
-        .build_direct();
-    assert!(direct.check().unwrap().is_allowed());
-    parallel_bench(&mut group, "gcra_direct", |_, _| {
-        black_box(direct.check().unwrap().is_allowed());
-    });
     group.finish();
 }
 
@@ -143,58 +109,79 @@ fn admit_distinct_keys(criterion: &mut Criterion) {
     for keys in [16_u64, 1_024, 65_536] {
         let mut group = criterion.benchmark_group(format!("admit_distinct_{keys}"));
         configure(&mut group);
-        let key_of = move |thread: usize, i: u64| {
-            let per_thread = keys / 4;
-            thread as u64 % 4 * per_thread + i % per_thread
-        };
-        macro_rules! admit {
-            ($($name:literal: $store:expr),*) => {$({
-                let limiter = keyed::<Gcra, _>(distinct_quota(), $store);
-                for key in 0..keys {
-                    assert!(limiter.check(&key).unwrap().is_allowed());
-                }
-                parallel_bench(&mut group, $name, |thread, i| {
-                    black_box(limiter.check(&key_of(thread, i)).unwrap().is_allowed());
-                });
-            })*};
+        let ops: [(&str, workloads::Op); 5] = [
+            (
+                "global_mutex",
+                workloads::admit_distinct::<Gcra, _>(GlobalMutex, keys),
+            ),
+            (
+                "sharded",
+                workloads::admit_distinct::<Gcra, _>(Sharded::default(), keys),
+            ),
+            (
+                "per_key",
+                workloads::admit_distinct::<Gcra, _>(PerKey, keys),
+            ),
+            (
+                "lock_free",
+                workloads::admit_distinct::<Gcra, _>(LockFree::default(), keys),
+            ),
+            ("governor_keyed", workloads::governor_admit_distinct(keys)),
+        ];
+        for (name, op) in &ops {
+            parallel_bench(&mut group, name, op);
         }
-        admit!(
-            "global_mutex": GlobalMutex,
-            "sharded": Sharded::default(),
-            "lock_free": LockFree::default()
-        );
-        let governor_keyed = governor::RateLimiter::keyed(governor_quota(100_000_000, 10_000_000));
-        for key in 0..keys {
-            assert!(governor_keyed.check_key(&key).is_ok());
-        }
-        parallel_bench(&mut group, "governor_keyed", |thread, i| {
-            black_box(governor_keyed.check_key(&key_of(thread, i)).is_ok());
-        });
         group.finish();
     }
+}
+
+/// Every algorithm admitting on 65 536 distinct keys on the default store.
+fn admit_distinct_by_algorithm(criterion: &mut Criterion) {
+    let mut group = criterion.benchmark_group("admit_distinct_by_algorithm");
+    configure(&mut group);
+    const KEYS: u64 = 65_536;
+    let ops: [(&str, workloads::Op); 5] = [
+        (
+            "fixed_window",
+            workloads::admit_distinct::<FixedWindow, _>(LockFree::default(), KEYS),
+        ),
+        (
+            "token_bucket",
+            workloads::admit_distinct::<TokenBucket, _>(LockFree::default(), KEYS),
+        ),
+        (
+            "sliding_log",
+            workloads::admit_distinct::<SlidingWindowLog, _>(LockFree::default(), KEYS),
+        ),
+        (
+            "sliding_counter",
+            workloads::admit_distinct::<SlidingWindowCounter, _>(LockFree::default(), KEYS),
+        ),
+        (
+            "gcra",
+            workloads::admit_distinct::<Gcra, _>(LockFree::default(), KEYS),
+        ),
+    ];
+    for (name, op) in &ops {
+        parallel_bench(&mut group, name, op);
+    }
+    group.finish();
 }
 
 /// GCRA admitting on one hot key: every thread updates the same state.
 fn admit_hot_key(criterion: &mut Criterion) {
     let mut group = criterion.benchmark_group("admit_hot_key");
     configure(&mut group);
-    macro_rules! admit {
-        ($($name:literal: $store:expr),*) => {$({
-            let limiter = keyed::<Gcra, _>(hot_quota(), $store);
-            parallel_bench(&mut group, $name, |_, _| {
-                black_box(limiter.check(&0).unwrap().is_allowed());
-            });
-        })*};
+    let ops: [(&str, workloads::Op); 5] = [
+        ("global_mutex", workloads::admit_hot_key(GlobalMutex)),
+        ("sharded", workloads::admit_hot_key(Sharded::default())),
+        ("per_key", workloads::admit_hot_key(PerKey)),
+        ("lock_free", workloads::admit_hot_key(LockFree::default())),
+        ("governor_keyed", workloads::governor_admit_hot_key()),
+    ];
+    for (name, op) in &ops {
+        parallel_bench(&mut group, name, op);
     }
-    admit!(
-        "global_mutex": GlobalMutex,
-        "sharded": Sharded::default(),
-        "lock_free": LockFree::default()
-    );
-    let governor_keyed = governor::RateLimiter::keyed(governor_quota(1_000_000_000, 1_000_000));
-    parallel_bench(&mut group, "governor_keyed", |_, _| {
-        black_box(governor_keyed.check_key(&0_u64).is_ok());
-    });
     group.finish();
 }
 
@@ -243,7 +230,9 @@ fn hash_key(criterion: &mut Criterion) {
 criterion_group!(
     benches,
     deny_hot_key,
+    deny_with_clock,
     admit_distinct_keys,
+    admit_distinct_by_algorithm,
     admit_hot_key,
     clock_read,
     hash_key

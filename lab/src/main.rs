@@ -1,10 +1,22 @@
-//! tollgate's lab: runs the experiments behind the README's tables and
-//! prints them. `cargo run --release -p tollgate-lab`.
+//! tollgate's lab: runs the experiments behind the README's tables, prints
+//! them, judges the targets and draws the plots.
+//!
+//! `cargo run --release -p tollgate-lab` (quick: under 3 minutes on 2 cores)
+//! or `cargo run --release -p tollgate-lab -- --full` (longer cells, the whole
+//! memory sweep); `--out DIR` chooses where the SVG plots go (default
+//! `lab-output`).
 
 mod alloc;
 mod memory;
+#[path = "../../benches/support/parallel.rs"]
+mod parallel;
+mod perf;
+mod report;
 #[path = "../../tests/support/scenarios.rs"]
 mod scenarios;
+mod svg;
+#[path = "../../benches/support/workloads.rs"]
+mod workloads;
 
 use tollgate::algorithm::{FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 
@@ -44,13 +56,64 @@ macro_rules! for_each_algorithm {
 }
 
 fn main() {
-    println!("tollgate lab — correctness experiments (ManualClock: exact, machine-independent)\n");
+    let mut full = false;
+    let mut out = std::path::PathBuf::from("lab-output");
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--full" => full = true,
+            "--out" => match args.next() {
+                Some(dir) => out = dir.into(),
+                None => usage("--out needs a directory"),
+            },
+            "--help" | "-h" => usage(""),
+            other => usage(&format!("unknown argument {other}")),
+        }
+    }
+    let started = std::time::Instant::now();
+    println!(
+        "tollgate lab ({} mode)\n",
+        if full { "full" } else { "quick" }
+    );
+    println!("# Correctness (ManualClock: exact, machine-independent)\n");
     boundary_table();
     retry_after_table();
     sustained_table();
+    println!("# Memory (counting allocator)\n");
     memory::algorithm_table();
-    memory::store_sweep();
+    let counts: &[u64] = if full {
+        &[100_000, 200_000, 500_000, 1_000_000, 2_000_000]
+    } else {
+        &[100_000, 1_000_000]
+    };
+    let sweep = memory::store_sweep(counts);
+    memory::matrix(if full { counts } else { &[100_000] });
     memory::candidate_maps();
+    println!("# Performance (wall clock: varies run to run; compare within one run)\n");
+    let budget = perf::Budget {
+        per_cell: std::time::Duration::from_millis(if full { 1_000 } else { 150 }),
+    };
+    let results = perf::run(&budget);
+    report::print(&results);
+    report::targets(&results, &sweep);
+    match report::plots(&results, &sweep, &out) {
+        Ok(files) => {
+            println!("Plots written to {}:", out.display());
+            for file in files {
+                println!("  {}", file.display());
+            }
+        }
+        Err(error) => eprintln!("could not write the plots to {}: {error}", out.display()),
+    }
+    println!("\nTotal time: {:.0?}", started.elapsed());
+}
+
+fn usage(problem: &str) -> ! {
+    if !problem.is_empty() {
+        eprintln!("tollgate-lab: {problem}");
+    }
+    eprintln!("usage: tollgate-lab [--full] [--out DIR]");
+    std::process::exit(if problem.is_empty() { 0 } else { 2 });
 }
 
 fn boundary_table() {

@@ -7,7 +7,7 @@ use tollgate::algorithm::{
     Algorithm, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
 use tollgate::clock::ManualClock;
-use tollgate::store::{GlobalMutex, LockFree, Sharded, StoreKind};
+use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded, StoreKind};
 use tollgate::{Builder, Quota};
 
 use crate::alloc;
@@ -152,46 +152,117 @@ pub fn algorithm_table() {
     println!("(8 bytes per timestamp, at most `limit` per key)\n");
 }
 
-/// Retained bytes per key by store, against governor, over key counts.
-pub fn store_sweep() {
+/// One key count of the store sweep: retained B/key per store.
+pub struct SweepRow {
+    pub keys: u64,
+    pub governor: f64,
+    pub lock_free_gcra: f64,
+    pub lock_free_fixed_window: f64,
+    pub lock_free_token_bucket: f64,
+    pub per_key_gcra: f64,
+    pub sharded_gcra: f64,
+    pub global_gcra: f64,
+}
+
+/// Retained bytes per key by store, against governor, over `counts`; also
+/// 100 000 string keys. Returns the u64 rows.
+pub fn store_sweep(counts: &[u64]) -> Vec<SweepRow> {
     println!("## Memory per key by store: u64 keys, one request each (B/key retained)");
     println!(
-        "{:>9} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7}",
-        "keys", "governor", "lock-free", "lock-free", "lock-free", "sharded", "global", "floor"
+        "{:>9} {:>9} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>6}",
+        "keys",
+        "governor",
+        "lock-free",
+        "lock-free",
+        "lock-free",
+        "per-key",
+        "sharded",
+        "global",
+        "floor"
     );
     println!(
-        "{:>9} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7}",
-        "", "keyed", "GCRA", "fixed win.", "tok.bucket", "GCRA", "GCRA", "GCRA"
+        "{:>9} {:>9} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>6}",
+        "", "keyed", "GCRA", "fixed win.", "tok.bucket", "GCRA", "GCRA", "GCRA", ""
     );
-    for keys in [100_000, 200_000, 500_000, 1_000_000, 2_000_000] {
-        let lock_free = tollgate_u64::<Gcra, _>(quota(), LockFree::default(), keys, 1).0;
-        println!(
-            "{:>9} {:>9.1} {:>11.1} {:>11.1} {:>11.1} {:>11.1} {:>11.1} {:>7}",
-            keys,
-            governor_u64(keys),
-            lock_free,
-            tollgate_u64::<FixedWindow, _>(quota(), LockFree::default(), keys, 1).0,
-            tollgate_u64::<TokenBucket, _>(quota(), LockFree::default(), keys, 1).0,
-            tollgate_u64::<Gcra, _>(quota(), Sharded::default(), keys, 1).0,
-            tollgate_u64::<Gcra, _>(quota(), GlobalMutex, keys, 1).0,
-            2 * std::mem::size_of::<u64>(),
-        );
-    }
+    let rows: Vec<SweepRow> = counts
+        .iter()
+        .map(|&keys| {
+            let row = SweepRow {
+                keys,
+                governor: governor_u64(keys),
+                lock_free_gcra: tollgate_u64::<Gcra, _>(quota(), LockFree::default(), keys, 1).0,
+                lock_free_fixed_window: tollgate_u64::<FixedWindow, _>(
+                    quota(),
+                    LockFree::default(),
+                    keys,
+                    1,
+                )
+                .0,
+                lock_free_token_bucket: tollgate_u64::<TokenBucket, _>(
+                    quota(),
+                    LockFree::default(),
+                    keys,
+                    1,
+                )
+                .0,
+                per_key_gcra: tollgate_u64::<Gcra, _>(quota(), PerKey, keys, 1).0,
+                sharded_gcra: tollgate_u64::<Gcra, _>(quota(), Sharded::default(), keys, 1).0,
+                global_gcra: tollgate_u64::<Gcra, _>(quota(), GlobalMutex, keys, 1).0,
+            };
+            println!(
+                "{:>9} {:>9.1} {:>10.1} {:>10.1} {:>10.1} {:>9.1} {:>9.1} {:>9.1} {:>6}",
+                keys,
+                row.governor,
+                row.lock_free_gcra,
+                row.lock_free_fixed_window,
+                row.lock_free_token_bucket,
+                row.per_key_gcra,
+                row.sharded_gcra,
+                row.global_gcra,
+                2 * std::mem::size_of::<u64>(),
+            );
+            row
+        })
+        .collect();
     const STRING_KEYS: u64 = 100_000;
     println!(
-        "{:>9} {:>9.1} {:>11.1} {:>11} {:>11} {:>11.1} {:>11} {:>7}",
+        "{:>9} {:>9.1} {:>10.1} {:>10} {:>10} {:>9.1} {:>9.1} {:>9} {:>6}",
         "100k str",
         governor_strings(STRING_KEYS),
         tollgate_strings(LockFree::default(), STRING_KEYS),
         "",
         "",
+        tollgate_strings(PerKey, STRING_KEYS),
         tollgate_strings(Sharded::default(), STRING_KEYS),
         "",
         "",
     );
     println!(
-        "(floor: a u64 key and an 8-byte state; string keys are \"client-<n>\", their heap included)"
+        "(floor: a u64 key and an 8-byte state; string keys are \"client-<n>\", their heap included)\n"
     );
+    rows
+}
+
+/// Every store × every algorithm: retained B/key after one request per key,
+/// at each of `counts`.
+pub fn matrix(counts: &[u64]) {
+    println!("## Memory per key, every store × algorithm (B/key retained, u64 keys)");
+    println!(
+        "{:>9} {:<24} {:>10} {:>10} {:>10} {:>10}",
+        "keys", "algorithm", "lock-free", "per-key", "sharded", "global"
+    );
+    for &keys in counts {
+        crate::for_each_algorithm!(|name, A| println!(
+            "{:>9} {:<24} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+            keys,
+            name,
+            tollgate_u64::<A, _>(quota(), LockFree::default(), keys, 1).0,
+            tollgate_u64::<A, _>(quota(), PerKey, keys, 1).0,
+            tollgate_u64::<A, _>(quota(), Sharded::default(), keys, 1).0,
+            tollgate_u64::<A, _>(quota(), GlobalMutex, keys, 1).0,
+        ));
+    }
+    println!();
 }
 
 /// The lock-free maps considered for the default store, holding `u64 →

@@ -1,0 +1,150 @@
+//! The measured workloads, written once: each returns the operation one
+//! thread runs (`op(thread, i)`), with its limiter built and primed. The
+//! criterion benches (`benches/throughput.rs`) and the lab's performance
+//! section (`lab/src/perf.rs`) both run these, so a figure in the notes and a
+//! criterion run measure the same code.
+//!
+//! Every tollgate limiter here reads `TscClock`, as governor reads quanta by
+//! default, so that the clock is not a second variable; the clock workloads
+//! vary it on purpose.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+
+use tollgate::algorithm::{Algorithm, Gcra};
+use tollgate::clock::{Clock, TscClock};
+use tollgate::store::{LockFree, StoreKind};
+use tollgate::{Builder, Quota, RateLimiter};
+
+/// What a thread runs: `op(thread, i)`.
+pub type Op = Box<dyn Fn(usize, u64) + Sync>;
+
+fn keyed<A: Algorithm, S: StoreKind, C: Clock>(
+    quota: Quota,
+    store: S,
+    clock: C,
+) -> RateLimiter<u64, A, C, S> {
+    Builder::new(quota)
+        .algorithm::<A>()
+        .store(store)
+        .clock(clock)
+        .build()
+}
+
+/// A quota one hot key never drains: one request per nanosecond, a burst of
+/// a million.
+fn hot_quota() -> Quota {
+    Quota::per_second(1_000_000_000)
+        .unwrap()
+        .with_burst(1_000_000)
+        .unwrap()
+}
+
+/// A quota distinct keys never drain: 10^8 per second per key, a burst of
+/// 10^7. A key rests 100 ms after its last admission, far longer than any
+/// key here waits for its next check, so none is evicted while in use.
+fn distinct_quota() -> Quota {
+    Quota::per_second(100_000_000)
+        .unwrap()
+        .with_burst(10_000_000)
+        .unwrap()
+}
+
+fn governor_quota(per_second: u32, burst: u32) -> governor::Quota {
+    governor::Quota::per_second(NonZeroU32::new(per_second).unwrap())
+        .allow_burst(NonZeroU32::new(burst).unwrap())
+}
+
+/// The key thread `thread` checks at step `i`: each of up to 4 threads owns
+/// a quarter of the `keys`.
+#[inline]
+fn key_of(keys: u64, thread: usize, i: u64) -> u64 {
+    let per_thread = (keys / 4).max(1);
+    (thread as u64 % 4) * per_thread + i % per_thread
+}
+
+/// Algorithm `A` on the default store with its default cell and clock `C`,
+/// denying on one drained key.
+pub fn deny_hot_key<A: Algorithm, C: Clock + 'static>(clock: C) -> Op {
+    let limiter = keyed::<A, _, _>(Quota::per_hour(1).unwrap(), LockFree::default(), clock);
+    assert!(limiter.check(&0).unwrap().is_allowed());
+    assert!(!limiter.check(&0).unwrap().is_allowed());
+    Box::new(move |_, _| {
+        black_box(limiter.check(black_box(&0)).unwrap().is_allowed());
+    })
+}
+
+/// governor's keyed limiter denying on one drained key.
+pub fn governor_deny_hot_key() -> Op {
+    let limiter =
+        governor::RateLimiter::keyed(governor::Quota::per_hour(NonZeroU32::new(1).unwrap()));
+    assert!(limiter.check_key(&0_u64).is_ok());
+    Box::new(move |_, _| {
+        black_box(limiter.check_key(black_box(&0_u64)).is_ok());
+    })
+}
+
+/// tollgate's direct GCRA limiter, drained.
+pub fn direct_deny() -> Op {
+    let limiter = Builder::new(Quota::per_hour(1).unwrap())
+        .clock(TscClock::new())
+        .build_direct();
+    assert!(limiter.check().unwrap().is_allowed());
+    Box::new(move |_, _| {
+        black_box(limiter.check().unwrap().is_allowed());
+    })
+}
+
+/// governor's direct limiter, drained.
+pub fn governor_direct_deny() -> Op {
+    let limiter =
+        governor::RateLimiter::direct(governor::Quota::per_hour(NonZeroU32::new(1).unwrap()));
+    assert!(limiter.check().is_ok());
+    Box::new(move |_, _| {
+        black_box(limiter.check().is_ok());
+    })
+}
+
+/// Algorithm `A` on `store`, admitting on `keys` distinct keys (each thread
+/// its own quarter), every key present before timing.
+pub fn admit_distinct<A: Algorithm, S: StoreKind>(store: S, keys: u64) -> Op {
+    let limiter = keyed::<A, _, _>(distinct_quota(), store, TscClock::new());
+    for key in 0..keys {
+        assert!(limiter.check(&key).unwrap().is_allowed());
+    }
+    Box::new(move |thread, i| {
+        black_box(
+            limiter
+                .check(&key_of(keys, thread, i))
+                .unwrap()
+                .is_allowed(),
+        );
+    })
+}
+
+/// governor's keyed limiter on the same workload.
+pub fn governor_admit_distinct(keys: u64) -> Op {
+    let limiter = governor::RateLimiter::keyed(governor_quota(100_000_000, 10_000_000));
+    for key in 0..keys {
+        assert!(limiter.check_key(&key).is_ok());
+    }
+    Box::new(move |thread, i| {
+        black_box(limiter.check_key(&key_of(keys, thread, i)).is_ok());
+    })
+}
+
+/// GCRA on `store`, every thread admitting on one hot key.
+pub fn admit_hot_key<S: StoreKind>(store: S) -> Op {
+    let limiter = keyed::<Gcra, _, _>(hot_quota(), store, TscClock::new());
+    Box::new(move |_, _| {
+        black_box(limiter.check(&0).unwrap().is_allowed());
+    })
+}
+
+/// governor's keyed limiter, every thread admitting on one hot key.
+pub fn governor_admit_hot_key() -> Op {
+    let limiter = governor::RateLimiter::keyed(governor_quota(1_000_000_000, 1_000_000));
+    Box::new(move |_, _| {
+        black_box(limiter.check_key(&0_u64).is_ok());
+    })
+}
