@@ -168,7 +168,7 @@ pub fn plots(results: &Results, sweep: &[SweepRow], dir: &Path) -> std::io::Resu
         (
             "bytes-per-key.svg",
             Chart {
-                title: "Retained bytes per key (u64 keys)",
+                title: "Bytes per key, u64 keys (governor, lock-free and sharded GCRA coincide)",
                 x_label: "keys",
                 y_label: "bytes per key",
                 log_x: true,
