@@ -55,7 +55,7 @@ fn configure(group: &mut BenchmarkGroup<'_, WallTime>) {
 fn deny_hot_key(criterion: &mut Criterion) {
     let mut group = criterion.benchmark_group("deny_hot_key");
     configure(&mut group);
-    let ops: [(&str, workloads::Op); 8] = [
+    let ops: Vec<(&str, workloads::Op)> = vec![
         (
             "fixed_window",
             workloads::deny_hot_key::<FixedWindow, _>(TscClock::new()),
@@ -73,6 +73,13 @@ fn deny_hot_key(criterion: &mut Criterion) {
             workloads::deny_hot_key::<SlidingWindowCounter, _>(TscClock::new()),
         ),
         ("gcra", workloads::deny_hot_key::<Gcra, _>(TscClock::new())),
+        (
+            "gcra_foldhash",
+            workloads::deny_hot_key_on::<Gcra, _, _>(
+                workloads::lock_free_foldhash(),
+                TscClock::new(),
+            ),
+        ),
         ("governor_keyed", workloads::governor_deny_hot_key()),
         ("gcra_direct", workloads::direct_deny()),
         ("governor_direct", workloads::governor_direct_deny()),
@@ -89,7 +96,7 @@ fn deny_with_clock(criterion: &mut Criterion) {
     let mut group = criterion.benchmark_group("deny_with_clock");
     configure(&mut group);
     let coarse = CoarseClock::new();
-    let ops: [(&str, workloads::Op); 3] = [
+    let ops: Vec<(&str, workloads::Op)> = vec![
         (
             "monotonic",
             workloads::deny_hot_key::<Gcra, _>(MonotonicClock::new()),
@@ -109,7 +116,7 @@ fn admit_distinct_keys(criterion: &mut Criterion) {
     for keys in [16_u64, 1_024, 65_536] {
         let mut group = criterion.benchmark_group(format!("admit_distinct_{keys}"));
         configure(&mut group);
-        let ops: [(&str, workloads::Op); 5] = [
+        let ops: Vec<(&str, workloads::Op)> = vec![
             (
                 "global_mutex",
                 workloads::admit_distinct::<Gcra, _>(GlobalMutex, keys),
@@ -126,6 +133,10 @@ fn admit_distinct_keys(criterion: &mut Criterion) {
                 "lock_free",
                 workloads::admit_distinct::<Gcra, _>(LockFree::default(), keys),
             ),
+            (
+                "lock_free_foldhash",
+                workloads::admit_distinct::<Gcra, _>(workloads::lock_free_foldhash(), keys),
+            ),
             ("governor_keyed", workloads::governor_admit_distinct(keys)),
         ];
         for (name, op) in &ops {
@@ -140,7 +151,7 @@ fn admit_distinct_by_algorithm(criterion: &mut Criterion) {
     let mut group = criterion.benchmark_group("admit_distinct_by_algorithm");
     configure(&mut group);
     const KEYS: u64 = 65_536;
-    let ops: [(&str, workloads::Op); 5] = [
+    let ops: Vec<(&str, workloads::Op)> = vec![
         (
             "fixed_window",
             workloads::admit_distinct::<FixedWindow, _>(LockFree::default(), KEYS),
@@ -172,7 +183,7 @@ fn admit_distinct_by_algorithm(criterion: &mut Criterion) {
 fn admit_hot_key(criterion: &mut Criterion) {
     let mut group = criterion.benchmark_group("admit_hot_key");
     configure(&mut group);
-    let ops: [(&str, workloads::Op); 5] = [
+    let ops: Vec<(&str, workloads::Op)> = vec![
         ("global_mutex", workloads::admit_hot_key(GlobalMutex)),
         ("sharded", workloads::admit_hot_key(Sharded::default())),
         ("per_key", workloads::admit_hot_key(PerKey)),

@@ -19,6 +19,12 @@ use tollgate::{Builder, Quota, RateLimiter};
 /// What a thread runs: `op(thread, i)`.
 pub type Op = Box<dyn Fn(usize, u64) + Sync>;
 
+/// The lock-free store hashing with seeded foldhash instead of SipHash: the
+/// hash's share of a keyed check, for keys clients do not choose.
+pub fn lock_free_foldhash() -> LockFree<foldhash::fast::RandomState> {
+    LockFree::default().with_hasher(foldhash::fast::RandomState::default())
+}
+
 fn keyed<A: Algorithm, S: StoreKind, C: Clock>(
     quota: Quota,
     store: S,
@@ -66,7 +72,12 @@ fn key_of(keys: u64, thread: usize, i: u64) -> u64 {
 /// Algorithm `A` on the default store with its default cell and clock `C`,
 /// denying on one drained key.
 pub fn deny_hot_key<A: Algorithm, C: Clock + 'static>(clock: C) -> Op {
-    let limiter = keyed::<A, _, _>(Quota::per_hour(1).unwrap(), LockFree::default(), clock);
+    deny_hot_key_on::<A, _, _>(LockFree::default(), clock)
+}
+
+/// The same on `store`.
+pub fn deny_hot_key_on<A: Algorithm, S: StoreKind, C: Clock + 'static>(store: S, clock: C) -> Op {
+    let limiter = keyed::<A, _, _>(Quota::per_hour(1).unwrap(), store, clock);
     assert!(limiter.check(&0).unwrap().is_allowed());
     assert!(!limiter.check(&0).unwrap().is_allowed());
     Box::new(move |_, _| {

@@ -119,10 +119,10 @@ fn clock_cost(clock: &dyn Clock) -> f64 {
     started.elapsed().as_nanos() as f64 / f64::from(READS)
 }
 
-/// Runs every workload. Cells: 8 + 3 + 3 × 5 + 5 + 5 workloads × 3 thread
+/// Runs every workload. Cells: 9 + 3 + 3 × 6 + 5 + 5 workloads × 3 thread
 /// counts.
 pub fn run(budget: &Budget) -> Results {
-    let cells = (8 + 3 + 3 * 5 + 5 + 5) * THREADS.len() as u64;
+    let cells = (9 + 3 + 3 * 6 + 5 + 5) * THREADS.len() as u64;
     let bar = ProgressBar::new(cells).with_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} {elapsed} {msg}").expect("template"),
     );
@@ -146,6 +146,13 @@ pub fn run(budget: &Budget) -> Results {
                 workloads::deny_hot_key::<SlidingWindowCounter, _>(TscClock::new()),
             ),
             ("GCRA", workloads::deny_hot_key::<Gcra, _>(TscClock::new())),
+            (
+                "GCRA, foldhash",
+                workloads::deny_hot_key_on::<Gcra, _, _>(
+                    workloads::lock_free_foldhash(),
+                    TscClock::new(),
+                ),
+            ),
             ("governor keyed", workloads::governor_deny_hot_key()),
             ("GCRA direct", workloads::direct_deny()),
             ("governor direct", workloads::governor_direct_deny()),
@@ -190,6 +197,10 @@ pub fn run(budget: &Budget) -> Results {
                     (
                         "lock-free",
                         workloads::admit_distinct::<Gcra, _>(LockFree::default(), keys),
+                    ),
+                    (
+                        "lock-free, foldhash",
+                        workloads::admit_distinct::<Gcra, _>(workloads::lock_free_foldhash(), keys),
                     ),
                     ("governor keyed", workloads::governor_admit_distinct(keys)),
                 ],

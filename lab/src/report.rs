@@ -45,11 +45,23 @@ pub fn targets(results: &Results, sweep: &[SweepRow]) {
         1.6,
         "×",
     );
+    judge(
+        "  the same deny, seeded foldhash (trusted keys): × governor",
+        deny.row("governor keyed").ns[1] / deny.row("GCRA, foldhash").ns[1],
+        4.0,
+        "×",
+    );
     let distinct = &results.distinct.last().expect("65 536 keys").1;
     let lock_free = distinct.row("lock-free");
     judge(
         "GCRA admit, 65 536 keys, 2 threads: × governor keyed",
         distinct.row("governor keyed").ns[1] / lock_free.ns[1],
+        2.0,
+        "×",
+    );
+    judge(
+        "  the same admit, seeded foldhash (trusted keys): × governor",
+        distinct.row("governor keyed").ns[1] / distinct.row("lock-free, foldhash").ns[1],
         2.0,
         "×",
     );

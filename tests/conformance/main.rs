@@ -100,6 +100,13 @@ conformance!(sliding_log_per_key, SlidingWindowLog, PerKey);
 conformance!(sliding_counter_per_key, SlidingWindowCounter, PerKey);
 conformance!(gcra_per_key, Gcra, PerKey);
 
+// A caller-chosen hasher (seeded foldhash) on the lock-free store.
+conformance!(
+    gcra_lock_free_foldhash,
+    Gcra,
+    LockFree::new(2).with_hasher(foldhash::fast::RandomState::default())
+);
+
 // One shard: every key in one table, so the 10 000-key test rebuilds it
 // from 8 buckets to 16 384 while checking.
 conformance!(gcra_lock_free_one_shard, Gcra, LockFree::new(1));
