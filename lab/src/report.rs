@@ -77,8 +77,10 @@ pub fn targets(results: &Results, sweep: &[SweepRow]) {
         } else {
             "MISSED"
         };
+        #[allow(clippy::cast_precision_loss)]
+        let excess_bytes = (row.lock_free_gcra - row.governor) * row.keys as f64;
         println!(
-            "{:<62} {:>7.3} B vs governor {:.3} B  {verdict}",
+            "{:<62} {:>7.3} B vs governor {:.3} B ({excess_bytes:+.0} B in all)  {verdict}",
             format!(
                 "bytes/key, lock-free GCRA, {} keys (target ≤ governor)",
                 row.keys
