@@ -8,12 +8,14 @@ use crossbeam_epoch::{self as epoch, Guard, Owned};
 use crossbeam_utils::CachePadded;
 
 use super::table::{MIN_BUCKETS, RawTable, max_used};
-use super::{Key, KeyCap, Population, SWEEP_SPACING, Store, StoreKind, default_shards};
+use super::{
+    Checked, Key, KeyCap, Population, Room, Store, StoreKind, default_shards, retry_after_sweep,
+};
 use crate::algorithm::Algorithm;
 use crate::cell::Cell;
 use crate::decision::Decision;
 use crate::error::CheckError;
-use crate::sync::{Mutex, MutexGuard, lock};
+use crate::sync::{Mutex, lock};
 
 /// The default store: keys in sharded open-addressing tables whose lookups
 /// take no lock, each key's state in its algorithm's
@@ -131,22 +133,13 @@ struct Writer {
     used: usize,
     /// Live slots.
     live: usize,
-    /// Where the next bounded sweep starts.
-    hand: usize,
-    /// New keys that found the store full since the last sweep.
-    full_since_sweep: usize,
 }
 
 impl<K, V> Shard<K, V> {
     fn new() -> Self {
         Self {
             table: epoch::Atomic::new(RawTable::with_buckets(MIN_BUCKETS)),
-            writer: Mutex::new(Writer {
-                used: 0,
-                live: 0,
-                hand: 0,
-                full_since_sweep: 0,
-            }),
+            writer: Mutex::new(Writer { used: 0, live: 0 }),
         }
     }
 
@@ -187,8 +180,10 @@ impl<K: Key, A: Algorithm, H: BuildHasher> LockFreeStore<K, A, H> {
     }
 
     /// The slow path: the shard's mutex held, look again, insert if absent.
+    /// `swept`: the store was just swept for this check.
     #[cold]
     #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
     fn check_locked<Q>(
         &self,
         shard: &Shard<K, A::Cell>,
@@ -197,19 +192,21 @@ impl<K: Key, A: Algorithm, H: BuildHasher> LockFreeStore<K, A, H> {
         algorithm: &A,
         now_ns: u64,
         cost: u32,
-    ) -> Result<Decision, CheckError>
+        swept: bool,
+    ) -> Result<Checked, CheckError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let mut writer = lock(&shard.writer);
+        let mut guard_writer = lock(&shard.writer);
+        let writer = &mut *guard_writer;
         let guard = epoch::pin();
         let mut table = shard.table(&guard);
         if let Some(cell) = table.find(hash, key) {
             // Under the mutex every live slot's cell is live: eviction and
             // rebuilds retire cells and unlink them in one critical section.
             if let Some(decision) = cell.check(algorithm, now_ns, cost)? {
-                return Ok(decision);
+                return Ok(Checked::Done(decision));
             }
         }
         // A new key: a fresh state has its whole burst, so a valid cost is
@@ -217,26 +214,22 @@ impl<K: Key, A: Algorithm, H: BuildHasher> LockFreeStore<K, A, H> {
         let fresh = algorithm
             .decide(&A::State::default(), now_ns, cost)?
             .decision();
-        if let Err(cap) = self.population.reserve() {
-            let sweep_due = writer.full_since_sweep % (writer.live / SWEEP_SPACING + 1) == 0;
-            writer.full_since_sweep += 1;
-            // At the cap, any idle key makes room: no grace.
-            let freed = sweep_due && self.sweep(table, &mut writer, algorithm, now_ns) > 0;
-            if !freed || self.population.reserve().is_err() {
-                return cap.when_full(fresh);
-            }
+        match self.population.make_room(swept) {
+            Room::Reserved => {}
+            Room::Full(cap) => return cap.when_full(fresh).map(Checked::Done),
+            Room::SweepFirst => return Ok(Checked::SweepFirst),
         }
         if writer.used >= max_used(table.buckets()) {
-            table = self.rebuild(shard, &mut writer, algorithm, now_ns, &guard);
+            table = self.rebuild(shard, writer, algorithm, now_ns, &guard);
         }
         let cell = table.insert(hash, key.to_owned(), A::Cell::new(algorithm));
         writer.used += 1;
         writer.live += 1;
         // Others can find the cell from here on, so decide through it.
         match cell.check(algorithm, now_ns, cost)? {
-            Some(decision) => Ok(decision),
+            Some(decision) => Ok(Checked::Done(decision)),
             // Only a writer retires a cell, and we hold the writers' lock.
-            None => Ok(fresh),
+            None => Ok(Checked::Done(fresh)),
         }
     }
 
@@ -245,7 +238,7 @@ impl<K: Key, A: Algorithm, H: BuildHasher> LockFreeStore<K, A, H> {
     fn sweep(
         &self,
         table: &RawTable<K, A::Cell>,
-        writer: &mut MutexGuard<'_, Writer>,
+        live: &mut usize,
         algorithm: &A,
         idle_at_ns: u64,
     ) -> usize {
@@ -256,8 +249,7 @@ impl<K: Key, A: Algorithm, H: BuildHasher> LockFreeStore<K, A, H> {
                 removed += 1;
             }
         }
-        writer.live -= removed;
-        writer.full_since_sweep = 0;
+        *live -= removed;
         self.population.release(removed);
         removed
     }
@@ -273,7 +265,7 @@ impl<K: Key, A: Algorithm, H: BuildHasher> LockFreeStore<K, A, H> {
     fn rebuild<'g>(
         &self,
         shard: &Shard<K, A::Cell>,
-        writer: &mut MutexGuard<'_, Writer>,
+        writer: &mut Writer,
         algorithm: &A,
         now_ns: u64,
         guard: &'g Guard,
@@ -281,7 +273,7 @@ impl<K: Key, A: Algorithm, H: BuildHasher> LockFreeStore<K, A, H> {
         let old = shard.table(guard);
         if (writer.live + 1) * 4 > max_used(old.buckets()) * 3 {
             let idle_at_ns = now_ns.saturating_sub(algorithm.rest_ns());
-            self.sweep(old, writer, algorithm, idle_at_ns);
+            self.sweep(old, &mut writer.live, algorithm, idle_at_ns);
         }
         // Room for the live keys and the one being inserted at no more than
         // 3/4 of the maximum load, so that the next rebuild is far off; when
@@ -302,7 +294,6 @@ impl<K: Key, A: Algorithm, H: BuildHasher> LockFreeStore<K, A, H> {
         }
         writer.used = moved;
         writer.live = moved;
-        writer.hand = 0;
         // Release: publishes the new table's slots to checks that load the
         // pointer with Acquire (`Shard::table`).
         let old = shard
@@ -339,7 +330,11 @@ impl<K: Key, A: Algorithm, H: BuildHasher + Send + Sync> Store<K, A> for LockFre
                 }
             }
         }
-        self.check_locked(shard, hash, key, algorithm, now_ns, cost)
+        retry_after_sweep(
+            &self.population,
+            |swept| self.check_locked(shard, hash, key, algorithm, now_ns, cost, swept),
+            || self.evict_idle(algorithm, now_ns),
+        )
     }
 
     fn peek<Q>(
@@ -380,7 +375,7 @@ impl<K: Key, A: Algorithm, H: BuildHasher + Send + Sync> Store<K, A> for LockFre
             .iter()
             .map(|shard| {
                 let mut writer = lock(&shard.writer);
-                self.sweep(shard.table(&guard), &mut writer, algorithm, now_ns)
+                self.sweep(shard.table(&guard), &mut writer.live, algorithm, now_ns)
             })
             .sum()
     }

@@ -161,6 +161,47 @@ pub trait StoreKind: Debug + Clone + Send + Sync + 'static {
 struct Population {
     len: crate::sync::AtomicUsize,
     cap: Option<KeyCap>,
+    /// New keys that found the store full: spaces out the sweeps they run.
+    found_full: crate::sync::AtomicUsize,
+}
+
+/// What [`Population::make_room`] found.
+enum Room {
+    Reserved,
+    Full(KeyCap),
+    SweepFirst,
+}
+
+/// One attempt at a check under a shard's lock.
+enum Checked {
+    Done(Decision),
+    /// A new key found the store full and a sweep is due: release the shard,
+    /// sweep the whole store, try again.
+    SweepFirst,
+}
+
+/// Runs `attempt` (which takes its shard's lock itself, and is told whether
+/// the store was just swept); when it asks, sweeps the whole store with
+/// `sweep_store` (no shard lock held) and tries once more. Told that the
+/// store was swept, `make_room` never asks again, so the loop ends.
+fn retry_after_sweep(
+    population: &Population,
+    mut attempt: impl FnMut(bool) -> Result<Checked, CheckError>,
+    sweep_store: impl FnOnce() -> usize,
+) -> Result<Decision, CheckError> {
+    let mut sweep_store = Some(sweep_store);
+    loop {
+        let swept = sweep_store.is_none();
+        match attempt(swept)? {
+            Checked::Done(decision) => return Ok(decision),
+            Checked::SweepFirst => {
+                if let Some(sweep_store) = sweep_store.take() {
+                    let scanned = population.len();
+                    population.swept(sweep_store(), scanned);
+                }
+            }
+        }
+    }
 }
 
 impl Population {
@@ -168,6 +209,41 @@ impl Population {
         Self {
             len: crate::sync::AtomicUsize::new(0),
             cap,
+            found_full: crate::sync::AtomicUsize::new(0),
+        }
+    }
+
+    /// Reserves room for a new key. `Room::SweepFirst` asks the caller to
+    /// release its shard, sweep the whole store (`Store::evict_idle`),
+    /// report it with `swept`, and try again once (see `retry_after_sweep`).
+    ///
+    /// Sweeps are spaced so that a flood cannot make every request pay for
+    /// the whole store: one in every `len / SWEEP_SPACING + 1` new keys that
+    /// find the store full sweeps, and a sweep that freed at least
+    /// `len / SWEEP_SPACING` keys makes the next one due at once (the keys it
+    /// freed already paid for it). A new key so costs amortized
+    /// `O(SWEEP_SPACING)` slot visits, never `O(len)`.
+    fn make_room(&self, swept_already: bool) -> Room {
+        match self.reserve() {
+            Ok(()) => Room::Reserved,
+            Err(cap) if swept_already => Room::Full(cap),
+            Err(cap) => {
+                // Relaxed: a spacing counter; racing increments only change
+                // which new key runs the sweep.
+                let found_full = self.found_full.fetch_add(1, crate::sync::Ordering::Relaxed);
+                if found_full % (self.len() / SWEEP_SPACING + 1) == 0 {
+                    Room::SweepFirst
+                } else {
+                    Room::Full(cap)
+                }
+            }
+        }
+    }
+
+    /// Records a whole-store sweep that freed `freed` of `scanned` keys.
+    fn swept(&self, freed: usize, scanned: usize) {
+        if freed > 0 && freed >= scanned / SWEEP_SPACING {
+            self.found_full.store(0, crate::sync::Ordering::Relaxed);
         }
     }
 
@@ -214,9 +290,8 @@ impl KeyCap {
     }
 }
 
-/// How often a shard that finds the store full sweeps itself for idle keys:
-/// once per `len / SWEEP_SPACING + 1` new keys that find it full, so a flood
-/// of new keys costs amortized `O(SWEEP_SPACING)` per key, not `O(len)`.
+/// How often a new key that finds the store full may sweep the store for
+/// idle keys (see `Population::make_room`).
 const SWEEP_SPACING: usize = 8;
 
 /// The default shard count: four per available core, a power of two.

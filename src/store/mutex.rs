@@ -7,7 +7,9 @@ use std::hash::{BuildHasher, Hash, RandomState};
 
 use crossbeam_utils::CachePadded;
 
-use super::{Key, KeyCap, Population, SWEEP_SPACING, Store, StoreKind, default_shards};
+use super::{
+    Checked, Key, KeyCap, Population, Room, Store, StoreKind, default_shards, retry_after_sweep,
+};
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
 use crate::error::CheckError;
@@ -76,8 +78,6 @@ type LockedShard<K, S> = CachePadded<Mutex<MapShard<K, S>>>;
 
 struct MapShard<K, S> {
     map: HashMap<K, S>,
-    /// New keys that found the store full since this shard last swept.
-    full_since_sweep: usize,
 }
 
 impl<K: Key, A: Algorithm> MutexStore<K, A> {
@@ -87,7 +87,6 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
                 .map(|_| {
                     CachePadded::new(Mutex::new(MapShard {
                         map: HashMap::new(),
-                        full_since_sweep: 0,
                     }))
                 })
                 .collect(),
@@ -112,18 +111,58 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
     /// Removes the shard's keys idle at `idle_at_ns` (and so at every later
     /// instant) and returns their room; gives back memory when the map has
     /// become mostly empty.
-    fn sweep(&self, shard: &mut MapShard<K, A::State>, algorithm: &A, idle_at_ns: u64) -> usize {
-        let before = shard.map.len();
-        shard
-            .map
-            .retain(|_, state| !algorithm.is_idle(state, idle_at_ns));
-        let removed = before - shard.map.len();
+    fn sweep(&self, map: &mut HashMap<K, A::State>, algorithm: &A, idle_at_ns: u64) -> usize {
+        let before = map.len();
+        map.retain(|_, state| !algorithm.is_idle(state, idle_at_ns));
+        let removed = before - map.len();
         self.population.release(removed);
-        if shard.map.len() < shard.map.capacity() / 4 {
-            shard.map.shrink_to(shard.map.len() * 2);
+        if map.len() < map.capacity() / 4 {
+            map.shrink_to(map.len() * 2);
         }
-        shard.full_since_sweep = 0;
         removed
+    }
+}
+
+impl<K: Key, A: Algorithm> MutexStore<K, A> {
+    /// One check under the key's shard lock; `swept`: the store was just
+    /// swept for this check.
+    fn check_once<Q>(
+        &self,
+        key: &Q,
+        algorithm: &A,
+        now_ns: u64,
+        cost: u32,
+        swept: bool,
+    ) -> Result<Checked, CheckError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        // Lookup, decision and write all happen under the shard's lock.
+        let mut shard = self.shard(key);
+        if let Some(state) = shard.map.get_mut(key) {
+            return algorithm.check(state, now_ns, cost).map(Checked::Done);
+        }
+        // A new key: its state is the default, which has its whole burst, so
+        // any valid cost is admitted. An invalid cost returns here, before
+        // anything is stored.
+        let mut state = A::State::default();
+        let decision = algorithm.check(&mut state, now_ns, cost)?;
+        // Before the map grows, make room by evicting keys idle for at least
+        // the algorithm's rest time (keys between two requests stay):
+        // amortized, since the map doubles each time it grows.
+        if shard.map.len() == shard.map.capacity() {
+            let idle_at_ns = now_ns.saturating_sub(algorithm.rest_ns());
+            self.sweep(&mut shard.map, algorithm, idle_at_ns);
+        }
+        match self.population.make_room(swept) {
+            Room::Reserved => {
+                shard.map.insert(key.to_owned(), state);
+                Ok(Checked::Done(decision))
+            }
+            Room::Full(cap) => cap.when_full(decision).map(Checked::Done),
+            Room::SweepFirst => Ok(Checked::SweepFirst),
+        }
     }
 }
 
@@ -139,33 +178,11 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        // Lookup, decision and write all happen under the shard's lock.
-        let mut shard = self.shard(key);
-        if let Some(state) = shard.map.get_mut(key) {
-            return algorithm.check(state, now_ns, cost);
-        }
-        // A new key: its state is the default, which has its whole burst, so
-        // any valid cost is admitted. An invalid cost returns here, before
-        // anything is stored.
-        let mut state = A::State::default();
-        let decision = algorithm.check(&mut state, now_ns, cost)?;
-        // Before the map grows, make room by evicting keys idle for at least
-        // the algorithm's rest time (keys between two requests stay):
-        // amortized, since the map doubles each time it grows.
-        if shard.map.len() == shard.map.capacity() {
-            let idle_at_ns = now_ns.saturating_sub(algorithm.rest_ns());
-            self.sweep(&mut shard, algorithm, idle_at_ns);
-        }
-        if let Err(cap) = self.population.reserve() {
-            let sweep_due = shard.full_since_sweep % (shard.map.len() / SWEEP_SPACING + 1) == 0;
-            shard.full_since_sweep += 1;
-            let freed = sweep_due && self.sweep(&mut shard, algorithm, now_ns) > 0;
-            if !freed || self.population.reserve().is_err() {
-                return cap.when_full(decision);
-            }
-        }
-        shard.map.insert(key.to_owned(), state);
-        Ok(decision)
+        retry_after_sweep(
+            &self.population,
+            |swept| self.check_once(key, algorithm, now_ns, cost, swept),
+            || self.evict_idle(algorithm, now_ns),
+        )
     }
 
     fn peek<Q>(
@@ -190,7 +207,7 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
     fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {
         self.shards
             .iter()
-            .map(|shard| self.sweep(&mut lock(shard), algorithm, now_ns))
+            .map(|shard| self.sweep(&mut lock(shard).map, algorithm, now_ns))
             .sum()
     }
 

@@ -6,12 +6,12 @@ use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
 
-use super::{Key, KeyCap, Population, SWEEP_SPACING, Store, StoreKind};
+use super::{Checked, Key, KeyCap, Population, Room, Store, StoreKind, retry_after_sweep};
 use crate::algorithm::Algorithm;
 use crate::cell::Cell;
 use crate::decision::Decision;
 use crate::error::CheckError;
-use crate::sync::{Arc, Mutex, MutexGuard, lock};
+use crate::sync::{Arc, Mutex, lock};
 
 /// Every key's [`Cell`] in an `Arc`, inside one `Mutex<HashMap>`. The lock is
 /// held only to find a key's cell (or insert a new one); the check runs on
@@ -35,7 +35,6 @@ impl StoreKind for PerKey {
         PerKeyStore {
             map: Mutex::new(CellMap {
                 cells: HashMap::new(),
-                full_since_sweep: 0,
             }),
             population: Population::new(cap),
         }
@@ -50,15 +49,14 @@ pub struct PerKeyStore<K, A: Algorithm> {
 
 struct CellMap<K, C> {
     cells: HashMap<K, Arc<C>>,
-    full_since_sweep: usize,
 }
 
 /// What a lookup under the lock found.
 enum Found<C> {
     Cell(Arc<C>),
-    /// The key was absent and the outcome is already decided (a new key past
-    /// the cap).
-    Decided(Decision),
+    /// The key was absent and the check needs no cell: decided already (a
+    /// new key past the cap), or a sweep comes first.
+    Checked(Checked),
 }
 
 impl<K: Key, A: Algorithm> PerKeyStore<K, A> {
@@ -66,24 +64,24 @@ impl<K: Key, A: Algorithm> PerKeyStore<K, A> {
     /// the protocol: a check that already holds the cell's `Arc` finds it
     /// retired and looks again, so its admission cannot land in a cell no
     /// lookup can reach.
-    fn sweep(&self, map: &mut CellMap<K, A::Cell>, algorithm: &A, idle_at_ns: u64) -> usize {
-        let before = map.cells.len();
-        map.cells
-            .retain(|_, cell| !cell.retire_if_idle(algorithm, idle_at_ns));
-        let removed = before - map.cells.len();
+    fn sweep(&self, cells: &mut HashMap<K, Arc<A::Cell>>, algorithm: &A, idle_at_ns: u64) -> usize {
+        let before = cells.len();
+        cells.retain(|_, cell| !cell.retire_if_idle(algorithm, idle_at_ns));
+        let removed = before - cells.len();
         self.population.release(removed);
-        map.full_since_sweep = 0;
         removed
     }
 
-    /// The key's cell, inserting a fresh one for a new key (map lock held).
+    /// The key's cell, inserting a fresh one for a new key (map lock held);
+    /// `swept`: the store was just swept for this check.
     fn find_or_insert<Q>(
         &self,
-        map: &mut MutexGuard<'_, CellMap<K, A::Cell>>,
+        map: &mut CellMap<K, A::Cell>,
         key: &Q,
         algorithm: &A,
         now_ns: u64,
         cost: u32,
+        swept: bool,
     ) -> Result<Found<A::Cell>, CheckError>
     where
         K: Borrow<Q>,
@@ -99,15 +97,16 @@ impl<K: Key, A: Algorithm> PerKeyStore<K, A> {
             .decision();
         if map.cells.len() == map.cells.capacity() {
             let idle_at_ns = now_ns.saturating_sub(algorithm.rest_ns());
-            self.sweep(map, algorithm, idle_at_ns);
+            self.sweep(&mut map.cells, algorithm, idle_at_ns);
         }
-        if let Err(cap) = self.population.reserve() {
-            let sweep_due = map.full_since_sweep % (map.cells.len() / SWEEP_SPACING + 1) == 0;
-            map.full_since_sweep += 1;
-            let freed = sweep_due && self.sweep(map, algorithm, now_ns) > 0;
-            if !freed || self.population.reserve().is_err() {
-                return cap.when_full(fresh).map(Found::Decided);
+        match self.population.make_room(swept) {
+            Room::Reserved => {}
+            Room::Full(cap) => {
+                return cap
+                    .when_full(fresh)
+                    .map(|decision| Found::Checked(Checked::Done(decision)));
             }
+            Room::SweepFirst => return Ok(Found::Checked(Checked::SweepFirst)),
         }
         let cell = Arc::new(A::Cell::new(algorithm));
         map.cells.insert(key.to_owned(), Arc::clone(&cell));
@@ -127,18 +126,22 @@ impl<K: Key, A: Algorithm> Store<K, A> for PerKeyStore<K, A> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        loop {
-            let found = self.find_or_insert(&mut lock(&self.map), key, algorithm, now_ns, cost)?;
+        let attempt = |swept| loop {
+            let found =
+                self.find_or_insert(&mut lock(&self.map), key, algorithm, now_ns, cost, swept)?;
             let cell = match found {
                 Found::Cell(cell) => cell,
-                Found::Decided(decision) => return Ok(decision),
+                Found::Checked(checked) => return Ok(checked),
             };
             // The lock is released: the check runs on the cell alone.
             if let Some(decision) = cell.check(algorithm, now_ns, cost)? {
-                return Ok(decision);
+                return Ok(Checked::Done(decision));
             }
             // Retired by an eviction after we found it: look again.
-        }
+        };
+        retry_after_sweep(&self.population, attempt, || {
+            self.evict_idle(algorithm, now_ns)
+        })
     }
 
     fn peek<Q>(
@@ -167,7 +170,7 @@ impl<K: Key, A: Algorithm> Store<K, A> for PerKeyStore<K, A> {
     }
 
     fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {
-        self.sweep(&mut lock(&self.map), algorithm, now_ns)
+        self.sweep(&mut lock(&self.map).cells, algorithm, now_ns)
     }
 
     fn len(&self) -> usize {
