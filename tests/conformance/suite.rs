@@ -52,7 +52,11 @@ fn drain<K, L: Subject<K>>(limiter: &L, key: &K) -> (u32, Decision) {
             return (admitted, decision);
         }
         admitted += 1;
-        assert!(admitted <= 1_000_000, "drain never ended");
+        // A guard against a limiter that never denies, not a bound on the
+        // count: every caller asserts the exact count it expects.
+        if admitted > 1_000_000 {
+            panic!("drain never ended");
+        }
     }
 }
 
