@@ -137,6 +137,10 @@ fn admit_distinct_keys(criterion: &mut Criterion) {
                 "lock_free_foldhash",
                 workloads::admit_distinct::<Gcra, _>(workloads::lock_free_foldhash(), keys),
             ),
+            (
+                "lock_free_unshared",
+                workloads::admit_distinct_unshared(keys),
+            ),
             ("governor_keyed", workloads::governor_admit_distinct(keys)),
         ];
         for (name, op) in &ops {

@@ -133,6 +133,32 @@ pub fn admit_distinct<A: Algorithm, S: StoreKind>(store: S, keys: u64) -> Op {
     })
 }
 
+/// The same workload with one limiter per thread (up to 4): nothing shared
+/// between threads but the clock and the epoch collector. Set beside
+/// `admit_distinct` on `LockFree`, it measures what sharing one table costs
+/// (cache lines holding keys of several threads).
+pub fn admit_distinct_unshared(keys: u64) -> Op {
+    let limiters: Vec<_> = (0..4)
+        .map(|_| {
+            let limiter =
+                keyed::<Gcra, _, _>(distinct_quota(), LockFree::default(), TscClock::new());
+            for key in 0..keys {
+                assert!(limiter.check(&key).unwrap().is_allowed());
+            }
+            limiter
+        })
+        .collect();
+    Box::new(move |thread, i| {
+        let limiter = &limiters[thread % 4];
+        black_box(
+            limiter
+                .check(&key_of(keys, thread, i))
+                .unwrap()
+                .is_allowed(),
+        );
+    })
+}
+
 /// governor's keyed limiter on the same workload.
 pub fn governor_admit_distinct(keys: u64) -> Op {
     let limiter = governor::RateLimiter::keyed(governor_quota(100_000_000, 10_000_000));

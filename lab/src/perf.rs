@@ -119,10 +119,10 @@ fn clock_cost(clock: &dyn Clock) -> f64 {
     started.elapsed().as_nanos() as f64 / f64::from(READS)
 }
 
-/// Runs every workload. Cells: 9 + 3 + 3 × 6 + 5 + 5 workloads × 3 thread
+/// Runs every workload. Cells: 9 + 3 + 3 × 7 + 5 + 5 workloads × 3 thread
 /// counts.
 pub fn run(budget: &Budget) -> Results {
-    let cells = (9 + 3 + 3 * 6 + 5 + 5) * THREADS.len() as u64;
+    let cells = (9 + 3 + 3 * 7 + 5 + 5) * THREADS.len() as u64;
     let bar = ProgressBar::new(cells).with_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} {elapsed} {msg}").expect("template"),
     );
@@ -201,6 +201,10 @@ pub fn run(budget: &Budget) -> Results {
                     (
                         "lock-free, foldhash",
                         workloads::admit_distinct::<Gcra, _>(workloads::lock_free_foldhash(), keys),
+                    ),
+                    (
+                        "lock-free, unshared",
+                        workloads::admit_distinct_unshared(keys),
                     ),
                     ("governor keyed", workloads::governor_admit_distinct(keys)),
                 ],
