@@ -65,8 +65,9 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind> RateLimiter<K, A, C, S> {
     ///
     /// # Errors
     ///
-    /// None today for a unit cost (every quota admits at least one); the
-    /// `Result` is the same as [`check_n`](RateLimiter::check_n)'s.
+    /// [`CheckError::StoreFull`] for a new key past a rejecting key cap
+    /// ([`Builder::max_keys`]). Never a cost error: every quota admits a
+    /// unit.
     #[inline]
     pub fn check<Q>(&self, key: &Q) -> Result<Decision, CheckError>
     where
@@ -81,9 +82,11 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind> RateLimiter<K, A, C, S> {
     ///
     /// # Errors
     ///
-    /// [`CheckError::ZeroCost`] for `n == 0`, and
+    /// [`CheckError::ZeroCost`] for `n == 0`,
     /// [`CheckError::InsufficientCapacity`] for `n` above the burst (no wait
-    /// would admit it). Nothing is consumed, and no key is stored, on error.
+    /// would admit it), and [`CheckError::StoreFull`] for a new key past a
+    /// rejecting key cap ([`Builder::max_keys`]). Nothing is consumed, and
+    /// no key is stored, on error.
     #[inline]
     pub fn check_n<Q>(&self, key: &Q, n: u32) -> Result<Decision, CheckError>
     where
