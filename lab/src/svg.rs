@@ -24,8 +24,9 @@ const LEFT: f64 = 70.0;
 const RIGHT: f64 = 200.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 50.0;
-const COLOURS: [&str; 8] = [
+const COLOURS: [&str; 12] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#17becf", "#bcbd22", "#393b79", "#000000",
 ];
 
 impl Chart<'_> {
@@ -146,7 +147,7 @@ fn format_tick(value: f64) -> String {
         format!("{:.1}M", value / 1_000_000.0)
     } else if value >= 1_000.0 {
         format!("{:.0}k", value / 1_000.0)
-    } else if value >= 10.0 || value == 0.0 {
+    } else if value >= 10.0 || value.fract() == 0.0 {
         format!("{value:.0}")
     } else {
         format!("{value:.1}")
