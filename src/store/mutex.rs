@@ -74,28 +74,20 @@ pub struct MutexStore<K, A: Algorithm> {
 }
 
 /// One shard: its lock and map on their own cache line(s).
-type LockedShard<K, S> = CachePadded<Mutex<MapShard<K, S>>>;
-
-struct MapShard<K, S> {
-    map: HashMap<K, S>,
-}
+type LockedShard<K, S> = CachePadded<Mutex<HashMap<K, S>>>;
 
 impl<K: Key, A: Algorithm> MutexStore<K, A> {
     fn new(shards: usize, cap: Option<KeyCap>) -> Self {
         Self {
             shards: (0..shards)
-                .map(|_| {
-                    CachePadded::new(Mutex::new(MapShard {
-                        map: HashMap::new(),
-                    }))
-                })
+                .map(|_| CachePadded::new(Mutex::new(HashMap::new())))
                 .collect(),
             shard_hasher: RandomState::new(),
             population: Population::new(cap),
         }
     }
 
-    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> MutexGuard<'_, MapShard<K, A::State>> {
+    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> MutexGuard<'_, HashMap<K, A::State>> {
         let index = if self.shards.len() == 1 {
             0
         } else {
@@ -140,7 +132,7 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
     {
         // Lookup, decision and write all happen under the shard's lock.
         let mut shard = self.shard(key);
-        if let Some(state) = shard.map.get_mut(key) {
+        if let Some(state) = shard.get_mut(key) {
             return algorithm.check(state, now_ns, cost).map(Checked::Done);
         }
         // A new key: its state is the default, which has its whole burst, so
@@ -151,13 +143,13 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
         // Before the map grows, make room by evicting keys idle for at least
         // the algorithm's rest time (keys between two requests stay):
         // amortized, since the map doubles each time it grows.
-        if shard.map.len() == shard.map.capacity() {
+        if shard.len() == shard.capacity() {
             let idle_at_ns = now_ns.saturating_sub(algorithm.rest_ns());
-            self.sweep(&mut shard.map, algorithm, idle_at_ns);
+            self.sweep(&mut shard, algorithm, idle_at_ns);
         }
         match self.population.make_room(swept) {
             Room::Reserved => {
-                shard.map.insert(key.to_owned(), state);
+                shard.insert(key.to_owned(), state);
                 Ok(Checked::Done(decision))
             }
             Room::Full(cap) => cap.when_full(decision).map(Checked::Done),
@@ -197,7 +189,7 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shard = self.shard(key);
-        let verdict = match shard.map.get(key) {
+        let verdict = match shard.get(key) {
             Some(state) => algorithm.decide(state, now_ns, cost)?,
             None => algorithm.decide(&A::State::default(), now_ns, cost)?,
         };
@@ -207,7 +199,7 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
     fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {
         self.shards
             .iter()
-            .map(|shard| self.sweep(&mut lock(shard).map, algorithm, now_ns))
+            .map(|shard| self.sweep(&mut lock(shard), algorithm, now_ns))
             .sum()
     }
 

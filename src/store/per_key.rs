@@ -33,9 +33,7 @@ impl StoreKind for PerKey {
 
     fn build<K: Key, A: Algorithm>(&self, cap: Option<KeyCap>) -> PerKeyStore<K, A> {
         PerKeyStore {
-            map: Mutex::new(CellMap {
-                cells: HashMap::new(),
-            }),
+            map: Mutex::new(HashMap::new()),
             population: Population::new(cap),
         }
     }
@@ -43,12 +41,8 @@ impl StoreKind for PerKey {
 
 /// The store [`PerKey`] builds.
 pub struct PerKeyStore<K, A: Algorithm> {
-    map: Mutex<CellMap<K, A::Cell>>,
+    map: Mutex<HashMap<K, Arc<A::Cell>>>,
     population: Population,
-}
-
-struct CellMap<K, C> {
-    cells: HashMap<K, Arc<C>>,
 }
 
 /// What a lookup under the lock found.
@@ -76,7 +70,7 @@ impl<K: Key, A: Algorithm> PerKeyStore<K, A> {
     /// `swept`: the store was just swept for this check.
     fn find_or_insert<Q>(
         &self,
-        map: &mut CellMap<K, A::Cell>,
+        map: &mut HashMap<K, Arc<A::Cell>>,
         key: &Q,
         algorithm: &A,
         now_ns: u64,
@@ -87,7 +81,7 @@ impl<K: Key, A: Algorithm> PerKeyStore<K, A> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Some(cell) = map.cells.get(key) {
+        if let Some(cell) = map.get(key) {
             return Ok(Found::Cell(Arc::clone(cell)));
         }
         // A new key: a fresh state has its whole burst, so a valid cost is
@@ -95,9 +89,9 @@ impl<K: Key, A: Algorithm> PerKeyStore<K, A> {
         let fresh = algorithm
             .decide(&A::State::default(), now_ns, cost)?
             .decision();
-        if map.cells.len() == map.cells.capacity() {
+        if map.len() == map.capacity() {
             let idle_at_ns = now_ns.saturating_sub(algorithm.rest_ns());
-            self.sweep(&mut map.cells, algorithm, idle_at_ns);
+            self.sweep(map, algorithm, idle_at_ns);
         }
         match self.population.make_room(swept) {
             Room::Reserved => {}
@@ -109,7 +103,7 @@ impl<K: Key, A: Algorithm> PerKeyStore<K, A> {
             Room::SweepFirst => return Ok(Found::Checked(Checked::SweepFirst)),
         }
         let cell = Arc::new(A::Cell::new(algorithm));
-        map.cells.insert(key.to_owned(), Arc::clone(&cell));
+        map.insert(key.to_owned(), Arc::clone(&cell));
         Ok(Found::Cell(cell))
     }
 }
@@ -155,7 +149,7 @@ impl<K: Key, A: Algorithm> Store<K, A> for PerKeyStore<K, A> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let cell = lock(&self.map).cells.get(key).cloned();
+        let cell = lock(&self.map).get(key).cloned();
         if let Some(decision) = cell
             .map(|cell| cell.peek(algorithm, now_ns, cost))
             .transpose()?
@@ -170,7 +164,7 @@ impl<K: Key, A: Algorithm> Store<K, A> for PerKeyStore<K, A> {
     }
 
     fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {
-        self.sweep(&mut lock(&self.map).cells, algorithm, now_ns)
+        self.sweep(&mut lock(&self.map), algorithm, now_ns)
     }
 
     fn len(&self) -> usize {
