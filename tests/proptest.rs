@@ -8,15 +8,20 @@
 // crate's primitives are loom's or shuttle's, usable only inside a model.
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
+#[path = "support/builders.rs"]
+mod builders;
+
 use std::collections::HashMap;
 
 use proptest::prelude::*;
+use tollgate::Quota;
 use tollgate::algorithm::{
     Algorithm, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
 use tollgate::clock::ManualClock;
 use tollgate::store::{GlobalMutex, LockFree, StoreKind};
-use tollgate::{Builder, Quota, RateLimiter};
+
+use builders::limiter;
 
 /// One request: move the clock by `advance_ns` (backwards when `back`),
 /// then check `cost` units on `key`.
@@ -71,18 +76,6 @@ fn wandering_steps() -> impl Strategy<Value = Vec<Step>> {
             }),
         1..150,
     )
-}
-
-fn limiter<A: Algorithm, S: StoreKind>(
-    quota: Quota,
-    store: S,
-    clock: &ManualClock,
-) -> RateLimiter<u64, A, ManualClock, S> {
-    Builder::new(quota)
-        .algorithm::<A>()
-        .store(store)
-        .clock(clock.clone())
-        .build()
 }
 
 /// Runs `steps` on a limiter; returns (reading, key, cost, admitted) per

@@ -5,6 +5,8 @@
 // crate's primitives are loom's or shuttle's, usable only inside a model.
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
+#[path = "support/builders.rs"]
+mod builders;
 #[path = "support/contention.rs"]
 mod contention;
 
@@ -15,21 +17,10 @@ use tollgate::algorithm::{
 };
 use tollgate::clock::ManualClock;
 use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded, StoreKind, WhenFull};
-use tollgate::{Builder, CheckError, Quota, RateLimiter};
+use tollgate::{Builder, CheckError, Quota};
 
+use builders::limiter;
 use contention::admitted_under_contention;
-
-fn limiter<A: Algorithm, S: StoreKind>(
-    quota: Quota,
-    store: S,
-    clock: &ManualClock,
-) -> RateLimiter<u64, A, ManualClock, S> {
-    Builder::new(quota)
-        .algorithm::<A>()
-        .store(store)
-        .clock(clock.clone())
-        .build()
-}
 
 /// A deterministic irregular workload: (advance ns, key, cost).
 fn workload() -> impl Iterator<Item = (u64, u64, u32)> {
