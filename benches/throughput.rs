@@ -127,7 +127,7 @@ fn admit_distinct_keys(criterion: &mut Criterion) {
             ),
             (
                 "per_key",
-                workloads::admit_distinct::<Gcra, _>(PerKey, keys),
+                workloads::admit_distinct::<Gcra, _>(PerKey::new(), keys),
             ),
             (
                 "lock_free",
@@ -190,7 +190,7 @@ fn admit_hot_key(criterion: &mut Criterion) {
     let ops: Vec<(&str, workloads::Op)> = vec![
         ("global_mutex", workloads::admit_hot_key(GlobalMutex)),
         ("sharded", workloads::admit_hot_key(Sharded::default())),
-        ("per_key", workloads::admit_hot_key(PerKey)),
+        ("per_key", workloads::admit_hot_key(PerKey::new())),
         ("lock_free", workloads::admit_hot_key(LockFree::default())),
         ("governor_keyed", workloads::governor_admit_hot_key()),
     ];

@@ -29,7 +29,9 @@
 //! * [`clock`]: where time comes from ([`Clock`](clock::Clock), nanoseconds
 //!   as `u64`).
 //! * [`algorithm`]: five algorithms as pure functions of (state, now, cost).
-//! * [`cell`]: one key's state under a discipline (a mutex today).
+//! * [`cell`]: one key's state under a discipline: a compare-and-swap word
+//!   ([`Atomic`](cell::Atomic)) or a mutex ([`Locked`](cell::Locked)), and
+//!   which algorithm gets which.
 //! * [`store`]: how keys find their state.
 //! * [`RateLimiter`] and [`DirectLimiter`]: the façade, built by [`Builder`].
 //!
@@ -44,12 +46,13 @@
 #![deny(unsafe_op_in_unsafe_fn, missing_docs, missing_debug_implementations)]
 // Unsafe code lives in two modules only (the lock-free table and the store
 // that reclaims it), each allowing it locally; every block states its safety
-// argument.
+// argument. `sync` is the one door for concurrency primitives.
 #![deny(unsafe_code)]
 #![warn(clippy::pedantic, clippy::undocumented_unsafe_blocks)]
 #![allow(clippy::module_name_repetitions)]
 
 pub mod algorithm;
+pub mod builder;
 pub mod cell;
 pub mod clock;
 mod decision;
@@ -59,10 +62,15 @@ mod quota;
 pub mod store;
 mod sync;
 
+pub use builder::Builder;
 pub use decision::Decision;
 pub use error::{CheckError, QuotaError};
-pub use limiter::{Builder, DirectLimiter, RateLimiter};
+pub use limiter::{DirectLimiter, RateLimiter};
 pub use quota::Quota;
+/// The loom canaries' switch (see `model-tests/loom.rs`); loom builds only.
+#[cfg(feature = "loom")]
+#[doc(hidden)]
+pub use sync::canary;
 
 // The README's examples are doctests too, except under the model-checking
 // features, whose primitives work only inside a model.

@@ -1,17 +1,15 @@
 //! The public façade: keyed and direct limiters, and their builder.
 
-use std::borrow::Borrow;
 use std::fmt;
-use std::hash::Hash;
-use std::marker::PhantomData;
 
 use crate::algorithm::{Algorithm, Gcra};
-use crate::cell::Cell;
+use crate::builder::Builder;
+use crate::cell::{Cell, CellFor, Preferred};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
-use crate::store::{DefaultStore, Key, KeyCap, Store, StoreKind, WhenFull};
+use crate::store::{DefaultStore, Key, Lookup, Store, StoreKind};
 
 /// A rate limiter with one quota per key: each key (a user, an IP address, an
 /// API token) gets its own budget.
@@ -42,12 +40,12 @@ pub struct RateLimiter<
     K: Key,
     A: Algorithm = Gcra,
     C: Clock = MonotonicClock,
-    S: StoreKind = DefaultStore,
+    S: StoreKind<K, A> = DefaultStore,
 > {
-    quota: Quota,
-    algorithm: A,
-    clock: C,
-    store: S::Store<K, A>,
+    pub(crate) quota: Quota,
+    pub(crate) algorithm: A,
+    pub(crate) clock: C,
+    pub(crate) store: S::Store,
 }
 
 impl<K: Key> RateLimiter<K> {
@@ -60,7 +58,7 @@ impl<K: Key> RateLimiter<K> {
     }
 }
 
-impl<K: Key, A: Algorithm, C: Clock, S: StoreKind> RateLimiter<K, A, C, S> {
+impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S> {
     /// Checks one unit request for `key`, consuming it if admitted.
     ///
     /// # Errors
@@ -68,12 +66,15 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind> RateLimiter<K, A, C, S> {
     /// [`CheckError::StoreFull`] for a new key past a rejecting key cap
     /// ([`Builder::max_keys`]). Never a cost error: every quota admits a
     /// unit.
+    ///
+    /// # Panics
+    ///
+    /// Only if the key's own code panics (`Hash`, `Eq`, `Borrow`, or
+    /// `ToOwned` for a new key): the panic reaches this caller, and every
+    /// other key, [`len`](RateLimiter::len) and the cap are as if this call
+    /// had not been made.
     #[inline]
-    pub fn check<Q>(&self, key: &Q) -> Result<Decision, CheckError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
+    pub fn check<Q: Lookup<K> + ?Sized>(&self, key: &Q) -> Result<Decision, CheckError> {
         self.check_n(key, 1)
     }
 
@@ -88,11 +89,7 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind> RateLimiter<K, A, C, S> {
     /// rejecting key cap ([`Builder::max_keys`]). Nothing is consumed, and
     /// no key is stored, on error.
     #[inline]
-    pub fn check_n<Q>(&self, key: &Q, n: u32) -> Result<Decision, CheckError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
+    pub fn check_n<Q: Lookup<K> + ?Sized>(&self, key: &Q, n: u32) -> Result<Decision, CheckError> {
         self.store
             .check(key, &self.algorithm, self.clock.now_ns(), n)
     }
@@ -109,11 +106,7 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind> RateLimiter<K, A, C, S> {
     ///
     /// As [`check`](RateLimiter::check).
     #[inline]
-    pub fn peek<Q>(&self, key: &Q) -> Result<Decision, CheckError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
+    pub fn peek<Q: Lookup<K> + ?Sized>(&self, key: &Q) -> Result<Decision, CheckError> {
         self.store
             .peek(key, &self.algorithm, self.clock.now_ns(), 1)
     }
@@ -137,15 +130,19 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind> RateLimiter<K, A, C, S> {
     }
 
     /// Removes every key whose state is indistinguishable from a fresh key's
-    /// (see [`Algorithm::is_idle`]), so no later decision changes; returns how
-    /// many. Stores also do this amortized as they grow; call it to give
-    /// memory back after a burst of one-off keys.
+    /// (see [`Algorithm::is_idle`]), so no later decision changes, and gives
+    /// their memory back; returns how many. Stores also do this amortized as
+    /// they grow; call it to give memory back after a burst of one-off keys.
+    ///
+    /// On the lock-free store it also rebuilds smaller a shard left at a
+    /// quarter of its table or less, and returns once the tables it replaced
+    /// are freed: that waits for checks already in flight, not for new ones.
     pub fn evict_idle(&self) -> usize {
         self.store.evict_idle(&self.algorithm, self.clock.now_ns())
     }
 }
 
-impl<K: Key, A: Algorithm, C: Clock, S: StoreKind> fmt::Debug for RateLimiter<K, A, C, S> {
+impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> fmt::Debug for RateLimiter<K, A, C, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimiter")
             .field("quota", &self.quota)
@@ -160,7 +157,8 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind> fmt::Debug for RateLimiter<K,
 const NEVER_RETIRED: &str = "a direct limiter never retires its cell";
 
 /// A rate limiter for one shared budget (one upstream, one queue), with no
-/// key lookup.
+/// key lookup. Its state is one [`Cell`], chosen by `P` (see
+/// [`Builder::build_direct_with_cells`]).
 ///
 /// ```
 /// use tollgate::{Builder, Quota};
@@ -178,11 +176,12 @@ const NEVER_RETIRED: &str = "a direct limiter never retires its cell";
 /// # }
 /// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
 /// ```
-pub struct DirectLimiter<A: Algorithm = Gcra, C: Clock = MonotonicClock> {
-    quota: Quota,
-    algorithm: A,
-    clock: C,
-    cell: A::Cell,
+pub struct DirectLimiter<A: Algorithm = Gcra, C: Clock = MonotonicClock, P: CellFor<A> = Preferred>
+{
+    pub(crate) quota: Quota,
+    pub(crate) algorithm: A,
+    pub(crate) clock: C,
+    pub(crate) cell: P::Cell,
 }
 
 impl DirectLimiter {
@@ -193,7 +192,7 @@ impl DirectLimiter {
     }
 }
 
-impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
+impl<A: Algorithm, C: Clock, P: CellFor<A>> DirectLimiter<A, C, P> {
     /// Checks one unit request, consuming it if admitted.
     ///
     /// # Errors
@@ -237,153 +236,12 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
     }
 }
 
-impl<A: Algorithm, C: Clock> fmt::Debug for DirectLimiter<A, C> {
+impl<A: Algorithm, C: Clock, P: CellFor<A>> fmt::Debug for DirectLimiter<A, C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DirectLimiter")
             .field("quota", &self.quota)
             .field("algorithm", &self.algorithm)
             .field("cell", &self.cell)
             .finish_non_exhaustive()
-    }
-}
-
-/// Chooses a limiter's algorithm, clock, store and key cap; starts from the
-/// defaults (GCRA, [`MonotonicClock`], [`DefaultStore`], no cap).
-///
-/// ```
-/// use tollgate::{Builder, Quota};
-/// use tollgate::algorithm::SlidingWindowLog;
-/// use tollgate::clock::ManualClock;
-///
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let clock = ManualClock::new();
-/// let limiter = Builder::new(Quota::per_hour(5)?)
-///     .algorithm::<SlidingWindowLog>()
-///     .clock(clock.clone())
-///     .build::<u64>();
-/// for _ in 0..5 {
-///     assert!(limiter.check(&42)?.is_allowed());
-/// }
-/// assert!(!limiter.check(&42)?.is_allowed());
-/// # Ok(())
-/// # }
-/// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
-/// ```
-pub struct Builder<A = Gcra, C = MonotonicClock, S = DefaultStore> {
-    quota: Quota,
-    clock: C,
-    store: S,
-    cap: Option<KeyCap>,
-    algorithm: PhantomData<fn() -> A>,
-}
-
-impl Builder {
-    /// A builder with the defaults.
-    #[must_use]
-    pub fn new(quota: Quota) -> Self {
-        Self {
-            quota,
-            clock: MonotonicClock::new(),
-            store: DefaultStore::default(),
-            cap: None,
-            algorithm: PhantomData,
-        }
-    }
-}
-
-impl<A: Algorithm, C: Clock, S: StoreKind> Builder<A, C, S> {
-    /// Chooses the algorithm.
-    #[must_use]
-    pub fn algorithm<A2: Algorithm>(self) -> Builder<A2, C, S> {
-        Builder {
-            quota: self.quota,
-            clock: self.clock,
-            store: self.store,
-            cap: self.cap,
-            algorithm: PhantomData,
-        }
-    }
-
-    /// Chooses the clock.
-    #[must_use]
-    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<A, C2, S> {
-        Builder {
-            quota: self.quota,
-            clock,
-            store: self.store,
-            cap: self.cap,
-            algorithm: PhantomData,
-        }
-    }
-
-    /// Chooses the store (keyed limiters only).
-    #[must_use]
-    pub fn store<S2: StoreKind>(self, store: S2) -> Builder<A, C, S2> {
-        Builder {
-            quota: self.quota,
-            clock: self.clock,
-            store,
-            cap: self.cap,
-            algorithm: PhantomData,
-        }
-    }
-
-    /// Caps the keys a keyed limiter holds at `max_keys`. A new key past the
-    /// cap, once idle keys are evicted, gets the [`when_full`](Builder::when_full)
-    /// policy ([`WhenFull::Reject`] unless chosen otherwise). Existing keys are
-    /// never evicted to make room unless idle, so their decisions never change.
-    #[must_use]
-    pub fn max_keys(mut self, max_keys: std::num::NonZeroUsize) -> Self {
-        self.cap = Some(KeyCap {
-            max_keys: max_keys.get(),
-            when_full: self.cap.map_or(WhenFull::default(), |cap| cap.when_full),
-        });
-        self
-    }
-
-    /// What a new key gets past the cap set by
-    /// [`max_keys`](Builder::max_keys) (no effect without one).
-    #[must_use]
-    pub fn when_full(mut self, when_full: WhenFull) -> Self {
-        if let Some(cap) = &mut self.cap {
-            cap.when_full = when_full;
-        }
-        self
-    }
-
-    /// Builds a keyed limiter.
-    #[must_use]
-    pub fn build<K: Key>(self) -> RateLimiter<K, A, C, S> {
-        RateLimiter {
-            algorithm: A::from_quota(&self.quota),
-            quota: self.quota,
-            clock: self.clock,
-            store: self.store.build(self.cap),
-        }
-    }
-
-    /// Builds a direct (single-budget) limiter; the store is not used.
-    #[must_use]
-    pub fn build_direct(self) -> DirectLimiter<A, C> {
-        let algorithm = A::from_quota(&self.quota);
-        DirectLimiter {
-            cell: A::Cell::new(&algorithm),
-            algorithm,
-            quota: self.quota,
-            clock: self.clock,
-        }
-    }
-}
-
-impl<A, C: fmt::Debug, S: fmt::Debug> fmt::Debug for Builder<A, C, S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Builder")
-            .field("quota", &self.quota)
-            .field("algorithm", &std::any::type_name::<A>())
-            .field("clock", &self.clock)
-            .field("store", &self.store)
-            .field("cap", &self.cap)
-            .finish()
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::algorithm::MAX_SPAN_NS;
+use crate::clock::MAX_SPAN_NS;
 use crate::error::QuotaError;
 
 /// How much traffic a key may send: a sustained rate of `limit` requests per
@@ -131,7 +131,7 @@ impl Quota {
         };
         // burst × emission_interval is the refill time of a drained key; every
         // algorithm's arithmetic stays within it, so it is held to
-        // MAX_SPAN_NS (see `algorithm::END_OF_TIME_NS`).
+        // MAX_SPAN_NS (see `clock::END_OF_TIME_NS`).
         u64::from(burst)
             .checked_mul(emission_interval_ns)
             .filter(|&refill_ns| refill_ns <= MAX_SPAN_NS)

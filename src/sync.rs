@@ -1,23 +1,38 @@
 //! The one door for concurrency primitives.
 //!
-//! Every atomic, `Mutex` and `Arc` whose behaviour a model checker must see is
-//! imported from here and from nowhere else. This file alone knows which
-//! implementation is in use:
+//! Every atomic, `Mutex`, `Arc`, `UnsafeCell`, epoch guard and `Backoff`
+//! whose behaviour a model checker must see is imported from here and from
+//! nowhere else. This file alone knows which implementation is in use:
 //!
-//! * std, normally;
+//! * std (and crossbeam's std build), normally;
 //! * loom's under `--features loom`, so that loom models explore every
-//!   interleaving of the crate's own code (`model-tests/loom.rs`);
+//!   interleaving of the crate's own code (`model-tests/loom.rs`). The
+//!   lock-free table runs under loom too: crossbeam-epoch and crossbeam-utils
+//!   swap in loom's atomics, thread-locals and statics when built with
+//!   `--cfg crossbeam_loom`, which the loom feature therefore requires;
 //! * shuttle's under `--features shuttle` (`model-tests/shuttle.rs`).
+//!   crossbeam has no shuttle build, so the lock-free table compiles out
+//!   there and `PerKey` is the default store.
 //!
 //! [`lock`] is the only way the crate takes a mutex. It ignores poisoning,
-//! which is sound here because no code in the crate panics while holding a
-//! lock with a half-written state (every critical section computes the new
-//! state first and stores it with one assignment).
+//! which is sound because no critical section leaves a half-written state
+//! when user code panics inside it: every user call made under a lock (a
+//! key's `Hash`, `Eq`, `Borrow`, `Clone`) comes before the section's first
+//! write, or writes only into a value the unwinding drops (a table being
+//! built), and counts are updated in the same step as the structure they
+//! count (`tests/panics.rs` arms a panic at each of these calls in turn).
 
 #[cfg(all(feature = "loom", feature = "shuttle"))]
 compile_error!(
     "the `loom` and `shuttle` features exclude each other: \
      each replaces the crate's primitives with its own model checker's"
+);
+
+#[cfg(all(feature = "loom", not(crossbeam_loom)))]
+compile_error!(
+    "the `loom` feature models the lock-free table, whose epoch and backoff come \
+     from crossbeam: build with RUSTFLAGS=\"--cfg crossbeam_loom\" so that crossbeam \
+     uses loom's primitives too"
 );
 
 // std also when both features are on, so that the compile_error above is the
@@ -31,11 +46,9 @@ mod primitives {
     pub(crate) use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 }
 
-// The byte-wide atomics serve only the lock-free table, which compiles out
-// under the model checkers (see `store`).
 #[cfg(all(feature = "loom", not(feature = "shuttle")))]
 mod primitives {
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
     pub(crate) use std::sync::PoisonError;
 }
@@ -47,7 +60,8 @@ mod primitives {
     pub(crate) use std::sync::PoisonError;
 }
 
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub(crate) use crossbeam_utils::Backoff;
+#[cfg(not(feature = "shuttle"))]
 pub(crate) use primitives::AtomicU8;
 pub(crate) use primitives::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 
@@ -59,4 +73,156 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(primitives::PoisonError::into_inner)
+}
+
+/// std's `UnsafeCell` with loom's API (`with`, `with_mut`), so that the
+/// table's slot accesses are checked by loom for data races under
+/// `--features loom` and compile to plain pointer accesses otherwise.
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[derive(Debug)]
+pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+impl<T> UnsafeCell<T> {
+    #[inline]
+    pub(crate) const fn new(value: T) -> Self {
+        Self(std::cell::UnsafeCell::new(value))
+    }
+
+    /// Runs `read` on a pointer for shared access.
+    #[inline]
+    pub(crate) fn with<R>(&self, read: impl FnOnce(*const T) -> R) -> R {
+        read(self.0.get())
+    }
+
+    /// Runs `write` on a pointer for exclusive access.
+    #[inline]
+    pub(crate) fn with_mut<R>(&self, write: impl FnOnce(*mut T) -> R) -> R {
+        write(self.0.get())
+    }
+}
+
+#[cfg(feature = "loom")]
+pub(crate) use loom::cell::UnsafeCell;
+
+/// Epoch-based reclamation for the lock-free table, on tollgate's own
+/// collector.
+///
+/// crossbeam-epoch's default collector is shared by every crate in the
+/// process: a guard another library holds for long would stall tollgate's
+/// reclamation, and tollgate's deferred functions would run inside other
+/// libraries' pins. A private collector (the same construction as
+/// crossbeam's default: one lazily created `Collector`, one registered handle
+/// per thread) sees only tollgate's own pins, which never outlive one probe
+/// of one table, and runs only tollgate's own deferred functions, which set
+/// a flag and do nothing else (see `store::lock_free`).
+#[cfg(not(feature = "shuttle"))]
+pub(crate) mod epoch {
+    pub(crate) use crossbeam_epoch::{Atomic, Guard, Owned, Shared, unprotected};
+    use crossbeam_epoch::{Collector, LocalHandle};
+
+    fn collector() -> &'static Collector {
+        #[cfg(not(feature = "loom"))]
+        {
+            static COLLECTOR: std::sync::OnceLock<Collector> = std::sync::OnceLock::new();
+            COLLECTOR.get_or_init(Collector::new)
+        }
+        // loom resets statics between executions through its own lazy_static.
+        #[cfg(feature = "loom")]
+        {
+            loom::lazy_static! {
+                static ref COLLECTOR: Collector = Collector::new();
+            }
+            &COLLECTOR
+        }
+    }
+
+    #[cfg(not(feature = "loom"))]
+    std::thread_local! {
+        static HANDLE: LocalHandle = collector().register();
+    }
+
+    #[cfg(feature = "loom")]
+    loom::thread_local! {
+        static HANDLE: LocalHandle = collector().register();
+    }
+
+    /// Pins the current thread on tollgate's collector.
+    #[inline]
+    pub(crate) fn pin() -> Guard {
+        HANDLE
+            .try_with(LocalHandle::pin)
+            // The thread is exiting and its handle is gone: a temporary one.
+            .unwrap_or_else(|_| collector().register().pin())
+    }
+
+    /// Whether the current thread holds a guard of tollgate's collector (it
+    /// is inside a check, and user code called back into a limiter).
+    #[inline]
+    pub(crate) fn is_pinned() -> bool {
+        HANDLE.try_with(LocalHandle::is_pinned).unwrap_or(false)
+    }
+}
+
+/// Planted bugs for the loom canaries (`model-tests/loom.rs`): each is a
+/// one-line deviation from the lock-free table's protocol, switched on by a
+/// model before it runs, so that a green run of the real models is known to
+/// be able to fail. Compiled only under `--features loom`; everywhere else
+/// [`canary::planted`] is a constant `false` and the deviations compile out.
+pub(crate) mod canary {
+    /// A deviation from the protocol.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[cfg_attr(not(feature = "loom"), allow(dead_code))]
+    pub enum Canary {
+        /// Publishes a slot's control byte with `Relaxed` instead of
+        /// `Release`: a lookup can read the slot before it is written.
+        RelaxedPublish,
+        /// Evicts a key (marks its slot deleted) without retiring its cell
+        /// first: a concurrent admission lands in a cell no lookup reaches.
+        EvictWithoutTombstone,
+        /// A rebuild copies evicted (tombstoned) slots as if they were live.
+        RebuildCopiesTombstone,
+    }
+
+    #[cfg(feature = "loom")]
+    std::thread_local! {
+        // loom runs a model's threads on the test's own OS thread, so a
+        // canary planted by the test is seen by every thread of its model
+        // and by no other test running in parallel.
+        static PLANTED: std::cell::Cell<Option<Canary>> = const { std::cell::Cell::new(None) };
+    }
+
+    /// Plants `canary` (or none) for the models this thread runs next.
+    #[cfg(feature = "loom")]
+    pub fn plant(canary: Option<Canary>) {
+        PLANTED.with(|planted| planted.set(canary));
+    }
+
+    /// Whether `canary` is planted.
+    #[cfg(feature = "loom")]
+    pub(crate) fn planted(canary: Canary) -> bool {
+        PLANTED.with(|planted| planted.get() == Some(canary))
+    }
+
+    /// Whether `canary` is planted: never, outside loom builds.
+    #[cfg(not(feature = "loom"))]
+    #[inline(always)]
+    pub(crate) const fn planted(_canary: Canary) -> bool {
+        false
+    }
+}
+
+/// One step of a wait for another thread's progress: `backoff`'s spin, then
+/// yield. Under loom, a loom yield, since loom explores a waiting loop only
+/// if each turn yields to the threads it waits for.
+#[cfg(not(feature = "shuttle"))]
+#[inline]
+pub(crate) fn wait_step(backoff: &Backoff) {
+    #[cfg(feature = "loom")]
+    {
+        let _ = backoff;
+        loom::thread::yield_now();
+    }
+    #[cfg(not(feature = "loom"))]
+    backoff.snooze();
 }

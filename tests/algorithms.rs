@@ -16,6 +16,7 @@ use tollgate::algorithm::{
     Algorithm, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, SlidingWindowLogState,
     TokenBucket,
 };
+use tollgate::cell::{CellFor, Preferred};
 use tollgate::clock::ManualClock;
 
 use scenarios::{boundary_burst, drain, hammered, limiter, retry_after_at_3_per_second};
@@ -129,7 +130,10 @@ fn window_algorithms_under_sustained_load() {
 /// has passed": the 3 left at 20 s.
 #[test]
 fn a_backwards_reading_is_exactly_this_strict() {
-    fn backwards<A: Algorithm>() -> u32 {
+    fn backwards<A: Algorithm>() -> u32
+    where
+        Preferred: CellFor<A>,
+    {
         let clock = ManualClock::new();
         let limiter = limiter::<A>(Quota::per_second(5).unwrap(), &clock);
         clock.set(Duration::from_secs(20));

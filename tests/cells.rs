@@ -1,5 +1,7 @@
-//! The cells: the packed fixed-window layout at its edges, the atomic cell's
-//! write-free deny path, and retirement.
+//! The cells through their public API: the packed fixed-window layout, which
+//! cell each algorithm gets, and retirement. The atomic cell's write-free
+//! deny path is tested inside `src/cell/atomic.rs`, where its word is
+//! visible.
 
 // Ordinary tests use std's primitives; under the model-checking features the
 // crate's primitives are loom's or shuttle's, usable only inside a model.
@@ -9,37 +11,12 @@ use std::time::Duration;
 
 use tollgate::Quota;
 use tollgate::algorithm::{
-    Algorithm, FixedWindow, Gcra, PackedAlgorithm, RETIRED_WORD, SlidingWindowLog, TokenBucket,
-    pack_window, unpack_window,
+    Algorithm, FixedWindow, Gcra, PackedAlgorithm, SlidingWindowLog, TokenBucket,
 };
-use tollgate::cell::{Atomic, Cell, Locked};
+use tollgate::cell::{AlwaysLocked, Atomic, Cell, CellFor, Locked, Preferred};
 
-#[test]
-fn pack_and_unpack_round_trip_at_the_edges() {
-    for count_bits in [1_u32, 7, 16, 31, 32] {
-        let max_count = u32::try_from((1_u64 << count_bits) - 1).unwrap();
-        let max_index = (1_u64 << (64 - count_bits)) - 1;
-        for (index, count) in [
-            (0, 0),
-            (0, max_count),
-            (max_index, 0),
-            (max_index - 1, max_count),
-            (12_345, max_count / 2),
-        ] {
-            let word = pack_window(index, count, count_bits);
-            assert_eq!(
-                unpack_window(word, count_bits),
-                (index, count),
-                "k = {count_bits}"
-            );
-        }
-        // A full count never spills into the index.
-        assert_eq!(pack_window(0, max_count, count_bits) >> count_bits, 0);
-        // Only the all-ones index with a full count is the retired word, and
-        // the algorithm never produces that index (see below).
-        assert_eq!(pack_window(max_index, max_count, count_bits), RETIRED_WORD);
-    }
-}
+/// The atomic cells reserve this word to mark a cell retired.
+const RETIRED_WORD: u64 = u64::MAX;
 
 #[test]
 fn the_packed_layout_is_as_documented() {
@@ -84,63 +61,20 @@ fn the_window_index_never_reaches_the_retired_word() {
 }
 
 #[test]
-fn a_late_reading_never_resets_a_newer_window() {
-    let quota = Quota::per_second(10).unwrap();
-    let window = FixedWindow::from_quota(&quota);
-    let cell = Atomic::new(&window);
-    // Window 10 fills.
-    for _ in 0..10 {
-        assert!(
-            cell.check(&window, 10_000_000_000, 1)
-                .unwrap()
-                .unwrap()
-                .is_allowed()
-        );
-    }
-    let full = cell.load_word();
-    // A thread whose clock read window 9 arrives late: denied, word unchanged.
-    let late = cell.check(&window, 9_500_000_000, 1).unwrap().unwrap();
-    assert!(!late.is_allowed());
-    assert_eq!(late.remaining(), 0);
-    assert_eq!(cell.load_word(), full);
-}
-
-/// The deny path writes nothing: the word is bit-for-bit the same across 100
-/// denials, at moving times.
-#[test]
-fn atomic_denials_leave_the_word_unchanged() {
-    fn deny_writes_nothing<A: PackedAlgorithm<Cell = Atomic<A>>>() {
-        let algorithm = A::from_quota(&Quota::per_minute(5).unwrap());
-        let cell = Atomic::new(&algorithm);
-        for _ in 0..5 {
-            assert!(cell.check(&algorithm, 0, 1).unwrap().unwrap().is_allowed());
-        }
-        let drained = cell.load_word();
-        for step in 0..100 {
-            let decision = cell
-                .check(&algorithm, step * 1_000_000, 1)
-                .unwrap()
-                .unwrap();
-            assert!(!decision.is_allowed());
-            assert_eq!(cell.load_word(), drained, "denial {step} wrote");
-        }
-    }
-    deny_writes_nothing::<Gcra>();
-    deny_writes_nothing::<FixedWindow>();
-}
-
-#[test]
 fn retiring_an_idle_cell_and_what_a_retired_cell_answers() {
-    fn retirement<A: Algorithm>() {
+    fn retirement<A: Algorithm>()
+    where
+        Preferred: CellFor<A>,
+    {
         let algorithm = A::from_quota(&Quota::per_second(2).unwrap());
-        let cell = A::Cell::new(&algorithm);
+        let cell = <Preferred as CellFor<A>>::Cell::new(&algorithm);
         assert!(cell.retire_if_idle(&algorithm, 0), "a fresh cell is idle");
         assert_eq!(cell.check(&algorithm, 0, 1), Ok(None));
         assert_eq!(cell.peek(&algorithm, 0, 1), Ok(None));
         assert!(!cell.retire_if_idle(&algorithm, 0), "already retired");
         assert!(cell.retire_into_new().is_none());
 
-        let busy = A::Cell::new(&algorithm);
+        let busy = <Preferred as CellFor<A>>::Cell::new(&algorithm);
         assert!(busy.check(&algorithm, 0, 2).unwrap().unwrap().is_allowed());
         assert!(
             !busy.retire_if_idle(&algorithm, 0),
@@ -157,9 +91,12 @@ fn retiring_an_idle_cell_and_what_a_retired_cell_answers() {
 
 #[test]
 fn retire_into_new_carries_the_state() {
-    fn carries<A: Algorithm>() {
+    fn carries<A: Algorithm>()
+    where
+        Preferred: CellFor<A>,
+    {
         let algorithm = A::from_quota(&Quota::per_hour(3).unwrap());
-        let old = A::Cell::new(&algorithm);
+        let old = <Preferred as CellFor<A>>::Cell::new(&algorithm);
         assert!(old.check(&algorithm, 0, 2).unwrap().unwrap().is_allowed());
         let moved = old.retire_into_new().unwrap();
         assert_eq!(old.check(&algorithm, 0, 1), Ok(None));
@@ -174,8 +111,29 @@ fn retire_into_new_carries_the_state() {
 }
 
 #[test]
-fn locked_cells_are_the_cell_of_the_unpacked_algorithms() {
-    fn is_locked<A: Algorithm<Cell = Locked<A>>>() {}
-    is_locked::<TokenBucket>();
-    is_locked::<SlidingWindowLog>();
+fn each_algorithm_gets_its_cell() {
+    fn is<A: Algorithm, C: Cell<A>, P: CellFor<A, Cell = C>>() {}
+    is::<Gcra, Atomic<Gcra>, Preferred>();
+    is::<FixedWindow, Atomic<FixedWindow>, Preferred>();
+    is::<TokenBucket, Locked<TokenBucket>, Preferred>();
+    is::<SlidingWindowLog, Locked<SlidingWindowLog>, Preferred>();
+    is::<Gcra, Locked<Gcra>, AlwaysLocked>();
+}
+
+/// A locked GCRA cell decides exactly as the atomic one: the cell is a
+/// discipline, not a different arithmetic.
+#[test]
+fn locked_and_atomic_gcra_decide_alike() {
+    let gcra = Gcra::from_quota(&Quota::per_second(3).unwrap().with_burst(2).unwrap());
+    let atomic = Atomic::new(&gcra);
+    let locked = Locked::new(&gcra);
+    for step in 0..200_u64 {
+        let now_ns = step * 97_000_000;
+        let cost = 1 + u32::try_from(step % 2).unwrap();
+        assert_eq!(
+            atomic.check(&gcra, now_ns, cost),
+            locked.check(&gcra, now_ns, cost),
+            "step {step}"
+        );
+    }
 }

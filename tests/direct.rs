@@ -13,12 +13,16 @@ use std::time::Duration;
 use tollgate::algorithm::{
     Algorithm, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
+use tollgate::cell::{CellFor, Preferred};
 use tollgate::clock::ManualClock;
 use tollgate::{Builder, DirectLimiter, Quota};
 
 use contention::admitted_under_contention;
 
-fn direct<A: Algorithm>(quota: Quota, clock: &ManualClock) -> DirectLimiter<A, ManualClock> {
+fn direct<A: Algorithm>(quota: Quota, clock: &ManualClock) -> DirectLimiter<A, ManualClock>
+where
+    Preferred: CellFor<A>,
+{
     Builder::new(quota)
         .algorithm::<A>()
         .clock(clock.clone())
@@ -27,14 +31,20 @@ fn direct<A: Algorithm>(quota: Quota, clock: &ManualClock) -> DirectLimiter<A, M
 
 /// 64 threads × 20 checks with a frozen clock admit exactly the burst
 /// (`assert_eq!`: a lost update admits more, a lost admission fewer).
-fn exact_count_under_contention<A: Algorithm>() {
+fn exact_count_under_contention<A: Algorithm>()
+where
+    Preferred: CellFor<A>,
+{
     let limiter = direct::<A>(Quota::per_hour(100).unwrap(), &ManualClock::new());
     let admitted = admitted_under_contention(64, 20, || limiter.check().unwrap().is_allowed());
     assert_eq!(admitted, 100);
 }
 
 /// All or nothing, then refilled after `reset_after`.
-fn check_n_is_atomic_and_refills<A: Algorithm>() {
+fn check_n_is_atomic_and_refills<A: Algorithm>()
+where
+    Preferred: CellFor<A>,
+{
     let clock = ManualClock::new();
     let limiter = direct::<A>(Quota::per_second(5).unwrap(), &clock);
     assert!(limiter.check_n(4).unwrap().is_allowed());

@@ -80,7 +80,7 @@ fn wandering_steps() -> impl Strategy<Value = Vec<Step>> {
 
 /// Runs `steps` on a limiter; returns (reading, key, cost, admitted) per
 /// step. An invalid cost (above the burst) must be an error, never a denial.
-fn run<A: Algorithm, S: StoreKind>(
+fn run<A: Algorithm, S: StoreKind<u64, A>>(
     quota: Quota,
     store: S,
     steps: &[Step],
@@ -219,7 +219,7 @@ fn burst_window_ns(quota: &Quota) -> u64 {
 }
 
 /// Every decision of algorithm `A` on `store` equals the reference's.
-fn matches_reference<A: Algorithm, S: StoreKind>(
+fn matches_reference<A: Algorithm, S: StoreKind<u64, A>>(
     quota: Quota,
     store: S,
     steps: &[Step],

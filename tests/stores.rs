@@ -42,7 +42,7 @@ fn workload() -> impl Iterator<Item = (u64, u64, u32)> {
 /// Eviction removes only keys whose state decides as a fresh key's: the same
 /// workload with `evict_idle` after every step makes identical decisions,
 /// and it does evict.
-fn eviction_changes_no_decision<A: Algorithm, S: StoreKind>(store: S) {
+fn eviction_changes_no_decision<A: Algorithm, S: StoreKind<u64, A>>(store: S) {
     let quota = Quota::per_second(5).unwrap();
     let (clock, evicting_clock) = (ManualClock::new(), ManualClock::new());
     let keeping = limiter::<A, S>(quota, store.clone(), &clock);
@@ -83,22 +83,22 @@ eviction_tests! {
     eviction_gcra_sharded: Gcra, Sharded::new(4);
     eviction_sliding_log_global: SlidingWindowLog, GlobalMutex;
     eviction_sliding_counter_global: SlidingWindowCounter, GlobalMutex;
-    eviction_gcra_per_key: Gcra, PerKey;
-    eviction_token_bucket_per_key: TokenBucket, PerKey;
+    eviction_gcra_per_key: Gcra, PerKey::new();
+    eviction_token_bucket_per_key: TokenBucket, PerKey::new();
 }
 
 /// 2 000 000 distinct keys flood a limiter capped at 100 000 keys while a
 /// victim key keeps working: the store never holds more than the cap, idle
 /// flood keys are evicted to make room, and the victim's decisions are the
 /// ones it gets without any flood.
-fn flood_respects_the_cap<S: StoreKind>(store: S) {
+fn flood_respects_the_cap<S: StoreKind<u64, Gcra>>(store: S) {
     const CAP: usize = 100_000;
     let quota = Quota::per_second(10).unwrap();
     let clock = ManualClock::new();
     let flooded = Builder::new(quota)
         .store(store)
         .clock(clock.clone())
-        .max_keys(NonZeroUsize::new(CAP).unwrap())
+        .max_keys(NonZeroUsize::new(CAP).unwrap(), WhenFull::Reject)
         .build::<u64>();
     let quiet_clock = ManualClock::new();
     let quiet = limiter::<Gcra, GlobalMutex>(quota, GlobalMutex, &quiet_clock);
@@ -146,13 +146,13 @@ fn flood_respects_the_cap_sharded() {
 /// With a frozen clock no key ever becomes idle: exactly `cap` new keys are
 /// admitted, every later one is rejected (or admitted untracked), and the
 /// keys already held keep their exact budgets.
-fn cap_is_exact_when_nothing_is_idle<S: StoreKind>(store: S) {
+fn cap_is_exact_when_nothing_is_idle<S: StoreKind<u64, Gcra>>(store: S) {
     let quota = Quota::per_hour(2).unwrap();
     let cap = NonZeroUsize::new(1_000).unwrap();
     let rejecting = Builder::new(quota)
         .store(store.clone())
         .clock(ManualClock::new())
-        .max_keys(cap)
+        .max_keys(cap, WhenFull::Reject)
         .build::<u64>();
     let admitted = (0..5_000_u64)
         .filter(|key| {
@@ -174,8 +174,7 @@ fn cap_is_exact_when_nothing_is_idle<S: StoreKind>(store: S) {
     let open = Builder::new(quota)
         .store(store)
         .clock(ManualClock::new())
-        .max_keys(cap)
-        .when_full(WhenFull::AdmitUntracked)
+        .max_keys(cap, WhenFull::AdmitUntracked)
         .build::<u64>();
     for key in 0..5_000_u64 {
         assert!(open.check(&key).unwrap().is_allowed());
@@ -194,17 +193,17 @@ fn cap_is_exact_lock_free() {
 
 #[test]
 fn cap_is_exact_per_key() {
-    cap_is_exact_when_nothing_is_idle(PerKey);
+    cap_is_exact_when_nothing_is_idle(PerKey::new());
 }
 
 #[test]
 fn flood_respects_the_cap_per_key() {
-    flood_respects_the_cap(PerKey);
+    flood_respects_the_cap(PerKey::new());
 }
 
 #[test]
 fn working_set_survives_growth_per_key() {
-    working_set_survives_growth(PerKey);
+    working_set_survives_growth(PerKey::new());
 }
 
 #[test]
@@ -257,7 +256,7 @@ fn rebuilds_lose_no_admission() {
 /// working set checked in rotation (each key idle between its requests) is
 /// not evicted and re-inserted while new keys force the table to grow. Found
 /// by a benchmark that spent most of its time re-inserting its own keys.
-fn working_set_survives_growth<S: StoreKind>(store: S) {
+fn working_set_survives_growth<S: StoreKind<u64, Gcra>>(store: S) {
     // 1 000 per second, burst 1 000: a key rests (is surely idle) 1 s after
     // its last admission, and is idle 1 ms after a single one.
     let clock = ManualClock::new();

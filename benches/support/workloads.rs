@@ -12,6 +12,7 @@ use std::hint::black_box;
 use std::num::NonZeroU32;
 
 use tollgate::algorithm::{Algorithm, Gcra};
+use tollgate::cell::{CellFor, Preferred};
 use tollgate::clock::{Clock, TscClock};
 use tollgate::store::{LockFree, StoreKind};
 use tollgate::{Builder, Quota, RateLimiter};
@@ -25,7 +26,7 @@ pub fn lock_free_foldhash() -> LockFree<foldhash::fast::RandomState> {
     LockFree::default().with_hasher(foldhash::fast::RandomState::default())
 }
 
-fn keyed<A: Algorithm, S: StoreKind, C: Clock>(
+fn keyed<A: Algorithm, S: StoreKind<u64, A>, C: Clock>(
     quota: Quota,
     store: S,
     clock: C,
@@ -71,12 +72,18 @@ fn key_of(keys: u64, thread: usize, i: u64) -> u64 {
 
 /// Algorithm `A` on the default store with its default cell and clock `C`,
 /// denying on one drained key.
-pub fn deny_hot_key<A: Algorithm, C: Clock + 'static>(clock: C) -> Op {
+pub fn deny_hot_key<A: Algorithm, C: Clock + 'static>(clock: C) -> Op
+where
+    Preferred: CellFor<A>,
+{
     deny_hot_key_on::<A, _, _>(LockFree::default(), clock)
 }
 
 /// The same on `store`.
-pub fn deny_hot_key_on<A: Algorithm, S: StoreKind, C: Clock + 'static>(store: S, clock: C) -> Op {
+pub fn deny_hot_key_on<A: Algorithm, S: StoreKind<u64, A>, C: Clock + 'static>(
+    store: S,
+    clock: C,
+) -> Op {
     let limiter = keyed::<A, _, _>(Quota::per_hour(1).unwrap(), store, clock);
     assert!(limiter.check(&0).unwrap().is_allowed());
     assert!(!limiter.check(&0).unwrap().is_allowed());
@@ -118,7 +125,7 @@ pub fn governor_direct_deny() -> Op {
 
 /// Algorithm `A` on `store`, admitting on `keys` distinct keys (each thread
 /// its own quarter), every key present before timing.
-pub fn admit_distinct<A: Algorithm, S: StoreKind>(store: S, keys: u64) -> Op {
+pub fn admit_distinct<A: Algorithm, S: StoreKind<u64, A>>(store: S, keys: u64) -> Op {
     let limiter = keyed::<A, _, _>(distinct_quota(), store, TscClock::new());
     for key in 0..keys {
         assert!(limiter.check(&key).unwrap().is_allowed());
@@ -171,7 +178,7 @@ pub fn governor_admit_distinct(keys: u64) -> Op {
 }
 
 /// GCRA on `store`, every thread admitting on one hot key.
-pub fn admit_hot_key<S: StoreKind>(store: S) -> Op {
+pub fn admit_hot_key<S: StoreKind<u64, Gcra>>(store: S) -> Op {
     let limiter = keyed::<Gcra, _, _>(hot_quota(), store, TscClock::new());
     Box::new(move |_, _| {
         black_box(limiter.check(&0).unwrap().is_allowed());

@@ -39,7 +39,7 @@ fn retained_per_key<T>(keys: u64, fill: impl FnOnce() -> T) -> (f64, f64) {
 }
 
 /// A tollgate limiter over `keys` u64 keys, each with `per_key` requests.
-fn tollgate_u64<A: Algorithm, S: StoreKind>(
+fn tollgate_u64<A: Algorithm, S: StoreKind<u64, A>>(
     quota: Quota,
     store: S,
     keys: u64,
@@ -62,7 +62,7 @@ fn tollgate_u64<A: Algorithm, S: StoreKind>(
 }
 
 /// The same with `String` keys (`"client-<n>"`); the strings' heap counts.
-fn tollgate_strings<S: StoreKind>(store: S, keys: u64) -> f64 {
+fn tollgate_strings<S: StoreKind<String, Gcra>>(store: S, keys: u64) -> f64 {
     retained_per_key(keys, || {
         let limiter = Builder::new(quota())
             .store(store)
@@ -205,7 +205,7 @@ pub fn store_sweep(counts: &[u64]) -> Vec<SweepRow> {
                     1,
                 )
                 .0,
-                per_key_gcra: tollgate_u64::<Gcra, _>(quota(), PerKey, keys, 1).0,
+                per_key_gcra: tollgate_u64::<Gcra, _>(quota(), PerKey::new(), keys, 1).0,
                 sharded_gcra: tollgate_u64::<Gcra, _>(quota(), Sharded::default(), keys, 1).0,
                 global_gcra: tollgate_u64::<Gcra, _>(quota(), GlobalMutex, keys, 1).0,
             };
@@ -232,7 +232,7 @@ pub fn store_sweep(counts: &[u64]) -> Vec<SweepRow> {
         tollgate_strings(LockFree::default(), STRING_KEYS),
         "",
         "",
-        tollgate_strings(PerKey, STRING_KEYS),
+        tollgate_strings(PerKey::new(), STRING_KEYS),
         tollgate_strings(Sharded::default(), STRING_KEYS),
         "",
         "",
@@ -257,7 +257,7 @@ pub fn matrix(counts: &[u64]) {
             keys,
             name,
             tollgate_u64::<A, _>(quota(), LockFree::default(), keys, 1).0,
-            tollgate_u64::<A, _>(quota(), PerKey, keys, 1).0,
+            tollgate_u64::<A, _>(quota(), PerKey::new(), keys, 1).0,
             tollgate_u64::<A, _>(quota(), Sharded::default(), keys, 1).0,
             tollgate_u64::<A, _>(quota(), GlobalMutex, keys, 1).0,
         ));

@@ -192,7 +192,7 @@ pub fn run(budget: &Budget) -> Results {
                     ),
                     (
                         "per-key",
-                        workloads::admit_distinct::<Gcra, _>(PerKey, keys),
+                        workloads::admit_distinct::<Gcra, _>(PerKey::new(), keys),
                     ),
                     (
                         "lock-free",
@@ -246,7 +246,7 @@ pub fn run(budget: &Budget) -> Results {
         vec![
             ("global mutex", workloads::admit_hot_key(GlobalMutex)),
             ("sharded", workloads::admit_hot_key(Sharded::default())),
-            ("per-key", workloads::admit_hot_key(PerKey)),
+            ("per-key", workloads::admit_hot_key(PerKey::new())),
             ("lock-free", workloads::admit_hot_key(LockFree::default())),
             ("governor keyed", workloads::governor_admit_hot_key()),
         ],

@@ -2,8 +2,8 @@
 
 use std::cmp::Ordering;
 
-use super::{Algorithm, PackedAlgorithm, Verdict, clamp_time, validate_cost};
-use crate::cell::Atomic;
+use super::{Algorithm, PackedAlgorithm, Verdict, validate_cost};
+use crate::clock::clamp_time;
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
@@ -27,14 +27,15 @@ use crate::quota::Quota;
 ///
 /// # Packed state
 ///
-/// The state packs into one `u64` ([`pack_window`]) so that the lock-free
+/// The state packs into one `u64` (see `pack_window`) so that the lock-free
 /// cell updates it with one compare-and-swap. The count takes as many bits as
 /// the burst needs (`k`, 1 to 32), the window index the other `64 − k`.
 /// That never runs out: a window holds at least `burst >= 2^(k−1)`
 /// nanoseconds (a quota allows at most one request per nanosecond), so by the
 /// time horizon (2^63 ns) the index is at most `2^(64−k)`. It is clamped to
 /// `2^(64−k) − 2`, so that time stops at most two windows early at the
-/// 292-year horizon, and so that no state packs to [`RETIRED_WORD`](super::RETIRED_WORD).
+/// 292-year horizon, and so that no state packs to `u64::MAX`, the atomic cell's retired
+/// marker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FixedWindow {
     capacity: u32,
@@ -61,13 +62,13 @@ pub struct FixedWindow {
 /// `count_bits` is `k`, from 1 to 32; `count` must fit in it and `window_index`
 /// in the remaining bits.
 #[must_use]
-pub const fn pack_window(window_index: u64, count: u32, count_bits: u32) -> u64 {
+const fn pack_window(window_index: u64, count: u32, count_bits: u32) -> u64 {
     (window_index << count_bits) | count as u64
 }
 
 /// Unpacks a word built by [`pack_window`] into (window index, count).
 #[must_use]
-pub const fn unpack_window(word: u64, count_bits: u32) -> (u64, u32) {
+const fn unpack_window(word: u64, count_bits: u32) -> (u64, u32) {
     let count_mask = (1_u64 << count_bits) - 1;
     // The mask keeps k <= 32 bits: the cast is lossless.
     #[allow(clippy::cast_possible_truncation)]
@@ -100,7 +101,6 @@ impl FixedWindowState {
 impl Algorithm for FixedWindow {
     type State = FixedWindowState;
     type Admission = FixedWindowState;
-    type Cell = Atomic<Self>;
 
     fn from_quota(quota: &Quota) -> Self {
         let count_bits = u32::BITS - quota.burst().leading_zeros();
@@ -191,6 +191,39 @@ impl PackedAlgorithm for FixedWindow {
         FixedWindowState {
             window_index,
             count,
+        }
+    }
+}
+
+#[cfg(all(test, not(any(feature = "loom", feature = "shuttle"))))]
+mod tests {
+    use super::{pack_window, unpack_window};
+
+    #[test]
+    fn pack_and_unpack_round_trip_at_the_edges() {
+        for count_bits in [1_u32, 7, 16, 31, 32] {
+            let max_count = u32::try_from((1_u64 << count_bits) - 1).unwrap();
+            let max_index = (1_u64 << (64 - count_bits)) - 1;
+            for (index, count) in [
+                (0, 0),
+                (0, max_count),
+                (max_index, 0),
+                (max_index - 1, max_count),
+                (12_345, max_count / 2),
+            ] {
+                let word = pack_window(index, count, count_bits);
+                assert_eq!(
+                    unpack_window(word, count_bits),
+                    (index, count),
+                    "k = {count_bits}"
+                );
+            }
+            // A full count never spills into the index.
+            assert_eq!(pack_window(0, max_count, count_bits) >> count_bits, 0);
+            // Only the all-ones index with a full count is the cells' retired
+            // word, and the algorithm never produces that index
+            // (`tests/cells.rs`).
+            assert_eq!(pack_window(max_index, max_count, count_bits), u64::MAX);
         }
     }
 }

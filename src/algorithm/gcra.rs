@@ -1,8 +1,8 @@
 //! GCRA, the generic cell rate algorithm.
 
 use super::interval::Interval;
-use super::{Algorithm, PackedAlgorithm, Verdict, clamp_time};
-use crate::cell::Atomic;
+use super::{Algorithm, PackedAlgorithm, Verdict};
+use crate::clock::clamp_time;
 use crate::error::CheckError;
 use crate::quota::Quota;
 
@@ -43,7 +43,6 @@ impl GcraState {
 impl Algorithm for Gcra {
     type State = GcraState;
     type Admission = GcraState;
-    type Cell = Atomic<Self>;
 
     fn from_quota(quota: &Quota) -> Self {
         Self {
@@ -91,7 +90,7 @@ impl Algorithm for Gcra {
 
 impl PackedAlgorithm for Gcra {
     /// The TAT itself. It never exceeds `END_OF_TIME_NS + MAX_SPAN_NS`
-    /// (3 × 2^62), far below `RETIRED_WORD`.
+    /// (3 × 2^62), far below `u64::MAX`, the atomic cell's retired marker.
     #[inline]
     fn pack(&self, state: &GcraState) -> u64 {
         state.tat_ns

@@ -33,13 +33,12 @@ mod token_bucket;
 
 use std::fmt::Debug;
 
-pub use fixed_window::{FixedWindow, FixedWindowState, pack_window, unpack_window};
+pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::{Gcra, GcraState};
 pub use sliding_log::{SlidingWindowLog, SlidingWindowLogAdmission, SlidingWindowLogState};
 pub use sliding_window_counter::{SlidingWindowCounter, SlidingWindowCounterState};
 pub use token_bucket::{TokenBucket, TokenBucketState};
 
-use crate::cell::Cell;
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
@@ -75,12 +74,6 @@ pub trait Algorithm: Debug + Send + Sync + Sized + 'static {
     /// What an admission changes, to be applied with [`Algorithm::admit`].
     type Admission: Debug + Copy;
 
-    /// The cell that holds one key's state in the lock-free store and in a
-    /// [`DirectLimiter`](crate::DirectLimiter): a compare-and-swap word
-    /// ([`Atomic`](crate::cell::Atomic)) for algorithms whose state packs into
-    /// a `u64`, otherwise a [`Locked`](crate::cell::Locked) mutex.
-    type Cell: Cell<Self>;
-
     /// Builds the algorithm's constants from a validated quota.
     fn from_quota(quota: &Quota) -> Self;
 
@@ -92,7 +85,7 @@ pub trait Algorithm: Debug + Send + Sync + Sized + 'static {
     ///
     /// A reading `now_ns` older than the state never admits more than the
     /// newer reading would have, and never underflows; a reading past
-    /// [`END_OF_TIME_NS`] is read as it.
+    /// [`END_OF_TIME_NS`](crate::clock::END_OF_TIME_NS) is read as it.
     ///
     /// # Errors
     ///
@@ -148,17 +141,13 @@ pub trait Algorithm: Debug + Send + Sync + Sized + 'static {
 /// compare-and-swap can update it without a lock
 /// ([`Atomic`](crate::cell::Atomic)). Its admission is the new state.
 pub trait PackedAlgorithm: Algorithm<Admission = <Self as Algorithm>::State> {
-    /// The state as a word. Never [`RETIRED_WORD`]: that value is reserved
-    /// for a cell taken out of service.
+    /// The state as a word. Never `u64::MAX`: the atomic cell reserves that
+    /// value to mark a cell taken out of service.
     fn pack(&self, state: &Self::State) -> u64;
 
     /// The state a word produced by [`pack`](PackedAlgorithm::pack) holds.
     fn unpack(&self, word: u64) -> Self::State;
 }
-
-/// The word no packed state ever takes: marks a cell retired (evicted, or
-/// moved to a new table). A checker that reads it looks the key up again.
-pub const RETIRED_WORD: u64 = u64::MAX;
 
 /// The result of [`Algorithm::decide`]: a decision, and for an admission the
 /// change to apply.
@@ -183,23 +172,6 @@ impl<A> Verdict<A> {
             Verdict::Allow { decision, .. } | Verdict::Deny(decision) => *decision,
         }
     }
-}
-
-/// The last instant the algorithms distinguish: 2^63 ns, about 292 years
-/// after a clock's origin. Later readings are read as this one, so time
-/// stops there and a key behaves as under a frozen clock (exact, never
-/// refilled) instead of wrapping. [`Quota`] keeps every span at or below
-/// [`MAX_SPAN_NS`], so `END_OF_TIME_NS + 2 × span` never overflows a `u64`.
-pub const END_OF_TIME_NS: u64 = 1 << 63;
-
-/// The longest span a quota may imply (a window, or a drained key's refill
-/// time): 2^62 ns, about 146 years.
-pub const MAX_SPAN_NS: u64 = 1 << 62;
-
-/// A clock reading, clamped to [`END_OF_TIME_NS`].
-#[inline]
-pub(crate) fn clamp_time(now_ns: u64) -> u64 {
-    now_ns.min(END_OF_TIME_NS)
 }
 
 /// Rejects the costs no wait could admit: zero, and more than `capacity`.

@@ -2,8 +2,8 @@
 
 use std::collections::VecDeque;
 
-use super::{Algorithm, Verdict, clamp_time, to_u32, validate_cost};
-use crate::cell::Locked;
+use super::{Algorithm, Verdict, to_u32, validate_cost};
+use crate::clock::clamp_time;
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
@@ -89,7 +89,6 @@ impl SlidingWindowLog {
 impl Algorithm for SlidingWindowLog {
     type State = SlidingWindowLogState;
     type Admission = SlidingWindowLogAdmission;
-    type Cell = Locked<Self>;
 
     fn from_quota(quota: &Quota) -> Self {
         Self {

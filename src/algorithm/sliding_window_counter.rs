@@ -2,8 +2,8 @@
 
 use std::cmp::Ordering;
 
-use super::{Algorithm, Verdict, clamp_time, to_u32, validate_cost};
-use crate::cell::Locked;
+use super::{Algorithm, Verdict, to_u32, validate_cost};
+use crate::clock::clamp_time;
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
@@ -126,7 +126,6 @@ impl SlidingWindowCounter {
 impl Algorithm for SlidingWindowCounter {
     type State = SlidingWindowCounterState;
     type Admission = SlidingWindowCounterState;
-    type Cell = Locked<Self>;
 
     fn from_quota(quota: &Quota) -> Self {
         Self {

@@ -1,8 +1,8 @@
 //! The token bucket, refilled lazily on read.
 
 use super::interval::Interval;
-use super::{Algorithm, Verdict, clamp_time};
-use crate::cell::Locked;
+use super::{Algorithm, Verdict};
+use crate::clock::clamp_time;
 use crate::error::CheckError;
 use crate::quota::Quota;
 
@@ -39,7 +39,6 @@ pub struct TokenBucketState {
 impl Algorithm for TokenBucket {
     type State = TokenBucketState;
     type Admission = TokenBucketState;
-    type Cell = Locked<Self>;
 
     fn from_quota(quota: &Quota) -> Self {
         Self {

@@ -1,13 +1,16 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use crossbeam_utils::Backoff;
-
-use super::Cell;
-use crate::algorithm::{PackedAlgorithm, RETIRED_WORD, Verdict};
+use super::{Cell, private};
+use crate::algorithm::{PackedAlgorithm, Verdict};
 use crate::decision::Decision;
 use crate::error::CheckError;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Backoff, Ordering};
+
+/// The word no packed state ever takes ([`PackedAlgorithm::pack`]): marks a
+/// cell retired (evicted, or moved to a new table). A checker that reads it
+/// looks the key up again.
+const RETIRED_WORD: u64 = u64::MAX;
 
 /// A packed state in one `AtomicU64`, updated by compare-and-swap: the
 /// lock-free cell.
@@ -110,9 +113,8 @@ impl<A: PackedAlgorithm> Atomic<A> {
         }
     }
 
-    /// The raw word, for tests of the deny path and of packing.
-    #[must_use]
-    pub fn load_word(&self) -> u64 {
+    /// The raw word, for `Debug` and the tests of the deny path.
+    fn load_word(&self) -> u64 {
         self.word.load(Ordering::Relaxed)
     }
 }
@@ -171,10 +173,74 @@ impl<A: PackedAlgorithm> Cell<A> for Atomic<A> {
     }
 }
 
+impl<A: PackedAlgorithm> private::Sealed<A> for Atomic<A> {
+    fn is_idle_unretired(&self, algorithm: &A, now_ns: u64) -> bool {
+        let word = self.load_word();
+        word != RETIRED_WORD && algorithm.is_idle(&algorithm.unpack(word), now_ns)
+    }
+}
+
 impl<A: PackedAlgorithm> fmt::Debug for Atomic<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Atomic")
             .field("word", &format_args!("{:#018x}", self.load_word()))
             .finish()
+    }
+}
+
+#[cfg(all(test, not(any(feature = "loom", feature = "shuttle"))))]
+mod tests {
+    use super::{Atomic, Cell, RETIRED_WORD};
+    use crate::Quota;
+    use crate::algorithm::{Algorithm, FixedWindow, Gcra, PackedAlgorithm};
+
+    #[test]
+    fn a_late_reading_never_resets_a_newer_window() {
+        let window = FixedWindow::from_quota(&Quota::per_second(10).unwrap());
+        let cell = Atomic::new(&window);
+        // Window 10 fills.
+        for _ in 0..10 {
+            let decision = cell.check(&window, 10_000_000_000, 1).unwrap().unwrap();
+            assert!(decision.is_allowed());
+        }
+        let full = cell.load_word();
+        // A thread whose clock read window 9 arrives late: denied, word
+        // unchanged.
+        let late = cell.check(&window, 9_500_000_000, 1).unwrap().unwrap();
+        assert!(!late.is_allowed());
+        assert_eq!(late.remaining(), 0);
+        assert_eq!(cell.load_word(), full);
+    }
+
+    /// The deny path writes nothing: the word is bit-for-bit the same across
+    /// 100 denials, at moving times.
+    #[test]
+    fn denials_leave_the_word_unchanged() {
+        fn deny_writes_nothing<A: PackedAlgorithm>() {
+            let algorithm = A::from_quota(&Quota::per_minute(5).unwrap());
+            let cell = Atomic::new(&algorithm);
+            for _ in 0..5 {
+                assert!(cell.check(&algorithm, 0, 1).unwrap().unwrap().is_allowed());
+            }
+            let drained = cell.load_word();
+            for step in 0..100 {
+                let decision = cell
+                    .check(&algorithm, step * 1_000_000, 1)
+                    .unwrap()
+                    .unwrap();
+                assert!(!decision.is_allowed());
+                assert_eq!(cell.load_word(), drained, "denial {step} wrote");
+            }
+        }
+        deny_writes_nothing::<Gcra>();
+        deny_writes_nothing::<FixedWindow>();
+    }
+
+    #[test]
+    fn retirement_is_the_reserved_word() {
+        let gcra = Gcra::from_quota(&Quota::per_second(2).unwrap());
+        let cell = Atomic::new(&gcra);
+        assert!(cell.retire_if_idle(&gcra, 0));
+        assert_eq!(cell.load_word(), RETIRED_WORD);
     }
 }

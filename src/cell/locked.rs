@@ -1,6 +1,6 @@
 use std::fmt;
 
-use super::Cell;
+use super::{Cell, private};
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
 use crate::error::CheckError;
@@ -50,6 +50,14 @@ impl<A: Algorithm> Cell<A> for Locked<A> {
         lock(&self.state).take().map(|state| Self {
             state: Mutex::new(Some(state)),
         })
+    }
+}
+
+impl<A: Algorithm> private::Sealed<A> for Locked<A> {
+    fn is_idle_unretired(&self, algorithm: &A, now_ns: u64) -> bool {
+        lock(&self.state)
+            .as_ref()
+            .is_some_and(|state| algorithm.is_idle(state, now_ns))
     }
 }
 

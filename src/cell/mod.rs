@@ -5,18 +5,28 @@
 //!
 //! * [`Atomic`]: the state packed in one `AtomicU64`, updated by
 //!   compare-and-swap. A denial is a load and a compare, and writes nothing.
-//!   Used by every [`PackedAlgorithm`](crate::algorithm::PackedAlgorithm)
+//!   Serves every [`PackedAlgorithm`](crate::algorithm::PackedAlgorithm)
 //!   (GCRA, fixed window).
 //! * [`Locked`]: any state behind a mutex. Read, decide and write happen
 //!   inside one critical section, which is what makes it correct: a lock held
 //!   only across the write would decide on stale data.
 //!
+//! Which cell an algorithm's state lives in is chosen here, not by the
+//! algorithm: [`CellFor`] maps algorithms to cells, [`Preferred`] picks the
+//! atomic cell wherever the state packs into a word, and [`AlwaysLocked`]
+//! picks the mutex for every algorithm, so that a benchmark can vary the
+//! cell alone (`LockFree::cells`).
+//!
 //! A cell can be **retired**: taken out of service by idle eviction or by a
-//! table migration. A retired cell answers every check with `None`, and the
+//! table rebuild. A retired cell answers every check with `None`, and the
 //! store then looks the key up again. Retirement is terminal, and it is
 //! decided on the same word (or under the same lock) as admissions, so an
 //! admission cannot slip into a cell after its state has been judged idle or
 //! copied away.
+//!
+//! [`Cell`] is sealed: its protocol is what the stores' correctness rests
+//! on. Its methods are public, so that a store written outside the crate can
+//! hold these cells and apply the same arithmetic.
 
 mod atomic;
 mod locked;
@@ -26,12 +36,14 @@ use std::fmt::Debug;
 pub use atomic::Atomic;
 pub use locked::Locked;
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{
+    Algorithm, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+};
 use crate::decision::Decision;
 use crate::error::CheckError;
 
 /// One key's state, shared between threads, with retirement.
-pub trait Cell<A: Algorithm>: Debug + Send + Sync + Sized {
+pub trait Cell<A: Algorithm>: private::Sealed<A> + Debug + Send + Sync + Sized {
     /// A fresh key's cell.
     fn new(algorithm: &A) -> Self;
 
@@ -60,4 +72,62 @@ pub trait Cell<A: Algorithm>: Debug + Send + Sync + Sized {
     /// state, or `None` if it was already retired. Used to move a key to a
     /// new table without losing an admission.
     fn retire_into_new(&self) -> Option<Self>;
+}
+
+pub(crate) mod private {
+    use crate::algorithm::Algorithm;
+
+    /// Seals [`Cell`](super::Cell), and carries what only the crate calls.
+    pub trait Sealed<A: Algorithm> {
+        /// Whether the state is idle at `now_ns`, judged without retiring
+        /// the cell: the judgement of the loom canary that evicts without a
+        /// tombstone (`sync::canary`), and nothing else.
+        fn is_idle_unretired(&self, algorithm: &A, now_ns: u64) -> bool;
+    }
+}
+
+/// Chooses the [`Cell`] an algorithm's per-key state lives in.
+///
+/// Implemented by [`Preferred`] for the five algorithms, and by
+/// [`AlwaysLocked`] for every algorithm. An algorithm defined outside the
+/// crate chooses its cell by implementing `CellFor<MyAlgorithm>` for
+/// `Preferred` (a [`Locked`] cell, unless its state packs into a word).
+pub trait CellFor<A: Algorithm> {
+    /// The cell.
+    type Cell: Cell<A>;
+}
+
+/// The fastest cell for each algorithm, the default: [`Atomic`] for GCRA and
+/// the fixed window, whose states pack into one word; [`Locked`] for the
+/// token bucket and the sliding windows.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Preferred;
+
+/// A [`Locked`] cell for every algorithm: the mutex discipline, to measure
+/// what the atomic cell saves.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AlwaysLocked;
+
+impl CellFor<Gcra> for Preferred {
+    type Cell = Atomic<Gcra>;
+}
+
+impl CellFor<FixedWindow> for Preferred {
+    type Cell = Atomic<FixedWindow>;
+}
+
+impl CellFor<TokenBucket> for Preferred {
+    type Cell = Locked<TokenBucket>;
+}
+
+impl CellFor<SlidingWindowLog> for Preferred {
+    type Cell = Locked<SlidingWindowLog>;
+}
+
+impl CellFor<SlidingWindowCounter> for Preferred {
+    type Cell = Locked<SlidingWindowCounter>;
+}
+
+impl<A: Algorithm> CellFor<A> for AlwaysLocked {
+    type Cell = Locked<A>;
 }

@@ -53,6 +53,24 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
     }
 }
 
+/// The last instant the algorithms distinguish: 2^63 ns, about 292 years
+/// after a clock's origin. Later readings are read as this one, so time
+/// stops there and a key behaves as under a frozen clock (exact, never
+/// refilled) instead of wrapping. [`Quota`](crate::Quota) keeps every span
+/// at or below [`MAX_SPAN_NS`], so `END_OF_TIME_NS + 2 × span` never
+/// overflows a `u64`.
+pub const END_OF_TIME_NS: u64 = 1 << 63;
+
+/// The longest span a quota may imply (a window, or a drained key's refill
+/// time): 2^62 ns, about 146 years.
+pub const MAX_SPAN_NS: u64 = 1 << 62;
+
+/// A clock reading, clamped to [`END_OF_TIME_NS`].
+#[inline]
+pub(crate) fn clamp_time(now_ns: u64) -> u64 {
+    now_ns.min(END_OF_TIME_NS)
+}
+
 /// Converts a [`Duration`](std::time::Duration) to whole nanoseconds,
 /// saturating at `u64::MAX` (about 584 years).
 #[inline]

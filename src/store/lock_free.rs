@@ -1,30 +1,31 @@
 //! The default store: checks on existing keys take no lock.
 
-use std::borrow::Borrow;
 use std::fmt;
-use std::hash::{BuildHasher, Hash, RandomState};
+use std::hash::{BuildHasher, RandomState};
+use std::marker::PhantomData;
 
-use crossbeam_epoch::{self as epoch, Guard, Owned};
 use crossbeam_utils::CachePadded;
 
-use super::table::{MIN_BUCKETS, RawTable, max_used};
+use super::table::{MIN_BUCKETS, RawTable, buckets_for, max_used};
 use super::{
-    Checked, Key, KeyCap, Population, Room, Store, StoreKind, default_shards, retry_after_sweep,
+    Checked, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind, admit_new_key,
+    default_shards, drop_discarded, retry_after_sweep, shard_index,
 };
 use crate::algorithm::Algorithm;
-use crate::cell::Cell;
+use crate::cell::{Cell, CellFor, Preferred};
 use crate::decision::Decision;
 use crate::error::CheckError;
-use crate::sync::{Mutex, lock};
+use crate::sync::canary::{self, Canary};
+use crate::sync::epoch::{self, Guard, Owned, Shared};
+use crate::sync::{Arc, AtomicBool, Backoff, Mutex, Ordering, lock, wait_step};
 
 /// The default store: keys in sharded open-addressing tables whose lookups
-/// take no lock, each key's state in its algorithm's
-/// [`Cell`](crate::cell::Cell) inline in the table (for GCRA: the key and one
-/// `AtomicU64`, no allocation per key).
+/// take no lock, each key's state in a [`Cell`] inline in the table (for
+/// GCRA: the key and one `AtomicU64`, no allocation per key).
 ///
 /// # Implementation details
 ///
-/// A check on an existing key pins a `crossbeam-epoch` guard, loads the
+/// A check on an existing key hashes it, pins an epoch guard, loads the
 /// shard's table pointer, probes for the key and runs the cell's check (for
 /// GCRA and the fixed window, one compare-and-swap, and none on a denial). It
 /// takes no lock and writes nothing shared but the cell.
@@ -32,21 +33,35 @@ use crate::sync::{Mutex, lock};
 /// Everything that changes a table's structure happens under the shard's
 /// mutex, on a `#[cold]` path: inserting a new key, evicting idle keys, and
 /// rebuilding the table (to grow, to shrink, or to clear evicted slots). A
-/// rebuild moves each key by **retiring** its cell (`Cell::retire_into_new`,
-/// a swap of the cell's word) and copying the last state into the new table,
-/// then publishes the new table and hands the old one to the epoch collector.
-/// A check that meets a retired cell, whether evicted or moved, goes to the
-/// slow path, takes the shard's mutex, and looks the key up again in the
-/// current table. So no admission is lost to a concurrent eviction or
-/// rebuild. The cost is that checks on moved keys wait for an in-progress
-/// rebuild of their shard.
+/// rebuild runs in two phases. First it hashes and **clones** every live key
+/// into a new table, with placeholder cells; this is the only user code a
+/// rebuild runs, and a panic in it drops the new table and leaves the old
+/// one untouched. Then, with no user code, it **retires** each old cell
+/// ([`Cell::retire_into_new`], a swap of the cell's word) into the new
+/// table, and publishes the new table. A check that meets a retired cell,
+/// whether evicted or moved, goes to the slow path, takes the shard's
+/// mutex, and looks the key up again in the current table, so no admission
+/// is lost to a concurrent eviction or rebuild. The cost is that checks on
+/// moved keys wait for an in-progress rebuild of their shard.
 ///
 /// # Memory
 ///
 /// A table holds up to 7/8 of its buckets (as `hashbrown` does), at
 /// `size_of::<(K, Cell)>() + 1` bytes per bucket: 17 for `u64` keys and
-/// GCRA. Evicted slots are reclaimed when the table is next rebuilt, and a
-/// rebuild sizes the table from the live keys, so it also shrinks.
+/// GCRA. A rebuild sizes the new table for the live keys, so it grows,
+/// shrinks, or just clears evicted slots.
+///
+/// A replaced table is freed once no check can still be reading it: its
+/// readers are tracked by an epoch collector private to tollgate. Each
+/// shard holds **at most one** replaced table awaiting that moment: a
+/// rebuild first waits until the previous one is free to go (for checks
+/// already inside it to finish, nanoseconds to microseconds), so memory is
+/// bounded at every instant, not only after settling. The thread that
+/// replaced a table then frees it itself as soon as it can, outside every
+/// lock, so a key's `Drop` never runs under a shard lock, nor inside an
+/// unrelated check. [`evict_idle`](Store::evict_idle) rebuilds a shard
+/// smaller when it is left at a quarter of its table's size or less, and
+/// returns only once the tables it replaced are freed.
 ///
 /// # Hashing
 ///
@@ -56,10 +71,10 @@ use crate::sync::{Mutex, lock};
 /// one designed to resist collisions an attacker tries to force; it is also
 /// about a fifth of a keyed check's time (notes/04). Choose a faster seeded
 /// hasher only for keys clients do not control.
-#[derive(Debug, Clone)]
-pub struct LockFree<H = RandomState> {
+pub struct LockFree<H = RandomState, P = Preferred> {
     shards: usize,
     hasher: H,
+    cells: PhantomData<fn() -> P>,
 }
 
 impl LockFree {
@@ -69,20 +84,52 @@ impl LockFree {
         Self {
             shards: shards.max(1).next_power_of_two(),
             hasher: RandomState::new(),
+            cells: PhantomData,
         }
     }
 }
 
-impl<H> LockFree<H> {
+impl<H, P> LockFree<H, P> {
     /// The same store hashing keys with `hasher`, cloned into every store
     /// built from this value (so limiters built from one value share its
     /// seed; `Builder::new` makes a fresh default per limiter). See
     /// "Hashing" above before choosing one.
     #[must_use]
-    pub fn with_hasher<H2: BuildHasher>(self, hasher: H2) -> LockFree<H2> {
+    pub fn with_hasher<H2: BuildHasher>(self, hasher: H2) -> LockFree<H2, P> {
         LockFree {
             shards: self.shards,
             hasher,
+            cells: PhantomData,
+        }
+    }
+
+    /// The same store keeping each key's state in the cells `P2` chooses:
+    /// [`Preferred`] (the default: a compare-and-swap word where the state
+    /// packs into one) or [`AlwaysLocked`](crate::cell::AlwaysLocked) (a
+    /// mutex for every algorithm), so that a benchmark can vary the cell
+    /// alone on the same table.
+    ///
+    /// ```
+    /// use tollgate::Builder;
+    /// use tollgate::cell::AlwaysLocked;
+    /// use tollgate::store::LockFree;
+    ///
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = Builder::new(tollgate::Quota::per_second(5)?)
+    ///     .store(LockFree::default().cells::<AlwaysLocked>())
+    ///     .build::<u64>();
+    /// assert!(limiter.check(&7)?.is_allowed());
+    /// # Ok(())
+    /// # }
+    /// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
+    /// ```
+    #[must_use]
+    pub fn cells<P2>(self) -> LockFree<H, P2> {
+        LockFree {
+            shards: self.shards,
+            hasher: self.hasher,
+            cells: PhantomData,
         }
     }
 }
@@ -94,232 +141,463 @@ impl Default for LockFree {
     }
 }
 
-impl<H> StoreKind for LockFree<H>
-where
-    H: BuildHasher + Clone + fmt::Debug + Send + Sync + 'static,
-{
-    type Store<K: Key, A: Algorithm> = LockFreeStore<K, A, H>;
+impl<H: Clone, P> Clone for LockFree<H, P> {
+    fn clone(&self) -> Self {
+        Self {
+            shards: self.shards,
+            hasher: self.hasher.clone(),
+            cells: PhantomData,
+        }
+    }
+}
 
-    fn build<K: Key, A: Algorithm>(&self, cap: Option<KeyCap>) -> LockFreeStore<K, A, H> {
+impl<H: fmt::Debug, P> fmt::Debug for LockFree<H, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockFree")
+            .field("shards", &self.shards)
+            .field("hasher", &self.hasher)
+            .field("cells", &std::any::type_name::<P>())
+            .finish()
+    }
+}
+
+impl<K, A, H, P> StoreKind<K, A> for LockFree<H, P>
+where
+    K: Key,
+    A: Algorithm,
+    H: BuildHasher + Clone + fmt::Debug + Send + Sync + 'static,
+    P: CellFor<A> + 'static,
+{
+    type Store = LockFreeStore<K, A, P::Cell, H>;
+
+    fn build(&self, cap: Option<KeyCap>) -> Self::Store {
         LockFreeStore {
             shards: (0..self.shards)
                 .map(|_| CachePadded::new(Shard::new()))
                 .collect(),
             hasher: self.hasher.clone(),
             population: Population::new(cap),
+            algorithm: PhantomData,
         }
     }
 }
 
 /// The store [`LockFree`] builds.
-pub struct LockFreeStore<K, A: Algorithm, H = RandomState> {
-    shards: Box<[PaddedShard<K, A::Cell>]>,
+pub struct LockFreeStore<K, A, C, H> {
+    shards: Box<[CachePadded<Shard<K, C>>]>,
     hasher: H,
     population: Population,
+    algorithm: PhantomData<fn() -> A>,
 }
 
-/// A shard on its own cache line(s), so shards' writers never share one.
-type PaddedShard<K, V> = CachePadded<Shard<K, V>>;
+/// Under the shard's lock every live slot's cell is live: eviction and
+/// rebuilds retire cells and unlink them in one critical section.
+const LIVE_UNDER_LOCK: &str = "under the writers' lock, a live slot's cell is live";
 
-struct Shard<K, V> {
-    table: epoch::Atomic<RawTable<K, V>>,
-    writer: Mutex<Writer>,
+/// How many times a writer drives the collector to free the table it just
+/// replaced before it leaves that to the shard's next writer. With no check
+/// in flight, two suffice: the epoch must advance twice past the one in
+/// which the table was unlinked.
+const PROMPT_TRIES: usize = 4;
+
+/// `evict_idle` rebuilds a shard's table smaller when the table has at
+/// least this many times the buckets its live keys need: far enough that a
+/// table just grown (twice the size its keys need, at most) is never
+/// shrunk straight back.
+const COMPACT_FACTOR: usize = 4;
+
+struct Shard<K, C> {
+    table: epoch::Atomic<RawTable<K, C>>,
+    writer: Mutex<Writer<K, C>>,
 }
 
 /// A shard's writer-side bookkeeping, under its mutex.
-#[derive(Debug)]
-struct Writer {
+struct Writer<K, C> {
     /// Live and deleted slots in the current table.
     used: usize,
     /// Live slots.
     live: usize,
+    /// Replaced tables not yet freed: at most one, unless a rebuild ran on a
+    /// thread already inside a check (user code calling back into a
+    /// limiter), which cannot wait for its own guard to go.
+    retired: Vec<Retired<K, C>>,
 }
 
-impl<K, V> Shard<K, V> {
-    fn new() -> Self {
+/// A table unlinked by a rebuild, freed when this is dropped. Dropped only
+/// once its grace period has elapsed (no check can still be reading the
+/// table), or with the whole store (`&mut`, so no check at all).
+struct Retired<K, C> {
+    table: *const RawTable<K, C>,
+    /// Set by the epoch collector once every guard that could have loaded
+    /// the table before it was unlinked has been dropped.
+    grace: Arc<AtomicBool>,
+}
+
+// SAFETY: a `Retired` owns its table (no other owner frees it), so sending
+// it sends the table, which is Send when its keys and cells are Send and
+// Sync; the flag is an `Arc<AtomicBool>`.
+unsafe impl<K: Send + Sync, C: Send + Sync> Send for Retired<K, C> {}
+
+impl<K, C> Retired<K, C> {
+    /// Takes ownership of `table`, just unlinked, and asks the collector to
+    /// flag it once no guard pinned before now remains.
+    fn new(table: Shared<'_, RawTable<K, C>>) -> Self {
+        let grace = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&grace);
+        let guard = epoch::pin();
+        // Release: pairs with the Acquire load in `grace_elapsed`, so the
+        // thread that sees the flag and frees the table does so after every
+        // reader of it unpinned (the collector runs this only then). The
+        // deferred function only sets a flag: collection, which may run in
+        // any pin, never runs user code.
+        guard.defer(move || flag.store(true, Ordering::Release));
+        // Hands the deferred function to the collector's global queue now,
+        // rather than when this thread's bag fills, and tries to advance the
+        // epoch once.
+        guard.flush();
         Self {
-            table: epoch::Atomic::new(RawTable::with_buckets(MIN_BUCKETS)),
-            writer: Mutex::new(Writer { used: 0, live: 0 }),
+            table: table.as_raw(),
+            grace,
         }
     }
 
-    /// The current table.
-    #[inline]
-    fn table<'g>(&self, guard: &'g Guard) -> &'g RawTable<K, V> {
-        // Acquire: pairs with the Release store that published a rebuilt
-        // table, so that its slots and control bytes are visible.
-        let table = self.table.load(crate::sync::Ordering::Acquire, guard);
-        // SAFETY: the pointer is never null (a shard starts with a table and
-        // only ever replaces it with another), and the table it points to is
-        // reclaimed only after every guard pinned before its replacement is
-        // dropped.
-        unsafe { table.deref() }
+    fn grace_elapsed(&self) -> bool {
+        self.grace.load(Ordering::Acquire)
     }
 }
 
-impl<K, V> Drop for Shard<K, V> {
+impl<K, C> Drop for Retired<K, C> {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from the shard's `epoch::Atomic`, so it
+        // was allocated by `Owned::new`, and it is freed only here, once.
+        // No check can read it: a `Retired` is dropped only after its grace
+        // period, or with the store itself (see the type's doc).
+        drop(unsafe { Shared::from(self.table).into_owned() });
+    }
+}
+
+impl<K, C> Shard<K, C> {
+    fn new() -> Self {
+        Self {
+            table: epoch::Atomic::new(RawTable::with_buckets(MIN_BUCKETS)),
+            writer: Mutex::new(Writer {
+                used: 0,
+                live: 0,
+                retired: Vec::new(),
+            }),
+        }
+    }
+
+    /// The current table, for a check.
+    #[inline]
+    fn table<'g>(&self, guard: &'g Guard) -> &'g RawTable<K, C> {
+        // Acquire: pairs with the Release swap that published a rebuilt
+        // table, so that its slots and control bytes are visible.
+        let table = self.table.load(Ordering::Acquire, guard);
+        // SAFETY: the pointer is never null (a shard starts with a table and
+        // only ever replaces it with another), and a replaced table is freed
+        // only after every guard pinned before its replacement is dropped.
+        unsafe { table.deref() }
+    }
+
+    /// The current table, for its writer.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds `self.writer` for as long as it uses the reference.
+    /// Only a holder of that lock replaces the table or frees a replaced
+    /// one, so the table cannot go away under it, even once replaced.
+    unsafe fn table_locked(&self) -> &RawTable<K, C> {
+        // SAFETY: as documented; no guard is needed for a table that no
+        // other thread can free.
+        let unprotected = unsafe { epoch::unprotected() };
+        // Relaxed: the last swap was made under the lock we hold, whose
+        // acquisition orders us after it.
+        let table = self.table.load(Ordering::Relaxed, unprotected);
+        // SAFETY: never null (see `table`), and not freed while we hold the
+        // lock (above).
+        unsafe { table.deref() }
+    }
+
+    /// Frees the shard's replaced tables once no check can see them. Runs
+    /// with no lock held, so the tables' keys are dropped outside every
+    /// lock. With `wait`, returns only once every table replaced before the
+    /// call is freed; otherwise drives the collector a few times and leaves
+    /// the rest to the shard's next writer.
+    fn reclaim(&self, wait: bool) {
+        let pending: Vec<Arc<AtomicBool>> = lock(&self.writer)
+            .retired
+            .iter()
+            .map(|retired| Arc::clone(&retired.grace))
+            .collect();
+        if pending.is_empty() {
+            return;
+        }
+        // A thread that holds a guard (a check whose user code called back
+        // into a limiter) keeps the epoch from advancing: it cannot wait.
+        if !epoch::is_pinned() {
+            let backoff = Backoff::new();
+            let mut tries = 0;
+            // Acquire: as in `Retired::grace_elapsed`.
+            while !pending.iter().all(|grace| grace.load(Ordering::Acquire))
+                && (wait || tries < PROMPT_TRIES)
+            {
+                epoch::pin().flush();
+                tries += 1;
+                wait_step(&backoff);
+            }
+        }
+        let freed: Vec<Retired<K, C>> = {
+            let mut writer = lock(&self.writer);
+            let (freed, waiting) = std::mem::take(&mut writer.retired)
+                .into_iter()
+                .partition(Retired::grace_elapsed);
+            writer.retired = waiting;
+            freed
+        };
+        for retired in freed {
+            drop_discarded(retired);
+        }
+    }
+}
+
+impl<K, C> Drop for Shard<K, C> {
     fn drop(&mut self) {
         // SAFETY: `&mut self`: no other thread can reach the table any more,
-        // so it can be taken without a guard.
+        // so it can be taken without a guard. (The retired tables go with
+        // `writer`: see `Retired`.)
         drop(unsafe {
             self.table
-                .load(crate::sync::Ordering::Relaxed, epoch::unprotected())
+                .load(Ordering::Relaxed, epoch::unprotected())
                 .into_owned()
         });
     }
 }
 
-impl<K: Key, A: Algorithm, H: BuildHasher> LockFreeStore<K, A, H> {
+/// Waits, under the shard's lock, until every table in `retired` may be
+/// freed, so that a rebuild never leaves a shard with two replaced tables.
+/// Waiting under the lock cannot deadlock: no thread takes a shard lock
+/// while it holds a guard, so every guard the wait depends on is dropped
+/// without this lock. The collector's deferred functions only set flags, so
+/// no user code runs here.
+fn await_grace<K, C>(retired: &[Retired<K, C>]) {
+    if retired.iter().all(Retired::grace_elapsed) || epoch::is_pinned() {
+        return;
+    }
+    let backoff = Backoff::new();
+    while !retired.iter().all(Retired::grace_elapsed) {
+        epoch::pin().flush();
+        wait_step(&backoff);
+    }
+}
+
+impl<K, A, C, H> LockFreeStore<K, A, C, H>
+where
+    K: Key,
+    A: Algorithm,
+    C: Cell<A>,
+    H: BuildHasher + Send + Sync,
+{
     #[inline]
-    fn shard(&self, hash: u64) -> &Shard<K, A::Cell> {
-        // Bits 32 and up pick the shard; a table uses the low bits and the
-        // top 7 (`h2`), so the choices stay independent.
-        #[allow(clippy::cast_possible_truncation)]
-        let index = (hash >> 32) as usize & (self.shards.len() - 1);
-        &self.shards[index]
+    fn shard(&self, hash: u64) -> &Shard<K, C> {
+        &self.shards[shard_index(hash, self.shards.len())]
     }
 
-    /// The slow path: the shard's mutex held, look again, insert if absent.
-    /// `swept`: the store was just swept for this check.
+    /// The slow path: under the shard's mutex, look again, insert if absent;
+    /// then free what a rebuild replaced, with the lock released.
     #[cold]
     #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
-    fn check_locked<Q>(
+    fn check_slow<Q: Lookup<K> + ?Sized>(
         &self,
-        shard: &Shard<K, A::Cell>,
+        shard: &Shard<K, C>,
+        hash: u64,
+        key: &Q,
+        algorithm: &A,
+        now_ns: u64,
+        cost: u32,
+    ) -> Result<Decision, CheckError> {
+        retry_after_sweep(
+            &self.population,
+            |swept| {
+                let mut writer = lock(&shard.writer);
+                let checked = self.check_locked(
+                    shard,
+                    &mut writer,
+                    hash,
+                    key,
+                    algorithm,
+                    now_ns,
+                    cost,
+                    swept,
+                );
+                let replaced = !writer.retired.is_empty();
+                drop(writer);
+                if replaced {
+                    shard.reclaim(false);
+                }
+                checked
+            },
+            || self.evict_idle(algorithm, now_ns),
+        )
+    }
+
+    /// One attempt under the shard's lock (`writer` is its guarded data).
+    /// `swept`: the store was just swept for this check.
+    #[allow(clippy::too_many_arguments)]
+    fn check_locked<Q: Lookup<K> + ?Sized>(
+        &self,
+        shard: &Shard<K, C>,
+        writer: &mut Writer<K, C>,
         hash: u64,
         key: &Q,
         algorithm: &A,
         now_ns: u64,
         cost: u32,
         swept: bool,
-    ) -> Result<Checked, CheckError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let mut guard_writer = lock(&shard.writer);
-        let writer = &mut *guard_writer;
-        let guard = epoch::pin();
-        let mut table = shard.table(&guard);
+    ) -> Result<Checked, CheckError> {
+        // SAFETY: our caller holds the lock for the whole call.
+        let table = unsafe { shard.table_locked() };
         if let Some(cell) = table.find(hash, key) {
-            // Under the mutex every live slot's cell is live: eviction and
-            // rebuilds retire cells and unlink them in one critical section.
-            if let Some(decision) = cell.check(algorithm, now_ns, cost)? {
-                return Ok(Checked::Done(decision));
+            let decision = cell.check(algorithm, now_ns, cost)?.expect(LIVE_UNDER_LOCK);
+            return Ok(Checked::Done(decision));
+        }
+        let new_key = admit_new_key(&self.population, algorithm, now_ns, cost, swept, |_fresh| {
+            let mut table = table;
+            if writer.used >= max_used(table.buckets()) {
+                self.grow(shard, writer, algorithm, now_ns);
+                // SAFETY: lock held, as above.
+                table = unsafe { shard.table_locked() };
             }
-        }
-        // A new key: a fresh state has its whole burst, so a valid cost is
-        // admitted; an invalid one returns here, before anything is stored.
-        let fresh = algorithm
-            .decide(&A::State::default(), now_ns, cost)?
-            .decision();
-        match self.population.make_room(swept) {
-            Room::Reserved => {}
-            Room::Full(cap) => return cap.when_full(fresh).map(Checked::Done),
-            Room::SweepFirst => return Ok(Checked::SweepFirst),
-        }
-        if writer.used >= max_used(table.buckets()) {
-            table = self.rebuild(shard, writer, algorithm, now_ns, &guard);
-        }
-        let cell = table.insert(hash, key.to_owned(), A::Cell::new(algorithm));
-        writer.used += 1;
-        writer.live += 1;
-        // Others can find the cell from here on, so decide through it.
-        match cell.check(algorithm, now_ns, cost)? {
-            Some(decision) => Ok(Checked::Done(decision)),
-            // Only a writer retires a cell, and we hold the writers' lock.
-            None => Ok(Checked::Done(fresh)),
+            // `to_owned` is user code: if it panics, nothing is inserted
+            // and the reservation goes back.
+            let (_, cell) = table.insert(hash, key.to_owned(), C::new(algorithm));
+            writer.used += 1;
+            writer.live += 1;
+            // Others can find the cell from here on, so decide through it.
+            cell.check(algorithm, now_ns, cost)
+        })?;
+        match new_key {
+            NewKey::Stored(checked) => Ok(Checked::Done(checked?.expect(LIVE_UNDER_LOCK))),
+            NewKey::Checked(checked) => Ok(checked),
         }
     }
 
-    /// Evicts the keys of the whole current table that are idle at
-    /// `idle_at_ns` (and so at every later instant).
+    /// Evicts the keys of `table` (the shard's current one, lock held) that
+    /// are idle at `idle_at_ns`, and so at every later instant; returns how
+    /// many. Runs no user code.
     fn sweep(
         &self,
-        table: &RawTable<K, A::Cell>,
-        live: &mut usize,
+        table: &RawTable<K, C>,
+        writer: &mut Writer<K, C>,
         algorithm: &A,
         idle_at_ns: u64,
     ) -> usize {
         let mut removed = 0;
         for (index, _, cell) in table.live() {
-            if cell.retire_if_idle(algorithm, idle_at_ns) {
+            let evict = if canary::planted(Canary::EvictWithoutTombstone) {
+                cell.is_idle_unretired(algorithm, idle_at_ns)
+            } else {
+                // The tombstone: retire first, so that a check holding the
+                // cell finds it retired and looks again.
+                cell.retire_if_idle(algorithm, idle_at_ns)
+            };
+            if evict {
                 table.mark_deleted(index);
                 removed += 1;
             }
         }
-        *live -= removed;
+        writer.live -= removed;
         self.population.release(removed);
         removed
     }
 
-    /// Rebuilds the shard's table, sized for its live keys, and returns the
-    /// new table. When live keys (not evicted slots) fill the table, it first
-    /// evicts the keys idle for at least the algorithm's rest time: the
-    /// amortized eviction, since a table fills only after a number of inserts
-    /// proportional to its size. Keys idle for less (in use, between two
-    /// requests) stay, so a working set is never evicted only to be
-    /// re-inserted; and a rebuild that only clears evicted slots evicts
-    /// nothing.
-    fn rebuild<'g>(
-        &self,
-        shard: &Shard<K, A::Cell>,
-        writer: &mut Writer,
-        algorithm: &A,
-        now_ns: u64,
-        guard: &'g Guard,
-    ) -> &'g RawTable<K, A::Cell> {
-        let old = shard.table(guard);
-        if (writer.live + 1) * 4 > max_used(old.buckets()) * 3 {
+    /// Makes room for one more key in a full table (lock held). When live
+    /// keys (not evicted slots) fill it, first evicts the keys idle for at
+    /// least the algorithm's rest time: the amortized eviction, since a
+    /// table fills only after a number of inserts proportional to its size.
+    /// Keys idle for less (in use, between two requests) stay, so a working
+    /// set is never evicted only to be re-inserted; and a rebuild that only
+    /// clears evicted slots evicts nothing. Then rebuilds for the live keys
+    /// and the one being inserted.
+    fn grow(&self, shard: &Shard<K, C>, writer: &mut Writer<K, C>, algorithm: &A, now_ns: u64) {
+        // SAFETY: our caller holds the lock.
+        let table = unsafe { shard.table_locked() };
+        if (writer.live + 1) * 4 > max_used(table.buckets()) * 3 {
             let idle_at_ns = now_ns.saturating_sub(algorithm.rest_ns());
-            self.sweep(old, &mut writer.live, algorithm, idle_at_ns);
+            self.sweep(table, writer, algorithm, idle_at_ns);
         }
-        // Room for the live keys and the one being inserted at no more than
-        // 3/4 of the maximum load, so that the next rebuild is far off; when
-        // nothing was evicted this doubles, as hashbrown does.
-        let mut buckets = MIN_BUCKETS;
-        while (writer.live + 1) * 4 > max_used(buckets) * 3 {
-            buckets *= 2;
-        }
-        let new = RawTable::with_buckets(buckets);
-        let mut moved = 0;
-        for (index, key, cell) in old.live() {
+        self.rebuild(shard, writer, algorithm, buckets_for(writer.live + 1));
+    }
+
+    /// Replaces the shard's table (lock held) with one of `buckets` buckets
+    /// holding its live keys and their states. See "Implementation details"
+    /// on [`LockFree`] for the two phases.
+    fn rebuild(
+        &self,
+        shard: &Shard<K, C>,
+        writer: &mut Writer<K, C>,
+        algorithm: &A,
+        buckets: usize,
+    ) {
+        // SAFETY: our caller holds the lock.
+        let old = unsafe { shard.table_locked() };
+        // At most one replaced table per shard awaits reclamation.
+        await_grace(&writer.retired);
+        // Phase 1, user code (`BuildHasher`, `Hash`, `Clone`): a panic drops
+        // `new` with its clones and leaves the shard as it was.
+        let mut new = RawTable::with_buckets(buckets);
+        let mut moves = Vec::with_capacity(writer.live);
+        for (old_index, key, _) in old.live() {
             let hash = self.hasher.hash_one(key);
-            let cell = cell
-                .retire_into_new()
-                .expect("under the writers' lock, a live slot's cell is live");
-            new.insert(hash, old.take_key(index), cell);
-            moved += 1;
+            let (new_index, _) = new.insert(hash, key.clone(), C::new(algorithm));
+            moves.push((old_index, new_index));
         }
-        writer.used = moved;
-        writer.live = moved;
+        // Phase 2, no user code: retire each old cell into the new table. A
+        // check that reaches a retired cell waits for our lock and finds the
+        // key in the new table.
+        for &(old_index, new_index) in &moves {
+            let cell = match old.value(old_index).retire_into_new() {
+                Some(cell) => cell,
+                None => {
+                    assert!(
+                        canary::planted(Canary::RebuildCopiesTombstone),
+                        "{LIVE_UNDER_LOCK}"
+                    );
+                    C::new(algorithm)
+                }
+            };
+            new.set_value(new_index, cell);
+        }
+        writer.used = moves.len();
+        writer.live = moves.len();
+        // SAFETY: only lock holders replace the table, and we hold the lock;
+        // the old table is handed to `Retired`, which frees it after its
+        // grace period.
+        let unprotected = unsafe { epoch::unprotected() };
         // Release: publishes the new table's slots to checks that load the
         // pointer with Acquire (`Shard::table`).
-        let old = shard
+        let replaced = shard
             .table
-            .swap(Owned::new(new), crate::sync::Ordering::Release, guard);
-        // SAFETY: the old table is unlinked: checks that still hold it were
-        // pinned before the swap, and the collector destroys it only after
-        // every such guard is dropped.
-        unsafe { guard.defer_destroy(old) };
-        shard.table(guard)
+            .swap(Owned::new(new), Ordering::Release, unprotected);
+        writer.retired.push(Retired::new(replaced));
     }
 }
 
-impl<K: Key, A: Algorithm, H: BuildHasher + Send + Sync> Store<K, A> for LockFreeStore<K, A, H> {
+impl<K, A, C, H> Store<K, A> for LockFreeStore<K, A, C, H>
+where
+    K: Key,
+    A: Algorithm,
+    C: Cell<A>,
+    H: BuildHasher + Send + Sync,
+{
     #[inline]
-    fn check<Q>(
+    fn check<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
         algorithm: &A,
         now_ns: u64,
         cost: u32,
-    ) -> Result<Decision, CheckError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
+    ) -> Result<Decision, CheckError> {
         let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
         {
@@ -330,38 +608,37 @@ impl<K: Key, A: Algorithm, H: BuildHasher + Send + Sync> Store<K, A> for LockFre
                 }
             }
         }
-        retry_after_sweep(
-            &self.population,
-            |swept| self.check_locked(shard, hash, key, algorithm, now_ns, cost, swept),
-            || self.evict_idle(algorithm, now_ns),
-        )
+        // Absent, or retired under us: the guard is dropped before the lock
+        // is taken (see `await_grace`).
+        self.check_slow(shard, hash, key, algorithm, now_ns, cost)
     }
 
-    fn peek<Q>(
+    fn peek<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
         algorithm: &A,
         now_ns: u64,
         cost: u32,
-    ) -> Result<Decision, CheckError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
+    ) -> Result<Decision, CheckError> {
         let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
-        let guard = epoch::pin();
-        if let Some(cell) = shard.table(&guard).find(hash, key) {
-            if let Some(decision) = cell.peek(algorithm, now_ns, cost)? {
-                return Ok(decision);
+        let found = {
+            let guard = epoch::pin();
+            match shard.table(&guard).find(hash, key) {
+                Some(cell) => match cell.peek(algorithm, now_ns, cost)? {
+                    Some(decision) => return Ok(decision),
+                    None => true,
+                },
+                None => false,
             }
+        };
+        if found {
             // Retired under us: evicted or moved. Ask again once no writer
-            // is mid-change.
+            // is mid-change (the guard is dropped first: see `await_grace`).
             let _writer = lock(&shard.writer);
-            if let Some(cell) = shard.table(&guard).find(hash, key) {
-                if let Some(decision) = cell.peek(algorithm, now_ns, cost)? {
-                    return Ok(decision);
-                }
+            // SAFETY: we hold the lock.
+            if let Some(cell) = unsafe { shard.table_locked() }.find(hash, key) {
+                return Ok(cell.peek(algorithm, now_ns, cost)?.expect(LIVE_UNDER_LOCK));
             }
         }
         Ok(algorithm
@@ -370,14 +647,21 @@ impl<K: Key, A: Algorithm, H: BuildHasher + Send + Sync> Store<K, A> for LockFre
     }
 
     fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {
-        let guard = epoch::pin();
-        self.shards
-            .iter()
-            .map(|shard| {
+        let mut removed = 0;
+        for shard in &*self.shards {
+            {
                 let mut writer = lock(&shard.writer);
-                self.sweep(shard.table(&guard), &mut writer.live, algorithm, now_ns)
-            })
-            .sum()
+                // SAFETY: we hold the lock.
+                let table = unsafe { shard.table_locked() };
+                removed += self.sweep(table, &mut writer, algorithm, now_ns);
+                let needed = buckets_for(writer.live);
+                if table.buckets() >= COMPACT_FACTOR * needed {
+                    self.rebuild(shard, &mut writer, algorithm, needed);
+                }
+            }
+            shard.reclaim(true);
+        }
+        removed
     }
 
     fn len(&self) -> usize {
@@ -385,7 +669,7 @@ impl<K: Key, A: Algorithm, H: BuildHasher + Send + Sync> Store<K, A> for LockFre
     }
 }
 
-impl<K, A: Algorithm, H> fmt::Debug for LockFreeStore<K, A, H> {
+impl<K, A, C, H> fmt::Debug for LockFreeStore<K, A, C, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockFreeStore")
             .field("shards", &self.shards.len())

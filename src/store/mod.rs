@@ -4,10 +4,10 @@
 //! under its own discipline. Every store runs the same conformance suite, so
 //! a new store is checked by adding one line to `tests/conformance/main.rs`.
 //!
-//! * [`GlobalMutex`]: one `Mutex<HashMap>`. The baseline.
-//! * [`Sharded`]: `N` cache-padded `Mutex<HashMap>` shards.
-//! * [`PerKey`]: one `Mutex<HashMap>` of `Arc`'d cells, locked only to find
-//!   a key's cell.
+//! * [`GlobalMutex`]: one mutex-guarded hash table. The baseline.
+//! * [`Sharded`]: `N` cache-padded mutex-guarded shards.
+//! * [`PerKey`]: one mutex-guarded table of `Arc`'d cells, locked only to
+//!   find a key's cell.
 //! * `LockFree`: the default; checks on existing keys take no lock (see its
 //!   documentation).
 //!
@@ -24,55 +24,118 @@
 //!   as a fresh key's would ([`Algorithm::is_idle`]), so eviction never
 //!   changes a decision. It does this amortized inside normal operation
 //!   (before a shard's table grows, and when the cap is reached), and on
-//!   demand with [`Store::evict_idle`];
+//!   demand with [`Store::evict_idle`], which also gives the memory back;
 //! * **caps the number of keys** when asked ([`KeyCap`]), with an explicit
 //!   policy for a new key that finds the store full ([`WhenFull`]).
+//!
+//! # User code
+//!
+//! A key's `Hash`, `Eq`, `Borrow`, `Clone` (or `ToOwned`) and `Drop`, and a
+//! `LockFree` store's `BuildHasher`, are user code, and may panic. A panic
+//! reaches the call that ran the code and nothing else: every other key
+//! decides exactly as it would have, [`Store::len`] stays exact, and no room
+//! under the cap is lost. Every store hashes a key once per call, before it
+//! takes a lock, and never again while it holds state it could lose (the
+//! mutex stores keep each key's hash beside it, so their tables rehash
+//! without calling `Hash`). Keys a store discards (evicted keys, a rebuilt
+//! table's old copies) are dropped after its locks are released, and a panic
+//! in their `Drop` is caught and discarded: it has no caller to reach, and
+//! the request that happened to trigger the eviction was decided already.
+//!
+//! These methods must not call back into the same limiter: like a
+//! `HashMap` key whose `Eq` locks the map it is in, that can deadlock.
 
-// The lock-free table reclaims memory with crossbeam-epoch, which model
-// checkers cannot see into (loom runs its threads on one OS thread, so the
-// epoch's thread-locals would be shared): under the model-checking features it
-// compiles out, and `PerKey`, built only on `crate::sync`, stands in for it.
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+// The lock-free table reclaims memory with crossbeam-epoch, which runs under
+// loom (with `--cfg crossbeam_loom`) but has no shuttle build: under shuttle
+// the table compiles out and `PerKey`, built only on `crate::sync`, stands in
+// for it.
+#[cfg(not(feature = "shuttle"))]
 #[allow(unsafe_code)]
 mod lock_free;
 mod mutex;
 mod per_key;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(feature = "shuttle"))]
 #[allow(unsafe_code)]
 mod table;
 
 use std::borrow::Borrow;
 use std::fmt::Debug;
 use std::hash::Hash;
+use std::num::NonZeroUsize;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
-pub use lock_free::{LockFree, LockFreeStore};
-pub use mutex::{GlobalMutex, MutexStore, Sharded};
-pub use per_key::{PerKey, PerKeyStore};
+#[cfg(not(feature = "shuttle"))]
+pub use lock_free::LockFree;
+pub use mutex::{GlobalMutex, Sharded};
+pub use per_key::PerKey;
 
 /// The store a limiter uses unless a [`Builder`](crate::Builder) chooses
-/// one: [`LockFree`] (under the model-checking features, [`PerKey`]).
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+/// one: [`LockFree`] (under the shuttle feature, [`PerKey`]).
+#[cfg(not(feature = "shuttle"))]
 pub type DefaultStore = LockFree;
 
 /// The store a limiter uses unless a [`Builder`](crate::Builder) chooses
-/// one: under the model-checking features, [`PerKey`], the stand-in for
-/// the lock-free store that model checkers can see into.
-#[cfg(any(feature = "loom", feature = "shuttle"))]
+/// one: under the shuttle feature, [`PerKey`], the stand-in for the
+/// lock-free store that shuttle can see into.
+#[cfg(feature = "shuttle")]
 pub type DefaultStore = PerKey;
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, Verdict};
 use crate::decision::Decision;
 use crate::error::CheckError;
 
-/// A key type a store can hold: hashable, comparable and shareable across
-/// threads (integers, `String`, tuples, IP addresses, …).
-pub trait Key: Hash + Eq + Send + Sync + 'static {}
+/// A key type a store can hold: hashable, comparable, cloneable and
+/// shareable across threads (integers, `String`, tuples, IP addresses, …).
+///
+/// `Clone` because the lock-free store clones each key into a rebuilt table
+/// and lets the old table drop its own copy once no reader can see it, so no
+/// key is ever read through a bitwise copy.
+///
+/// As for any `HashMap` key, a key whose `Hash` or `Eq` changes while it is
+/// stored (through interior mutability) is a logic error: the decisions for
+/// it are unspecified, but never unsound, and other keys are unaffected.
+pub trait Key: Hash + Eq + Clone + Send + Sync + 'static {}
 
-impl<K: Hash + Eq + Send + Sync + 'static> Key for K {}
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> Key for K {}
 
-/// What a store does with a new key when it already holds
-/// [`KeyCap::max_keys`] keys and none it examined was idle.
+/// A borrowed form of a key `K` that a limiter can be asked about: `K`
+/// itself, or a type `K` borrows as (`str` for `String`, `[u8]` for
+/// `Vec<u8>`). Implemented for every such type; it names the bound
+/// `K: Borrow<Q>, Q: Hash + Eq + ToOwned<Owned = K>` once.
+pub trait Lookup<K>: Hash + ToOwned<Owned = K> + private::Sealed<K> {
+    /// Whether `stored` is the key this one borrows as.
+    fn matches(&self, stored: &K) -> bool;
+}
+
+impl<K, Q> Lookup<K> for Q
+where
+    K: Borrow<Q>,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+{
+    #[inline]
+    fn matches(&self, stored: &K) -> bool {
+        stored.borrow() == self
+    }
+}
+
+mod private {
+    use std::borrow::Borrow;
+    use std::hash::Hash;
+
+    /// Seals [`Lookup`](super::Lookup): its blanket implementation is the
+    /// only one.
+    pub trait Sealed<K> {}
+
+    impl<K, Q> Sealed<K> for Q
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+    }
+}
+
+/// What a store does with a new key when it already holds its cap of keys
+/// and none it examined was idle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum WhenFull {
     /// Fail closed: the new key's check returns
@@ -85,13 +148,46 @@ pub enum WhenFull {
     AdmitUntracked,
 }
 
-/// A cap on the number of keys a store holds.
+/// A cap on the number of keys a store holds, and what a new key past it
+/// gets. Built by [`Builder::max_keys`](crate::Builder::max_keys).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct KeyCap {
+    max_keys: NonZeroUsize,
+    when_full: WhenFull,
+}
+
+impl KeyCap {
+    /// At most `max_keys` keys; `when_full` for a new key past them.
+    #[must_use]
+    pub const fn new(max_keys: NonZeroUsize, when_full: WhenFull) -> Self {
+        Self {
+            max_keys,
+            when_full,
+        }
+    }
+
     /// The most keys held at once.
-    pub max_keys: usize,
-    /// What happens to a new key past the cap.
-    pub when_full: WhenFull,
+    #[must_use]
+    pub const fn max_keys(&self) -> NonZeroUsize {
+        self.max_keys
+    }
+
+    /// What a new key past the cap gets.
+    #[must_use]
+    pub const fn when_full(&self) -> WhenFull {
+        self.when_full
+    }
+
+    /// The outcome for a new key that found the store full, given the
+    /// decision a fresh key gets.
+    fn outcome(self, fresh: Decision) -> Result<Decision, CheckError> {
+        match self.when_full {
+            WhenFull::Reject => Err(CheckError::StoreFull {
+                max_keys: self.max_keys.get(),
+            }),
+            WhenFull::AdmitUntracked => Ok(fresh),
+        }
+    }
 }
 
 /// A map from keys to per-key state, and the discipline that applies an
@@ -105,16 +201,13 @@ pub trait Store<K: Key, A: Algorithm>: Debug + Send + Sync {
     ///
     /// As [`Algorithm::decide`], and [`CheckError::StoreFull`] for a new key
     /// past a rejecting cap; nothing is consumed or stored on error.
-    fn check<Q>(
+    fn check<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
         algorithm: &A,
         now_ns: u64,
         cost: u32,
-    ) -> Result<Decision, CheckError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized;
+    ) -> Result<Decision, CheckError>;
 
     /// The decision `check` would return, consuming and storing nothing (for
     /// a new key: the decision of a fresh key, whatever the cap).
@@ -122,18 +215,16 @@ pub trait Store<K: Key, A: Algorithm>: Debug + Send + Sync {
     /// # Errors
     ///
     /// As [`Algorithm::decide`].
-    fn peek<Q>(
+    fn peek<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
         algorithm: &A,
         now_ns: u64,
         cost: u32,
-    ) -> Result<Decision, CheckError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized;
+    ) -> Result<Decision, CheckError>;
 
-    /// Removes every key that is idle at `now_ns`; returns how many.
+    /// Removes every key that is idle at `now_ns` and gives back the memory
+    /// they held; returns how many.
     fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize;
 
     /// How many keys are stored.
@@ -145,14 +236,14 @@ pub trait Store<K: Key, A: Algorithm>: Debug + Send + Sync {
     }
 }
 
-/// A kind of store, with its configuration: builds the store for any key and
-/// algorithm.
-pub trait StoreKind: Debug + Clone + Send + Sync + 'static {
+/// A kind of store, with its configuration: builds the store for keys `K`
+/// and algorithm `A`.
+pub trait StoreKind<K: Key, A: Algorithm>: Debug + Clone + Send + Sync + 'static {
     /// The store this kind builds.
-    type Store<K: Key, A: Algorithm>: Store<K, A>;
+    type Store: Store<K, A>;
 
     /// Builds an empty store, capped if `cap` is given.
-    fn build<K: Key, A: Algorithm>(&self, cap: Option<KeyCap>) -> Self::Store<K, A>;
+    fn build(&self, cap: Option<KeyCap>) -> Self::Store;
 }
 
 /// The keys a store may still add, shared by its shards: exact under
@@ -166,18 +257,78 @@ struct Population {
 }
 
 /// What [`Population::make_room`] found.
-enum Room {
-    Reserved,
+enum Room<'a> {
+    Reserved(Reservation<'a>),
     Full(KeyCap),
     SweepFirst,
 }
 
-/// One attempt at a check under a shard's lock.
+/// Room for one key, returned to the population when dropped unless
+/// [`commit`](Reservation::commit)ted: a panic in user code between the
+/// reservation and the insert (`Clone`, a rebuild's `Hash`) cannot leak it.
+#[must_use]
+struct Reservation<'a>(&'a Population);
+
+impl Reservation<'_> {
+    /// The key is stored: the room is its own.
+    fn commit(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.0.release(1);
+    }
+}
+
+/// One attempt at a check under a store's lock.
 enum Checked {
     Done(Decision),
-    /// A new key found the store full and a sweep is due: release the shard,
+    /// A new key found the store full and a sweep is due: release the lock,
     /// sweep the whole store, try again.
     SweepFirst,
+}
+
+/// What the new-key protocol did.
+enum NewKey<T> {
+    /// The key was stored; `T` is what its store returned.
+    Stored(T),
+    /// Nothing was stored.
+    Checked(Checked),
+}
+
+/// The new-key protocol, written once for every store. Runs under the lock
+/// that serialises inserts of the key, after a lookup found it absent:
+///
+/// 1. decide as a fresh key: a fresh state has its whole burst, so a valid
+///    cost is admitted, and an invalid one returns here, before anything is
+///    stored;
+/// 2. reserve room under the cap, or answer with the cap's policy, or ask
+///    for a whole-store sweep first (see [`Population::make_room`]);
+/// 3. `store` the key, given the fresh verdict: the store makes space first
+///    (a sweep or a rebuild) if it must grow. The reservation is committed
+///    when `store` returns, and released if it panics.
+fn admit_new_key<A: Algorithm, T>(
+    population: &Population,
+    algorithm: &A,
+    now_ns: u64,
+    cost: u32,
+    swept: bool,
+    store: impl FnOnce(Verdict<A::Admission>) -> T,
+) -> Result<NewKey<T>, CheckError> {
+    let fresh = algorithm.decide(&A::State::default(), now_ns, cost)?;
+    match population.make_room(swept) {
+        Room::Reserved(reservation) => {
+            let stored = store(fresh);
+            reservation.commit();
+            Ok(NewKey::Stored(stored))
+        }
+        Room::Full(cap) => cap
+            .outcome(fresh.decision())
+            .map(|decision| NewKey::Checked(Checked::Done(decision))),
+        Room::SweepFirst => Ok(NewKey::Checked(Checked::SweepFirst)),
+    }
 }
 
 /// Runs `attempt` (which takes its shard's lock itself, and is told whether
@@ -223,9 +374,9 @@ impl Population {
     /// `len / SWEEP_SPACING` keys makes the next one due at once (the keys it
     /// freed already paid for it). A new key so costs amortized
     /// `O(SWEEP_SPACING)` slot visits, never `O(len)`.
-    fn make_room(&self, swept_already: bool) -> Room {
+    fn make_room(&self, swept_already: bool) -> Room<'_> {
         match self.reserve() {
-            Ok(()) => Room::Reserved,
+            Ok(reservation) => Room::Reserved(reservation),
             Err(cap) if swept_already => Room::Full(cap),
             Err(cap) => {
                 // Relaxed: a spacing counter; racing increments only change
@@ -248,20 +399,20 @@ impl Population {
     }
 
     /// Reserves room for one more key; the cap when it is reached.
-    fn reserve(&self) -> Result<(), KeyCap> {
+    fn reserve(&self) -> Result<Reservation<'_>, KeyCap> {
         use crate::sync::Ordering;
         let Some(cap) = self.cap else {
             // Relaxed: a statistic with no cap to enforce.
             self.len.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
+            return Ok(Reservation(self));
         };
         // Relaxed: the count guards no other data; the CAS alone makes the
         // reservations exact (at most `max_keys` succeed).
         self.len
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |len| {
-                (len < cap.max_keys).then_some(len + 1)
+                (len < cap.max_keys.get()).then_some(len + 1)
             })
-            .map(drop)
+            .map(|_| Reservation(self))
             .map_err(|_| cap)
     }
 
@@ -277,17 +428,15 @@ impl Population {
     }
 }
 
-impl KeyCap {
-    /// The outcome for a new key that found the store full, given the
-    /// decision a fresh key gets.
-    fn when_full(self, fresh: Decision) -> Result<Decision, CheckError> {
-        match self.when_full {
-            WhenFull::Reject => Err(CheckError::StoreFull {
-                max_keys: self.max_keys,
-            }),
-            WhenFull::AdmitUntracked => Ok(fresh),
-        }
-    }
+/// Drops what a store discarded (evicted keys, a replaced table), after its
+/// locks are released. A panic in a key's `Drop` is caught and discarded:
+/// the store's own state is already consistent, the request that triggered
+/// the eviction was decided, and there is no caller the panic belongs to
+/// (see "User code" above).
+fn drop_discarded<T>(discarded: T) {
+    // The panic's payload is dropped here too; a payload whose own `Drop`
+    // panics aborts, as a double panic does anywhere.
+    drop(catch_unwind(AssertUnwindSafe(move || drop(discarded))));
 }
 
 /// How often a new key that finds the store full may sweep the store for
@@ -297,7 +446,19 @@ const SWEEP_SPACING: usize = 8;
 /// The default shard count: four per available core, a power of two.
 fn default_shards() -> usize {
     std::thread::available_parallelism()
-        .map_or(1, std::num::NonZeroUsize::get)
+        .map_or(1, NonZeroUsize::get)
         .saturating_mul(4)
         .next_power_of_two()
+}
+
+/// The shard of `hash` among `shards` (a power of two). Bits 32 and up pick
+/// the shard; a hash table uses the low bits and the top 7, so the choices
+/// stay independent.
+#[inline]
+fn shard_index(hash: u64, shards: usize) -> usize {
+    // The mask keeps the index below the shard count: truncation is the
+    // point.
+    #[allow(clippy::cast_possible_truncation)]
+    let high = (hash >> 32) as usize;
+    high & (shards - 1)
 }

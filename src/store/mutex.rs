@@ -1,30 +1,32 @@
-//! The mutex baselines: one `Mutex<HashMap>`, or cache-padded shards of them.
+//! The mutex baselines: one mutex-guarded hash table, or cache-padded shards
+//! of them.
 
-use std::borrow::Borrow;
-use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasher, Hash, RandomState};
+use std::hash::{BuildHasher, RandomState};
+use std::marker::PhantomData;
 
 use crossbeam_utils::CachePadded;
+use hashbrown::HashTable;
 
 use super::{
-    Checked, Key, KeyCap, Population, Room, Store, StoreKind, default_shards, retry_after_sweep,
+    Checked, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind, admit_new_key,
+    default_shards, drop_discarded, retry_after_sweep, shard_index,
 };
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, Verdict};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::sync::{Mutex, MutexGuard, lock};
 
-/// Every key in one `HashMap` behind one `Mutex`: correct, simple, and the
+/// Every key in one hash table behind one `Mutex`: correct, simple, and the
 /// baseline the other stores are measured against. Every check on every key
 /// serialises on the one lock.
 ///
-/// The map's hasher is std's `RandomState`, seeded randomly per map, so an
-/// attacker who chooses keys cannot precompute collisions.
+/// Keys are hashed with std's `RandomState`, seeded randomly per store, so
+/// an attacker who chooses keys cannot precompute collisions.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct GlobalMutex;
 
-/// `N` independently locked `HashMap` shards, each on its own cache line; a
+/// `N` independently locked hash tables, each on its own cache line; a
 /// key's shard is chosen by a randomly seeded hash. Checks on keys in
 /// different shards proceed in parallel; one hot key still serialises.
 #[derive(Debug, Clone, Copy)]
@@ -49,148 +51,186 @@ impl Default for Sharded {
     }
 }
 
-impl StoreKind for GlobalMutex {
-    type Store<K: Key, A: Algorithm> = MutexStore<K, A>;
+impl<K: Key, A: Algorithm> StoreKind<K, A> for GlobalMutex {
+    type Store = MutexStore<K, A>;
 
-    fn build<K: Key, A: Algorithm>(&self, cap: Option<KeyCap>) -> MutexStore<K, A> {
+    fn build(&self, cap: Option<KeyCap>) -> MutexStore<K, A> {
         MutexStore::new(1, cap)
     }
 }
 
-impl StoreKind for Sharded {
-    type Store<K: Key, A: Algorithm> = MutexStore<K, A>;
+impl<K: Key, A: Algorithm> StoreKind<K, A> for Sharded {
+    type Store = MutexStore<K, A>;
 
-    fn build<K: Key, A: Algorithm>(&self, cap: Option<KeyCap>) -> MutexStore<K, A> {
+    fn build(&self, cap: Option<KeyCap>) -> MutexStore<K, A> {
         MutexStore::new(self.shards, cap)
     }
+}
+
+/// A key, its hash and its value in a mutex-guarded table. The hash is
+/// computed once, before the lock is taken, and kept: growing or shrinking
+/// the table rehashes from it, so a table never calls a key's `Hash` while
+/// it moves entries (a panic there could lose other keys' states).
+pub(super) struct Entry<K, V> {
+    pub(super) hash: u64,
+    pub(super) key: K,
+    pub(super) value: V,
+}
+
+impl<K, V> Entry<K, V> {
+    /// The stored hash, for the table's rehashing.
+    pub(super) fn hash(&self) -> u64 {
+        self.hash
+    }
+}
+
+/// Finds `key` (whose hash is `hash`) in `table`: the stored hash first, so
+/// that `Eq` runs only on likely matches.
+pub(super) fn find_mut<'t, K, V, Q: Lookup<K> + ?Sized>(
+    table: &'t mut HashTable<Entry<K, V>>,
+    hash: u64,
+    key: &Q,
+) -> Option<&'t mut Entry<K, V>> {
+    table.find_mut(hash, |entry| entry.hash == hash && key.matches(&entry.key))
+}
+
+/// Removes the entries `evict` chooses and returns them, to be dropped once
+/// the lock is released; gives memory back when the table has become mostly
+/// empty. Runs no user code: `evict` is the store's, and rehashing uses the
+/// stored hashes.
+pub(super) fn sweep_table<K, V>(
+    table: &mut HashTable<Entry<K, V>>,
+    population: &Population,
+    evict: impl FnMut(&mut Entry<K, V>) -> bool,
+) -> Vec<Entry<K, V>> {
+    let evicted: Vec<_> = table.extract_if(evict).collect();
+    population.release(evicted.len());
+    if table.len() < table.capacity() / 4 {
+        table.shrink_to(table.len() * 2, Entry::hash);
+    }
+    evicted
 }
 
 /// The store [`GlobalMutex`] (one shard) and [`Sharded`] build.
 pub struct MutexStore<K, A: Algorithm> {
     shards: Box<[LockedShard<K, A::State>]>,
-    /// Chooses a key's shard; unused with one shard.
-    shard_hasher: RandomState,
+    hasher: RandomState,
     population: Population,
+    algorithm: PhantomData<fn() -> A>,
 }
 
-/// One shard: its lock and map on their own cache line(s).
-type LockedShard<K, S> = CachePadded<Mutex<HashMap<K, S>>>;
+/// One shard: its lock and table on their own cache line(s).
+type LockedShard<K, S> = CachePadded<Mutex<HashTable<Entry<K, S>>>>;
 
 impl<K: Key, A: Algorithm> MutexStore<K, A> {
     fn new(shards: usize, cap: Option<KeyCap>) -> Self {
         Self {
             shards: (0..shards)
-                .map(|_| CachePadded::new(Mutex::new(HashMap::new())))
+                .map(|_| CachePadded::new(Mutex::new(HashTable::new())))
                 .collect(),
-            shard_hasher: RandomState::new(),
+            hasher: RandomState::new(),
             population: Population::new(cap),
+            algorithm: PhantomData,
         }
     }
 
-    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> MutexGuard<'_, HashMap<K, A::State>> {
-        let index = if self.shards.len() == 1 {
-            0
-        } else {
-            // The mask keeps the index below the shard count: truncation is
-            // the point.
-            #[allow(clippy::cast_possible_truncation)]
-            let hash = self.shard_hasher.hash_one(key) as usize;
-            hash & (self.shards.len() - 1)
-        };
-        lock(&self.shards[index])
+    fn shard(&self, hash: u64) -> MutexGuard<'_, HashTable<Entry<K, A::State>>> {
+        lock(&self.shards[shard_index(hash, self.shards.len())])
     }
 
-    /// Removes the shard's keys idle at `idle_at_ns` (and so at every later
-    /// instant) and returns their room; gives back memory when the map has
-    /// become mostly empty.
-    fn sweep(&self, map: &mut HashMap<K, A::State>, algorithm: &A, idle_at_ns: u64) -> usize {
-        let before = map.len();
-        map.retain(|_, state| !algorithm.is_idle(state, idle_at_ns));
-        let removed = before - map.len();
-        self.population.release(removed);
-        if map.len() < map.capacity() / 4 {
-            map.shrink_to(map.len() * 2);
-        }
-        removed
+    /// Evicts the shard's keys idle at `idle_at_ns` (and so at every later
+    /// instant); returns them, to be dropped with the lock released.
+    fn sweep(
+        &self,
+        table: &mut HashTable<Entry<K, A::State>>,
+        algorithm: &A,
+        idle_at_ns: u64,
+    ) -> Vec<Entry<K, A::State>> {
+        sweep_table(table, &self.population, |entry| {
+            algorithm.is_idle(&entry.value, idle_at_ns)
+        })
     }
-}
 
-impl<K: Key, A: Algorithm> MutexStore<K, A> {
     /// One check under the key's shard lock; `swept`: the store was just
     /// swept for this check.
-    fn check_once<Q>(
+    fn check_once<Q: Lookup<K> + ?Sized>(
         &self,
+        hash: u64,
         key: &Q,
         algorithm: &A,
         now_ns: u64,
         cost: u32,
         swept: bool,
-    ) -> Result<Checked, CheckError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
+    ) -> Result<Checked, CheckError> {
+        // Declared before the lock, so dropped after it even when a panic
+        // unwinds: evicted keys' `Drop` never runs under the lock.
+        let mut evicted = Vec::new();
         // Lookup, decision and write all happen under the shard's lock.
-        let mut shard = self.shard(key);
-        if let Some(state) = shard.get_mut(key) {
-            return algorithm.check(state, now_ns, cost).map(Checked::Done);
+        let mut shard = self.shard(hash);
+        if let Some(entry) = find_mut(&mut shard, hash, key) {
+            return algorithm
+                .check(&mut entry.value, now_ns, cost)
+                .map(Checked::Done);
         }
-        // A new key: its state is the default, which has its whole burst, so
-        // any valid cost is admitted. An invalid cost returns here, before
-        // anything is stored.
-        let mut state = A::State::default();
-        let decision = algorithm.check(&mut state, now_ns, cost)?;
-        // Before the map grows, make room by evicting keys idle for at least
-        // the algorithm's rest time (keys between two requests stay):
-        // amortized, since the map doubles each time it grows.
-        if shard.len() == shard.capacity() {
-            let idle_at_ns = now_ns.saturating_sub(algorithm.rest_ns());
-            self.sweep(&mut shard, algorithm, idle_at_ns);
-        }
-        match self.population.make_room(swept) {
-            Room::Reserved => {
-                shard.insert(key.to_owned(), state);
-                Ok(Checked::Done(decision))
+        let new_key = admit_new_key(&self.population, algorithm, now_ns, cost, swept, |fresh| {
+            // Before the table grows, make room by evicting keys idle for
+            // at least the algorithm's rest time (keys between two
+            // requests stay): amortized, since the table doubles each
+            // time it grows.
+            if shard.len() == shard.capacity() {
+                let idle_at_ns = now_ns.saturating_sub(algorithm.rest_ns());
+                evicted = self.sweep(&mut shard, algorithm, idle_at_ns);
             }
-            Room::Full(cap) => cap.when_full(decision).map(Checked::Done),
-            Room::SweepFirst => Ok(Checked::SweepFirst),
+            let mut state = A::State::default();
+            if let Verdict::Allow { admission, .. } = fresh {
+                algorithm.admit(&mut state, admission);
+            }
+            // `to_owned` is user code: if it panics, nothing is inserted
+            // and the reservation goes back.
+            let entry = Entry {
+                hash,
+                key: key.to_owned(),
+                value: state,
+            };
+            shard.insert_unique(hash, entry, Entry::hash);
+            fresh.decision()
+        });
+        drop(shard);
+        drop_discarded(evicted);
+        match new_key? {
+            NewKey::Stored(decision) => Ok(Checked::Done(decision)),
+            NewKey::Checked(checked) => Ok(checked),
         }
     }
 }
 
 impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
-    fn check<Q>(
+    fn check<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
         algorithm: &A,
         now_ns: u64,
         cost: u32,
-    ) -> Result<Decision, CheckError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
+    ) -> Result<Decision, CheckError> {
+        let hash = self.hasher.hash_one(key);
         retry_after_sweep(
             &self.population,
-            |swept| self.check_once(key, algorithm, now_ns, cost, swept),
+            |swept| self.check_once(hash, key, algorithm, now_ns, cost, swept),
             || self.evict_idle(algorithm, now_ns),
         )
     }
 
-    fn peek<Q>(
+    fn peek<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
         algorithm: &A,
         now_ns: u64,
         cost: u32,
-    ) -> Result<Decision, CheckError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let shard = self.shard(key);
-        let verdict = match shard.get(key) {
-            Some(state) => algorithm.decide(state, now_ns, cost)?,
+    ) -> Result<Decision, CheckError> {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.shard(hash);
+        let verdict = match find_mut(&mut shard, hash, key) {
+            Some(entry) => algorithm.decide(&entry.value, now_ns, cost)?,
             None => algorithm.decide(&A::State::default(), now_ns, cost)?,
         };
         Ok(verdict.decision())
@@ -199,7 +239,12 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
     fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {
         self.shards
             .iter()
-            .map(|shard| self.sweep(&mut lock(shard), algorithm, now_ns))
+            .map(|shard| {
+                let evicted = self.sweep(&mut lock(shard), algorithm, now_ns);
+                let removed = evicted.len();
+                drop_discarded(evicted);
+                removed
+            })
             .sum()
     }
 

@@ -1,48 +1,97 @@
-//! Each key's cell behind an `Arc` in one mutex map: the map's lock is held
-//! only to find or insert the cell.
+//! Each key's cell behind an `Arc` in one mutex-guarded table: the table's
+//! lock is held only to find or insert the cell.
 
-use std::borrow::Borrow;
-use std::collections::HashMap;
 use std::fmt;
-use std::hash::Hash;
+use std::hash::{BuildHasher, RandomState};
+use std::marker::PhantomData;
 
-use super::{Checked, Key, KeyCap, Population, Room, Store, StoreKind, retry_after_sweep};
+use hashbrown::HashTable;
+
+use super::mutex::{Entry, find_mut, sweep_table};
+use super::{
+    Checked, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind, admit_new_key,
+    drop_discarded, retry_after_sweep,
+};
 use crate::algorithm::Algorithm;
-use crate::cell::Cell;
+use crate::cell::{Cell, CellFor, Preferred};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::sync::{Arc, Mutex, lock};
 
-/// Every key's [`Cell`] in an `Arc`, inside one `Mutex<HashMap>`. The lock is
-/// held only to find a key's cell (or insert a new one); the check runs on
-/// the cell after the lock is released, which for GCRA and the fixed window
-/// is a compare-and-swap with no lock at all.
+/// Every key's [`Cell`] in an `Arc`, inside one mutex-guarded hash table.
+/// The lock is held only to find a key's cell (or insert a new one); the
+/// check runs on the cell after the lock is released, which for GCRA and
+/// the fixed window is a compare-and-swap with no lock at all.
 ///
 /// This is the seed's "per-key" strategy. It pays an allocation per key (the
-/// `Arc`) and one shared lock per lookup. It is also the **model checkers'
-/// stand-in** for the lock-free store: it uses the same retire-then-unlink
-/// eviction protocol, and it is built only from `crate::sync` primitives, so
-/// loom and shuttle see every step of it. They cannot see inside the
-/// lock-free table, whose memory reclamation runs on `crossbeam-epoch`. Under
-/// `--features loom` or `--features shuttle` it is the default store.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PerKey;
+/// `Arc`) and one shared lock per lookup. It uses the same retire-then-unlink
+/// eviction protocol as the lock-free store, built only from `crate::sync`
+/// primitives, so it is also the **shuttle tests' stand-in** for the
+/// lock-free store (crossbeam-epoch, which the lock-free table reclaims
+/// memory with, has no shuttle build). Under `--features shuttle` it is the
+/// default store.
+pub struct PerKey<P = Preferred> {
+    cells: PhantomData<fn() -> P>,
+}
 
-impl StoreKind for PerKey {
-    type Store<K: Key, A: Algorithm> = PerKeyStore<K, A>;
+impl PerKey {
+    /// The per-key store with the [`Preferred`] cells.
+    #[must_use]
+    pub const fn new() -> Self {
+        Self { cells: PhantomData }
+    }
+}
 
-    fn build<K: Key, A: Algorithm>(&self, cap: Option<KeyCap>) -> PerKeyStore<K, A> {
+impl<P> PerKey<P> {
+    /// The same store keeping each key's state in the cells `P2` chooses
+    /// (see [`LockFree::cells`](super::LockFree::cells)).
+    #[must_use]
+    pub const fn cells<P2>(self) -> PerKey<P2> {
+        PerKey { cells: PhantomData }
+    }
+}
+
+impl Default for PerKey {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<P> Clone for PerKey<P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<P> Copy for PerKey<P> {}
+
+impl<P> fmt::Debug for PerKey<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PerKey")
+            .field("cells", &std::any::type_name::<P>())
+            .finish()
+    }
+}
+
+impl<K: Key, A: Algorithm, P: CellFor<A> + 'static> StoreKind<K, A> for PerKey<P> {
+    type Store = PerKeyStore<K, A, P::Cell>;
+
+    fn build(&self, cap: Option<KeyCap>) -> Self::Store {
         PerKeyStore {
-            map: Mutex::new(HashMap::new()),
+            table: Mutex::new(HashTable::new()),
+            hasher: RandomState::new(),
             population: Population::new(cap),
+            algorithm: PhantomData,
         }
     }
 }
 
 /// The store [`PerKey`] builds.
-pub struct PerKeyStore<K, A: Algorithm> {
-    map: Mutex<HashMap<K, Arc<A::Cell>>>,
+pub struct PerKeyStore<K, A, C> {
+    table: Mutex<HashTable<Entry<K, Arc<C>>>>,
+    hasher: RandomState,
     population: Population,
+    algorithm: PhantomData<fn() -> A>,
 }
 
 /// What a lookup under the lock found.
@@ -53,77 +102,88 @@ enum Found<C> {
     Checked(Checked),
 }
 
-impl<K: Key, A: Algorithm> PerKeyStore<K, A> {
-    /// Retires and unlinks the cells idle at `idle_at_ns`. Retiring first is
-    /// the protocol: a check that already holds the cell's `Arc` finds it
-    /// retired and looks again, so its admission cannot land in a cell no
-    /// lookup can reach.
-    fn sweep(&self, cells: &mut HashMap<K, Arc<A::Cell>>, algorithm: &A, idle_at_ns: u64) -> usize {
-        let before = cells.len();
-        cells.retain(|_, cell| !cell.retire_if_idle(algorithm, idle_at_ns));
-        let removed = before - cells.len();
-        self.population.release(removed);
-        removed
+impl<K: Key, A: Algorithm, C: Cell<A>> PerKeyStore<K, A, C> {
+    /// Retires and unlinks the cells idle at `idle_at_ns`; returns them, to
+    /// be dropped with the lock released. Retiring first is the protocol: a
+    /// check that already holds the cell's `Arc` finds it retired and looks
+    /// again, so its admission cannot land in a cell no lookup can reach.
+    fn sweep(
+        &self,
+        table: &mut HashTable<Entry<K, Arc<C>>>,
+        algorithm: &A,
+        idle_at_ns: u64,
+    ) -> Vec<Entry<K, Arc<C>>> {
+        sweep_table(table, &self.population, |entry| {
+            entry.value.retire_if_idle(algorithm, idle_at_ns)
+        })
     }
 
-    /// The key's cell, inserting a fresh one for a new key (map lock held);
-    /// `swept`: the store was just swept for this check.
-    fn find_or_insert<Q>(
+    /// The key's cell, inserting a fresh one for a new key (table lock
+    /// held); `swept`: the store was just swept for this check. What a
+    /// growth sweep evicts goes to `evicted`, which the caller declared
+    /// before it took the lock, so that it is dropped after the lock is
+    /// released even when a panic unwinds.
+    #[allow(clippy::too_many_arguments)]
+    fn find_or_insert<Q: Lookup<K> + ?Sized>(
         &self,
-        map: &mut HashMap<K, Arc<A::Cell>>,
+        table: &mut HashTable<Entry<K, Arc<C>>>,
+        evicted: &mut Vec<Entry<K, Arc<C>>>,
+        hash: u64,
         key: &Q,
         algorithm: &A,
         now_ns: u64,
         cost: u32,
         swept: bool,
-    ) -> Result<Found<A::Cell>, CheckError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        if let Some(cell) = map.get(key) {
-            return Ok(Found::Cell(Arc::clone(cell)));
+    ) -> Result<Found<C>, CheckError> {
+        if let Some(entry) = find_mut(table, hash, key) {
+            return Ok(Found::Cell(Arc::clone(&entry.value)));
         }
-        // A new key: a fresh state has its whole burst, so a valid cost is
-        // admitted; an invalid one returns here, before anything is stored.
-        let fresh = algorithm
-            .decide(&A::State::default(), now_ns, cost)?
-            .decision();
-        if map.len() == map.capacity() {
-            let idle_at_ns = now_ns.saturating_sub(algorithm.rest_ns());
-            self.sweep(map, algorithm, idle_at_ns);
-        }
-        match self.population.make_room(swept) {
-            Room::Reserved => {}
-            Room::Full(cap) => {
-                return cap
-                    .when_full(fresh)
-                    .map(|decision| Found::Checked(Checked::Done(decision)));
+        let new_key = admit_new_key(&self.population, algorithm, now_ns, cost, swept, |_fresh| {
+            if table.len() == table.capacity() {
+                let idle_at_ns = now_ns.saturating_sub(algorithm.rest_ns());
+                *evicted = self.sweep(table, algorithm, idle_at_ns);
             }
-            Room::SweepFirst => return Ok(Found::Checked(Checked::SweepFirst)),
-        }
-        let cell = Arc::new(A::Cell::new(algorithm));
-        map.insert(key.to_owned(), Arc::clone(&cell));
-        Ok(Found::Cell(cell))
+            let cell = Arc::new(C::new(algorithm));
+            // `to_owned` is user code: if it panics, nothing is inserted
+            // and the reservation goes back.
+            let entry = Entry {
+                hash,
+                key: key.to_owned(),
+                value: Arc::clone(&cell),
+            };
+            table.insert_unique(hash, entry, Entry::hash);
+            cell
+        });
+        Ok(match new_key? {
+            NewKey::Stored(cell) => Found::Cell(cell),
+            NewKey::Checked(checked) => Found::Checked(checked),
+        })
     }
 }
 
-impl<K: Key, A: Algorithm> Store<K, A> for PerKeyStore<K, A> {
-    fn check<Q>(
+impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
+    fn check<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
         algorithm: &A,
         now_ns: u64,
         cost: u32,
-    ) -> Result<Decision, CheckError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
+    ) -> Result<Decision, CheckError> {
+        let hash = self.hasher.hash_one(key);
         let attempt = |swept| loop {
-            let found =
-                self.find_or_insert(&mut lock(&self.map), key, algorithm, now_ns, cost, swept)?;
-            let cell = match found {
+            let mut evicted = Vec::new();
+            let found = self.find_or_insert(
+                &mut lock(&self.table),
+                &mut evicted,
+                hash,
+                key,
+                algorithm,
+                now_ns,
+                cost,
+                swept,
+            );
+            drop_discarded(evicted);
+            let cell = match found? {
                 Found::Cell(cell) => cell,
                 Found::Checked(checked) => return Ok(checked),
             };
@@ -138,18 +198,16 @@ impl<K: Key, A: Algorithm> Store<K, A> for PerKeyStore<K, A> {
         })
     }
 
-    fn peek<Q>(
+    fn peek<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
         algorithm: &A,
         now_ns: u64,
         cost: u32,
-    ) -> Result<Decision, CheckError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let cell = lock(&self.map).get(key).cloned();
+    ) -> Result<Decision, CheckError> {
+        let hash = self.hasher.hash_one(key);
+        let cell =
+            find_mut(&mut lock(&self.table), hash, key).map(|entry| Arc::clone(&entry.value));
         if let Some(decision) = cell
             .map(|cell| cell.peek(algorithm, now_ns, cost))
             .transpose()?
@@ -164,7 +222,10 @@ impl<K: Key, A: Algorithm> Store<K, A> for PerKeyStore<K, A> {
     }
 
     fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {
-        self.sweep(&mut lock(&self.map), algorithm, now_ns)
+        let evicted = self.sweep(&mut lock(&self.table), algorithm, now_ns);
+        let removed = evicted.len();
+        drop_discarded(evicted);
+        removed
     }
 
     fn len(&self) -> usize {
@@ -172,7 +233,7 @@ impl<K: Key, A: Algorithm> Store<K, A> for PerKeyStore<K, A> {
     }
 }
 
-impl<K, A: Algorithm> fmt::Debug for PerKeyStore<K, A> {
+impl<K, A, C> fmt::Debug for PerKeyStore<K, A, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PerKeyStore")
             .field("population", &self.population)

@@ -12,32 +12,38 @@
 //! | `EMPTY` (`0x80`) | never written; ends every probe sequence it is in |
 //! | `0x00..=0x7F` (`h2`, the hash's top 7 bits) | holds a key and its cell |
 //! | `DELETED` (`0xFE`) | evicted: its cell is retired; key and cell are dropped with the table |
-//! | `MOVED` (`0xFF`) | migrated: key and cell live on in the next table |
 //!
-//! A control byte only moves forward: `EMPTY → h2 → DELETED | MOVED`. A slot
-//! is **never reused** within one table, and that is what makes a lookup that
+//! A control byte only moves forward: `EMPTY → h2 → DELETED`. A slot is
+//! **never reused** within one table, and that is what makes a lookup that
 //! takes no lock safe against inserters. A key present in the table is
 //! reachable from its home bucket through slots that can only stay non-empty,
 //! so a lookup that reaches `EMPTY` has proved the key absent at that moment.
-//! Deleted slots are reclaimed by rebuilding the table (see
-//! `LockFreeStore`), never in place.
+//! Deleted slots are reclaimed by rebuilding the table, never in place.
 //!
-//! Writers (insertion, eviction, migration) are serialised by the owning
-//! shard's mutex. Readers synchronise with a writer through one release/acquire
-//! pair only: a writer fills the slot and then stores the control byte
-//! (`Release`), and a reader loads the control byte (`Acquire`) before it
-//! touches the slot.
+//! A slot is written exactly once, before its control byte leaves `EMPTY`,
+//! and its key and cell are dropped exactly once, with the table. In between
+//! they are only read. A rebuild **clones** each key into the new table and
+//! leaves the old table's copy where it is, for readers that may still be
+//! comparing against it; the old table drops its own copies when it is
+//! reclaimed. No key's bytes are ever copied while another thread can hold a
+//! reference to them, so a key with interior mutability (a lock, a cached
+//! hash) is as safe here as in any `HashMap`.
+//!
+//! Writers (insertion, eviction, rebuilds) are serialised by the owning
+//! shard's mutex. Readers synchronise with a writer through one
+//! release/acquire pair only: a writer fills the slot and then stores the
+//! control byte (`Release`), and a reader loads the control byte (`Acquire`)
+//! before it touches the slot.
 
-use std::borrow::Borrow;
-use std::cell::UnsafeCell;
 use std::fmt;
-use std::mem::MaybeUninit;
+use std::mem::{self, MaybeUninit};
 
-use crate::sync::{AtomicU8, Ordering};
+use super::Lookup;
+use crate::sync::canary::{self, Canary};
+use crate::sync::{AtomicU8, Ordering, UnsafeCell};
 
 const EMPTY: u8 = 0x80;
 const DELETED: u8 = 0xFE;
-const MOVED: u8 = 0xFF;
 
 /// The fewest buckets a table has.
 pub(crate) const MIN_BUCKETS: usize = 8;
@@ -61,6 +67,18 @@ pub(crate) const fn max_used(buckets: usize) -> usize {
     buckets - buckets / 8
 }
 
+/// The buckets a rebuild gives `live` keys: the fewest (a power of two, at
+/// least [`MIN_BUCKETS`]) that hold them at no more than 3/4 of
+/// [`max_used`], so that the next rebuild is at least a quarter of the table
+/// away. When nothing was evicted, this doubles, as `hashbrown` does.
+pub(crate) fn buckets_for(live: usize) -> usize {
+    let mut buckets = MIN_BUCKETS;
+    while live.saturating_mul(4) > max_used(buckets).saturating_mul(3) {
+        buckets *= 2;
+    }
+    buckets
+}
+
 /// A bucket's key and cell, written once while its control byte is `EMPTY`.
 type Slot<K, V> = UnsafeCell<MaybeUninit<(K, V)>>;
 
@@ -71,8 +89,8 @@ pub(crate) struct RawTable<K, V> {
 }
 
 // SAFETY: the table hands out `&K` and `&V` to any thread that finds them,
-// and moves `K` and `V` between threads when it migrates or drops them, so it
-// is Send and Sync exactly when they are.
+// and drops `K` and `V` on whichever thread reclaims it, so it is Send and
+// Sync exactly when they are.
 unsafe impl<K: Send + Sync, V: Send + Sync> Sync for RawTable<K, V> {}
 // SAFETY: as above.
 unsafe impl<K: Send + Sync, V: Send + Sync> Send for RawTable<K, V> {}
@@ -103,40 +121,26 @@ impl<K, V> RawTable<K, V> {
         (0..=self.mask).map(move |step| home.wrapping_add(step) & self.mask)
     }
 
-    /// The live slot at `index`.
+    /// The written slot at `index`.
     ///
     /// # Safety
     ///
-    /// The caller loaded `control[index]` and saw a live byte, with `Acquire`
-    /// or under the writers' lock.
+    /// The caller loaded `control[index]` and saw a byte other than `EMPTY`,
+    /// with `Acquire` or under the writers' lock.
     #[inline]
     unsafe fn slot(&self, index: usize) -> &(K, V) {
-        // SAFETY: a live control byte is stored (Release) only after the slot
-        // was written, the caller's load synchronised with that store, and a
-        // written slot is never written again while the table exists.
-        unsafe { (*self.slots[index].get()).assume_init_ref() }
-    }
-
-    /// The cell of `key`, if the table holds it. Takes no lock.
-    #[inline]
-    pub(crate) fn find<Q>(&self, hash: u64, key: &Q) -> Option<&V>
-    where
-        K: Borrow<Q>,
-        Q: Eq + ?Sized,
-    {
-        self.find_index(hash, key).map(|index| {
-            // SAFETY: find_index saw a live control byte with Acquire.
-            &unsafe { self.slot(index) }.1
+        self.slots[index].with(|slot| {
+            // SAFETY: a non-empty control byte is stored (Release) only after
+            // the slot was written, the caller's load synchronised with that
+            // store, and a written slot is never written again, nor dropped,
+            // while the table is reachable through `&self`.
+            unsafe { (*slot).assume_init_ref() }
         })
     }
 
-    /// The bucket holding `key`, if any. Takes no lock.
+    /// The cell of `key`, if the table holds it live. Takes no lock.
     #[inline]
-    pub(crate) fn find_index<Q>(&self, hash: u64, key: &Q) -> Option<usize>
-    where
-        K: Borrow<Q>,
-        Q: Eq + ?Sized,
-    {
+    pub(crate) fn find<Q: Lookup<K> + ?Sized>(&self, hash: u64, key: &Q) -> Option<&V> {
         let tag = h2(hash);
         for index in self.probe(hash) {
             // Acquire: pairs with the Release store in `insert`, so that the
@@ -146,49 +150,87 @@ impl<K, V> RawTable<K, V> {
                 return None;
             }
             if control == tag {
-                // SAFETY: a live control byte, loaded with Acquire.
-                if unsafe { self.slot(index) }.0.borrow() == key {
-                    return Some(index);
+                // SAFETY: a non-empty control byte, loaded with Acquire.
+                let (stored, cell) = unsafe { self.slot(index) };
+                if key.matches(stored) {
+                    return Some(cell);
                 }
             }
         }
         None
     }
 
-    /// Puts `(key, value)` in the first empty bucket of the key's probe
-    /// sequence and returns the value. Writers' lock held; the key is absent
-    /// and the table has an empty bucket (it never fills past `max_used`).
-    pub(crate) fn insert(&self, hash: u64, key: K, value: V) -> &V {
+    /// Writes `(key, value)` into the first empty bucket of the key's probe
+    /// sequence, publishes it, and returns the bucket and the value.
+    ///
+    /// Writers only: the caller holds the writers' lock, or owns the table
+    /// before it is published. The key is absent, and the table holds fewer
+    /// than [`max_used`] slots, so an empty bucket exists.
+    pub(crate) fn insert(&self, hash: u64, key: K, value: V) -> (usize, &V) {
         let index = self
             .probe(hash)
             // Relaxed: only writers store control bytes, and they hold the
             // lock, whose acquisition orders us after every earlier writer.
             .find(|&index| self.control[index].load(Ordering::Relaxed) == EMPTY)
             .expect("a table below max_used has an empty bucket");
-        // SAFETY: the bucket is EMPTY, so no reader touches its slot (readers
-        // read a slot only after seeing a live control byte), and writers are
-        // serialised by the lock we hold.
-        let slot = unsafe { (*self.slots[index].get()).write((key, value)) };
+        self.slots[index].with_mut(|slot| {
+            // SAFETY: the bucket is EMPTY, so no reader touches its slot
+            // (readers read a slot only after seeing a non-empty control
+            // byte), and writers are serialised by the lock we hold.
+            unsafe { (*slot).write((key, value)) };
+        });
         // Release: publishes the slot written above to readers that load
         // this byte with Acquire.
-        self.control[index].store(h2(hash), Ordering::Release);
-        &slot.1
+        let publish = if canary::planted(Canary::RelaxedPublish) {
+            Ordering::Relaxed
+        } else {
+            Ordering::Release
+        };
+        self.control[index].store(h2(hash), publish);
+        // SAFETY: we just stored a live control byte, and hold the lock.
+        (index, &unsafe { self.slot(index) }.1)
     }
 
-    /// The live slots, for writers (lock held).
+    /// The live slots, for writers (lock held). Under the
+    /// `RebuildCopiesTombstone` canary, deleted slots too.
     pub(crate) fn live(&self) -> impl Iterator<Item = (usize, &K, &V)> + '_ {
+        let copies_tombstones = canary::planted(Canary::RebuildCopiesTombstone);
         (0..self.buckets())
-            // Relaxed: writers' lock held (see `insert`).
-            .filter(move |&index| is_live(self.control[index].load(Ordering::Relaxed)))
+            .filter(move |&index| {
+                // Relaxed: writers' lock held (see `insert`).
+                let control = self.control[index].load(Ordering::Relaxed);
+                is_live(control) || (copies_tombstones && control == DELETED)
+            })
             .map(move |index| {
-                // SAFETY: a live control byte, read under the writers' lock.
+                // SAFETY: a non-empty control byte, read under the writers'
+                // lock.
                 let (key, value) = unsafe { self.slot(index) };
                 (index, key, value)
             })
     }
 
-    /// Marks a live slot evicted; its cell must be retired. Writers' lock
-    /// held.
+    /// The value of a live slot, for writers (lock held).
+    pub(crate) fn value(&self, index: usize) -> &V {
+        // Relaxed: writers' lock held (see `insert`).
+        debug_assert!(self.control[index].load(Ordering::Relaxed) != EMPTY);
+        // SAFETY: the caller found `index` through `live` or `insert`, so its
+        // control byte is not EMPTY, and holds the writers' lock.
+        &unsafe { self.slot(index) }.1
+    }
+
+    /// Replaces the value of a written slot in a table not yet published (so
+    /// `&mut self`), dropping the old value.
+    pub(crate) fn set_value(&mut self, index: usize, value: V) {
+        debug_assert!(self.control[index].load(Ordering::Relaxed) != EMPTY);
+        self.slots[index].with_mut(|slot| {
+            // SAFETY: the slot was written (its control byte is not EMPTY),
+            // and `&mut self` excludes every other access.
+            unsafe { (*slot).assume_init_mut().1 = value };
+        });
+    }
+
+    /// Marks a live slot evicted; its cell must be retired first. Writers'
+    /// lock held.
     pub(crate) fn mark_deleted(&self, index: usize) {
         // Relaxed: the byte publishes nothing. A reader that sees it skips the
         // slot; one that still sees the live byte finds a retired cell and
@@ -196,36 +238,42 @@ impl<K, V> RawTable<K, V> {
         self.control[index].store(DELETED, Ordering::Relaxed);
     }
 
-    /// Moves a live slot's key out, leaving the slot `MOVED`; its cell must
-    /// be retired (it is dropped with this table). Writers' lock held.
-    pub(crate) fn take_key(&self, index: usize) -> K {
-        debug_assert!(is_live(self.control[index].load(Ordering::Relaxed)));
-        // Relaxed: as in `mark_deleted`.
-        self.control[index].store(MOVED, Ordering::Relaxed);
-        // SAFETY: the slot is live (caller), and marking it MOVED hands the
-        // key's ownership to the caller: `Drop` drops only the cell of a MOVED
-        // slot. Readers may still compare the key's bytes through an old
-        // reference until this table is reclaimed, which happens only after
-        // they unpin; the new owner cannot drop the key before then, because
-        // it drops keys only when its own table is reclaimed, later still.
-        unsafe { std::ptr::read(&raw const (*self.slots[index].get()).assume_init_ref().0) }
+    /// Drops the written slots from bucket `first` on. If a key's or cell's
+    /// `Drop` panics, the rest are still dropped before the panic goes on (as
+    /// a slice's elements are); a second panic aborts, as it does anywhere.
+    fn drop_slots_from(&mut self, first: usize) {
+        /// Drops the remaining slots if a drop unwinds.
+        struct Rest<'a, K, V> {
+            table: &'a mut RawTable<K, V>,
+            next: usize,
+        }
+        impl<K, V> Drop for Rest<'_, K, V> {
+            fn drop(&mut self) {
+                self.table.drop_slots_from(self.next);
+            }
+        }
+        for index in first..self.buckets() {
+            // Relaxed: `&mut self`, no other access.
+            if self.control[index].load(Ordering::Relaxed) == EMPTY {
+                continue;
+            }
+            let rest = Rest {
+                table: self,
+                next: index + 1,
+            };
+            rest.table.slots[index].with_mut(|slot| {
+                // SAFETY: the slot was written (non-empty control byte), is
+                // dropped only here, once, and `&mut self` excludes readers.
+                unsafe { (*slot).assume_init_drop() };
+            });
+            mem::forget(rest);
+        }
     }
 }
 
 impl<K, V> Drop for RawTable<K, V> {
     fn drop(&mut self) {
-        for (control, slot) in self.control.iter_mut().zip(self.slots.iter_mut()) {
-            let slot = slot.get_mut();
-            match *control.get_mut() {
-                EMPTY => {}
-                // SAFETY: the key was moved out (`take_key`); the cell is
-                // still ours, initialised, and dropped once.
-                MOVED => unsafe { std::ptr::drop_in_place(&raw mut (*slot.as_mut_ptr()).1) },
-                // SAFETY: live or deleted: the slot was written and still owns
-                // both halves; dropped once.
-                _ => unsafe { slot.assume_init_drop() },
-            }
-        }
+        self.drop_slots_from(0);
     }
 }
 

@@ -22,7 +22,7 @@ macro_rules! conformance {
             fn make<K: Key>(
                 quota: Quota,
                 clock: ManualClock,
-            ) -> RateLimiter<K, $algorithm, ManualClock, impl tollgate::store::StoreKind> {
+            ) -> RateLimiter<K, $algorithm, ManualClock, impl tollgate::store::StoreKind<K, $algorithm>> {
                 Builder::new(quota)
                     .algorithm::<$algorithm>()
                     .clock(clock)
@@ -94,11 +94,11 @@ conformance!(
 );
 conformance!(gcra_lock_free, Gcra, LockFree::default());
 
-conformance!(fixed_window_per_key, FixedWindow, PerKey);
-conformance!(token_bucket_per_key, TokenBucket, PerKey);
-conformance!(sliding_log_per_key, SlidingWindowLog, PerKey);
-conformance!(sliding_counter_per_key, SlidingWindowCounter, PerKey);
-conformance!(gcra_per_key, Gcra, PerKey);
+conformance!(fixed_window_per_key, FixedWindow, PerKey::new());
+conformance!(token_bucket_per_key, TokenBucket, PerKey::new());
+conformance!(sliding_log_per_key, SlidingWindowLog, PerKey::new());
+conformance!(sliding_counter_per_key, SlidingWindowCounter, PerKey::new());
+conformance!(gcra_per_key, Gcra, PerKey::new());
 
 // A caller-chosen hasher (seeded foldhash) on the lock-free store.
 conformance!(

@@ -25,7 +25,7 @@ impl<K, A, S> Subject<K> for tollgate::RateLimiter<K, A, ManualClock, S>
 where
     K: Key + Clone,
     A: tollgate::algorithm::Algorithm,
-    S: tollgate::store::StoreKind,
+    S: tollgate::store::StoreKind<K, A>,
 {
     fn check_n(&self, key: &K, n: u32) -> Result<Decision, CheckError> {
         tollgate::RateLimiter::check_n(self, key, n)

@@ -7,7 +7,7 @@ use tollgate::{Builder, Quota, RateLimiter};
 
 /// A keyed limiter with `u64` keys: algorithm `A` on `store`, reading a clone
 /// of `clock`.
-pub fn limiter<A: Algorithm, S: StoreKind>(
+pub fn limiter<A: Algorithm, S: StoreKind<u64, A>>(
     quota: Quota,
     store: S,
     clock: &ManualClock,

@@ -4,14 +4,15 @@
 use std::time::Duration;
 
 use tollgate::algorithm::Algorithm;
+use tollgate::cell::{CellFor, Preferred};
 use tollgate::clock::ManualClock;
 use tollgate::{Builder, Quota, RateLimiter};
 
 /// A keyed limiter with algorithm `A` on the default store and a manual clock.
-pub fn limiter<A: Algorithm>(
-    quota: Quota,
-    clock: &ManualClock,
-) -> RateLimiter<u64, A, ManualClock> {
+pub fn limiter<A: Algorithm>(quota: Quota, clock: &ManualClock) -> RateLimiter<u64, A, ManualClock>
+where
+    Preferred: CellFor<A>,
+{
     Builder::new(quota)
         .algorithm::<A>()
         .clock(clock.clone())
@@ -19,7 +20,10 @@ pub fn limiter<A: Algorithm>(
 }
 
 /// Unit checks on `key` until the first denial; how many were admitted.
-pub fn drain<A: Algorithm>(limiter: &RateLimiter<u64, A, ManualClock>, key: u64) -> u32 {
+pub fn drain<A: Algorithm>(limiter: &RateLimiter<u64, A, ManualClock>, key: u64) -> u32
+where
+    Preferred: CellFor<A>,
+{
     let mut admitted = 0;
     while limiter.check(&key).expect("unit cost").is_allowed() {
         admitted += 1;
@@ -30,7 +34,10 @@ pub fn drain<A: Algorithm>(limiter: &RateLimiter<u64, A, ManualClock>, key: u64)
 /// The boundary burst: 100 per minute. With `anchor`, one request at t = 0;
 /// then at one minute minus 1 ms the key is drained, and 1 ms later drained
 /// again. Returns how many were admitted inside that 1 ms span.
-pub fn boundary_burst<A: Algorithm>(anchor: bool) -> u32 {
+pub fn boundary_burst<A: Algorithm>(anchor: bool) -> u32
+where
+    Preferred: CellFor<A>,
+{
     let clock = ManualClock::new();
     let limiter = limiter::<A>(Quota::per_minute(100).expect("valid"), &clock);
     if anchor {
@@ -45,7 +52,10 @@ pub fn boundary_burst<A: Algorithm>(anchor: bool) -> u32 {
 /// What a client is told at 3 per second after draining a key at t = 0, and
 /// what happens when it obeys: (retry_after, admitted 1 ns early, admitted on
 /// time).
-pub fn retry_after_at_3_per_second<A: Algorithm>() -> (Duration, bool, bool) {
+pub fn retry_after_at_3_per_second<A: Algorithm>() -> (Duration, bool, bool)
+where
+    Preferred: CellFor<A>,
+{
     let clock = ManualClock::new();
     let limiter = limiter::<A>(Quota::per_second(3).expect("valid"), &clock);
     drain(&limiter, 1);
@@ -61,7 +71,10 @@ pub fn retry_after_at_3_per_second<A: Algorithm>() -> (Duration, bool, bool) {
 
 /// A key of 10 per second with a burst of 5, hammered every millisecond (100×
 /// its rate) for `seconds`: how many were admitted.
-pub fn hammered<A: Algorithm>(seconds: u64) -> u32 {
+pub fn hammered<A: Algorithm>(seconds: u64) -> u32
+where
+    Preferred: CellFor<A>,
+{
     let clock = ManualClock::new();
     let limiter = limiter::<A>(
         Quota::per_second(10)
