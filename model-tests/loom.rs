@@ -2,31 +2,61 @@
 //! preemption bound set per model, with canaries (deliberately broken
 //! variants that loom must catch at the same bound).
 //!
-//! Run: `cargo test --release --features loom --test loom`. Each model
-//! prints how many executions loom explored (`--nocapture` shows them);
-//! notes/07-model-checking.md records them with their times.
+//! Run: `RUSTFLAGS="--cfg crossbeam_loom" cargo test --release --features
+//! loom --test loom` (the cfg makes crossbeam-epoch and crossbeam-utils use
+//! loom's primitives, so that the lock-free table runs under loom as it is).
+//! Each model prints how many executions loom explored (`--nocapture` shows
+//! them); notes/07-model-checking.md records them with their times.
 
 #![cfg(feature = "loom")]
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, DefaultHasher};
 use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
+use std::time::Duration;
 
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 use tollgate::algorithm::{Algorithm, FixedWindow, Gcra, PackedAlgorithm, Verdict};
+use tollgate::canary::{self, Canary};
 use tollgate::cell::{Atomic, Cell};
 use tollgate::clock::{Clock, ManualClock};
-use tollgate::store::{GlobalMutex, PerKey, StoreKind};
-use tollgate::{Builder, Quota};
+use tollgate::store::{GlobalMutex, LockFree, PerKey, StoreKind};
+use tollgate::{Builder, Quota, RateLimiter};
 
 /// Runs `model` under loom with `preemption_bound`, and prints how many
 /// executions were explored.
 fn explore(name: &str, preemption_bound: usize, model: impl Fn() + Sync + Send + 'static) {
+    explore_with(None, name, preemption_bound, model);
+}
+
+/// The same with `canary` planted in the crate (see `tollgate::canary`) for
+/// the whole run; it is removed again when the run ends or panics.
+fn explore_with(
+    canary: Option<Canary>,
+    name: &str,
+    preemption_bound: usize,
+    model: impl Fn() + Sync + Send + 'static,
+) {
+    /// Removes the canary even when the model panics (a canary's model is
+    /// meant to).
+    struct Unplant;
+    impl Drop for Unplant {
+        fn drop(&mut self) {
+            canary::plant(None);
+        }
+    }
+    canary::plant(canary);
+    let _unplant = Unplant;
     let executions = std::sync::Arc::new(AtomicUsize::new(0));
     let counted = std::sync::Arc::clone(&executions);
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(preemption_bound);
+    // Branches are loom's scheduling points in one execution; the table
+    // models' single-threaded setup (a dozen inserts through two rebuilds,
+    // each pinning and flushing the epoch) passes the default 1 000.
+    builder.max_branches = 20_000;
     let started = std::time::Instant::now();
     builder.check(move || {
         counted.fetch_add(1, StdOrdering::Relaxed);
@@ -58,10 +88,11 @@ trait WordCell<A: PackedAlgorithm>: Send + Sync + 'static {
     fn fresh(algorithm: &A) -> Self;
     /// Checks `cost` units at `now_ns`; whether admitted.
     fn admit(&self, algorithm: &A, now_ns: u64, cost: u32) -> bool;
-    fn word(&self) -> u64;
+    /// Whether one unit would be admitted at `now_ns`, changing nothing.
+    fn would_admit(&self, algorithm: &A, now_ns: u64) -> bool;
 }
 
-impl<A: PackedAlgorithm<Cell = Atomic<A>>> WordCell<A> for Atomic<A> {
+impl<A: PackedAlgorithm> WordCell<A> for Atomic<A> {
     fn fresh(algorithm: &A) -> Self {
         <Atomic<A> as Cell<A>>::new(algorithm)
     }
@@ -71,9 +102,22 @@ impl<A: PackedAlgorithm<Cell = Atomic<A>>> WordCell<A> for Atomic<A> {
             .unwrap()
             .is_allowed()
     }
-    fn word(&self) -> u64 {
-        self.load_word()
+    fn would_admit(&self, algorithm: &A, now_ns: u64) -> bool {
+        self.peek(algorithm, now_ns, 1)
+            .unwrap()
+            .unwrap()
+            .is_allowed()
     }
+}
+
+/// Whether one unit would be admitted on `word` at `now_ns`: the canaries'
+/// `would_admit`.
+fn word_would_admit<A: PackedAlgorithm>(algorithm: &A, word: u64, now_ns: u64) -> bool {
+    algorithm
+        .decide(&algorithm.unpack(word), now_ns, 1)
+        .unwrap()
+        .decision()
+        .is_allowed()
 }
 
 /// Runs one check per closure-producing thread and sums the admissions.
@@ -160,8 +204,8 @@ impl WordCell<Gcra> for RacyStore {
             Verdict::Deny(_) => false,
         }
     }
-    fn word(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+    fn would_admit(&self, algorithm: &Gcra, now_ns: u64) -> bool {
+        word_would_admit(algorithm, self.0.load(Ordering::Relaxed), now_ns)
     }
 }
 
@@ -224,8 +268,8 @@ impl WordCell<Gcra> for DenialWritesBack {
                 .is_ok(),
         }
     }
-    fn word(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+    fn would_admit(&self, algorithm: &Gcra, now_ns: u64) -> bool {
+        word_would_admit(algorithm, self.0.load(Ordering::Relaxed), now_ns)
     }
 }
 
@@ -248,9 +292,10 @@ const SECOND_NS: u64 = 1_000_000_000;
 /// into window 1 while two others each read the clock and check, twice.
 /// Whatever the interleaving, the stored window is the newest window any
 /// check read (a late reading from window 0 never drags it back) with its
-/// one admission, and no window admits more than one: at most one admission
-/// per distinct window read. (The total is a bound, not an equality, because
-/// it depends on the interleaving; the stored state is exact.)
+/// one admission, so a check in that window is denied, and no window admits
+/// more than one: at most one admission per distinct window read. (The total
+/// is a bound, not an equality, because it depends on the interleaving; the
+/// stored state is exact.)
 fn window_model<C: WordCell<FixedWindow>>() {
     let algorithm = Arc::new(FixedWindow::from_quota(&Quota::per_second(1).unwrap()));
     let cell = Arc::new(C::fresh(&algorithm));
@@ -279,16 +324,11 @@ fn window_model<C: WordCell<FixedWindow>>() {
         .flat_map(|handle| handle.join().unwrap())
         .collect();
     let newest_read = outcomes.iter().map(|&(window, _)| window).max().unwrap();
-    let stored = algorithm.unpack(cell.word());
-    assert_eq!(
-        stored.window_index(),
-        newest_read,
-        "window regressed: {outcomes:?}"
-    );
-    assert_eq!(
-        stored.count(),
-        1,
-        "the newest window read holds its one admission: {outcomes:?}"
+    // Every check read a window at most `newest_read`, and the newest one was
+    // read by a check that admitted or found it full: its one unit is used.
+    assert!(
+        !cell.would_admit(&algorithm, newest_read * SECOND_NS),
+        "window regressed: window {newest_read} admits again after {outcomes:?}"
     );
     let admitted = outcomes.iter().filter(|&&(_, admitted)| admitted).count();
     let windows_read =
@@ -331,7 +371,9 @@ impl WordCell<FixedWindow> for WindowNotEqual {
             if count + cost > 1 {
                 return false;
             }
-            let next = tollgate::algorithm::pack_window(now_window, count + cost, 1);
+            // The documented layout for a burst of 1: the window index above
+            // a one-bit count.
+            let next = (now_window << 1) | u64::from(count + cost);
             match self
                 .0
                 .compare_exchange_weak(seen, next, Ordering::Relaxed, Ordering::Relaxed)
@@ -341,8 +383,8 @@ impl WordCell<FixedWindow> for WindowNotEqual {
             }
         }
     }
-    fn word(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+    fn would_admit(&self, algorithm: &FixedWindow, now_ns: u64) -> bool {
+        word_would_admit(algorithm, self.0.load(Ordering::Relaxed), now_ns)
     }
 }
 
@@ -357,89 +399,261 @@ fn canary_window_regression_is_caught() {
 }
 
 // ---------------------------------------------------------------------------
-// Migration: moving a key to a rebuilt table while it is checked.
+// The lock-free store, on the real table: crossbeam-epoch (the guards, the
+// collector, its deferred functions) and crossbeam-utils (`Backoff`) run on
+// loom's primitives, and every slot access goes through loom's `UnsafeCell`,
+// which reports any read of a slot not ordered after its write.
 
-/// The lock-free store's rebuild, reduced to one key: `current` is the
-/// table pointer, swapped under the shard's writer lock. A burst of 2; one
-/// thread checks one unit twice while another migrates the key. A check that
-/// meets the retired old cell retries on whatever `current` holds. Every
-/// unit is admitted exactly once: the units the checker got plus those still
-/// free in the final cell are exactly the burst.
-fn migration_model(migrate: fn(&Atomic<Gcra>) -> Atomic<Gcra>) {
-    let algorithm = Arc::new(gcra(2));
-    let current = Arc::new(Mutex::new(Arc::new(Atomic::new(&*algorithm))));
-    let checker = {
-        let (algorithm, current) = (Arc::clone(&algorithm), Arc::clone(&current));
-        thread::spawn(move || {
-            (0..2)
-                .map(|_| {
-                    loop {
-                        let cell = Arc::clone(&*current.lock().unwrap());
-                        if let Some(decision) = cell.check(&algorithm, 0, 1).unwrap() {
-                            break u32::from(decision.is_allowed());
-                        }
-                        // Retired: the migration holds the lock; let it finish.
-                        thread::yield_now();
-                    }
-                })
-                .sum::<u32>()
-        })
-    };
-    let migrator = {
-        let current = Arc::clone(&current);
-        thread::spawn(move || {
-            let mut table = current.lock().unwrap();
-            let moved = migrate(&table);
-            *table = Arc::new(moved);
-        })
-    };
-    let admitted = checker.join().unwrap();
-    migrator.join().unwrap();
-    let last = Arc::clone(&*current.lock().unwrap());
-    let still_free = (0..3)
-        .filter(|_| last.check(&algorithm, 0, 1).unwrap().unwrap().is_allowed())
-        .count();
-    let units = admitted + u32::try_from(still_free).unwrap();
-    assert_eq!(
-        units, 2,
-        "{units} units from a burst of 2 across a migration"
+/// A fixed hasher: loom replays each execution, so the slots a key lands in
+/// must not change from one execution to the next (std's `RandomState`
+/// would seed each run differently).
+type FixedHasher = BuildHasherDefault<DefaultHasher>;
+
+/// The lock-free store with one shard, so that every key shares one table.
+type OneTable = RateLimiter<u64, Gcra, ManualClock, LockFree<FixedHasher>>;
+
+fn one_table(quota: Quota, clock: &ManualClock) -> Arc<OneTable> {
+    Arc::new(
+        Builder::new(quota)
+            .store(LockFree::new(1).with_hasher(FixedHasher::default()))
+            .clock(clock.clone())
+            .build(),
+    )
+}
+
+/// Set in the child process a table canary runs in.
+const CANARY_CHILD: &str = "TOLLGATE_LOOM_CANARY_CHILD";
+
+/// Runs a canary of the lock-free table in a child process (this test
+/// binary, running only `test`), and asserts that it failed with `expected`.
+///
+/// A child, because a caught canary panics inside the model, and loom then
+/// drops the model's crossbeam collector (a loom object) after its execution
+/// state is gone, which panics again and aborts the process. The child's
+/// abort is the expected outcome; a child that exits successfully means the
+/// checker missed the planted bug, and fails the test.
+fn canary_in_child(test: &str, expected: &str, model: impl FnOnce()) {
+    if std::env::var_os(CANARY_CHILD).is_some() {
+        model();
+        return;
+    }
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+        .env(CANARY_CHILD, "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "{test}: the planted bug was not caught\n{stderr}"
+    );
+    assert!(
+        stderr.contains(expected),
+        "{test}: failed, but not with {expected:?}\n{stderr}"
+    );
+    println!("{test}: caught ({expected:?}), {}", output.status);
+}
+
+/// Runs `check` on its own loom thread.
+fn spawn_on<R: Send + 'static>(
+    limiter: &Arc<OneTable>,
+    check: impl FnOnce(&OneTable) -> R + Send + 'static,
+) -> thread::JoinHandle<R> {
+    let limiter = Arc::clone(limiter);
+    thread::spawn(move || check(&limiter))
+}
+
+fn allowed(limiter: &OneTable, key: u64) -> bool {
+    limiter.check(&key).unwrap().is_allowed()
+}
+
+/// A new key is inserted (its slot written, then its control byte published)
+/// while another thread reads it through the lock-free path. The reader sees
+/// the key fresh (before the insert) or holding the inserter's admission,
+/// never a torn slot; a burst of 2 gives exactly 2.
+fn insert_against_lookup() {
+    let clock = ManualClock::new();
+    let limiter = one_table(Quota::per_hour(2).unwrap(), &clock);
+    let inserter = spawn_on(&limiter, |limiter| allowed(limiter, 5));
+    let reader = spawn_on(&limiter, |limiter| limiter.peek(&5).unwrap().remaining());
+    assert!(inserter.join().unwrap());
+    let remaining = reader.join().unwrap();
+    assert!(remaining <= 1, "peeked {remaining} remaining of 2");
+    assert!(allowed(&limiter, 5));
+    assert!(!allowed(&limiter, 5), "a third unit from a burst of 2");
+}
+
+#[test]
+fn lock_free_insert_against_lookup() {
+    explore(
+        "lock-free table, insert vs lookup",
+        2,
+        insert_against_lookup,
     );
 }
 
+/// Canary: the control byte published `Relaxed`: a reader can reach the
+/// slot without the write of its key being visible, which loom reports.
 #[test]
-fn migration_loses_and_duplicates_no_admission() {
-    // Bound 3: 200 executions, 9 ms (release build, the 2-core VM, 2026-11-30).
-    explore("migration vs checks", 3, || {
-        migration_model(|old| old.retire_into_new().expect("live before the migration"));
+fn canary_relaxed_publish_is_caught() {
+    canary_in_child(
+        "canary_relaxed_publish_is_caught",
+        "Causality violation",
+        || {
+            explore_with(
+                Some(Canary::RelaxedPublish),
+                "canary: relaxed publish",
+                2,
+                insert_against_lookup,
+            );
+        },
+    );
+}
+
+/// Two threads check the same new key (a burst of 1): the second finds the
+/// first's slot under the shard's lock, so the key gets one slot and one
+/// admission.
+#[test]
+fn lock_free_two_inserters_of_one_key() {
+    explore("lock-free table, two inserters of one key", 2, || {
+        let limiter = one_table(Quota::per_hour(1).unwrap(), &ManualClock::new());
+        let first = spawn_on(&limiter, |limiter| allowed(limiter, 9));
+        let second = spawn_on(&limiter, |limiter| allowed(limiter, 9));
+        let admitted = u32::from(first.join().unwrap()) + u32::from(second.join().unwrap());
+        assert_eq!(admitted, 1, "two slots for one key: admitted {admitted}");
+        assert_eq!(limiter.len(), 1);
     });
 }
 
-/// Canary: a migration that copies the word without retiring the old cell,
-/// so a check can still admit into the old cell after the copy.
+/// A hot key (a burst of 2, one unit used) is checked while another thread
+/// inserts the key that fills its 8-bucket table, which rebuilds it into 16
+/// buckets and moves the hot key's cell. The hot key admits exactly its
+/// burst: the check lands before the move (and is carried over) or after it
+/// (in the new table), never in a cell left behind.
 #[test]
-#[should_panic(expected = "across a migration")]
-fn canary_migration_without_retiring_is_caught() {
-    explore("canary: copy without retiring", 3, || {
-        migration_model(|old| {
-            let copy = Atomic::<Gcra>::fresh(&gcra(2));
-            let word = old.load_word(); // the bug: a copy, not a swap
-            let algorithm = gcra(2);
-            let state = algorithm.unpack(word);
-            // Rebuild the copied state in the new cell by replaying its debt:
-            // admit the units the old cell had used.
-            let used = 2 - algorithm.decide(&state, 0, 1).map_or(0, |verdict| {
-                verdict.decision().remaining() + u32::from(verdict.decision().is_allowed())
-            });
-            for _ in 0..used {
-                assert!(copy.admit(&algorithm, 0, 1));
-            }
-            copy
-        });
+fn lock_free_check_against_rebuild() {
+    explore("lock-free table, hot-key check vs 8->16 rebuild", 2, || {
+        let limiter = one_table(Quota::per_hour(2).unwrap(), &ManualClock::new());
+        // 7 keys: the most an 8-bucket table holds (7/8).
+        for key in 0..7 {
+            assert!(allowed(&limiter, key));
+        }
+        let hot = spawn_on(&limiter, |limiter| allowed(limiter, 0));
+        let inserter = spawn_on(&limiter, |limiter| allowed(limiter, 7));
+        assert!(hot.join().unwrap(), "the hot key's second unit");
+        assert!(inserter.join().unwrap());
+        assert!(!allowed(&limiter, 0), "a third unit from a burst of 2");
+        assert_eq!(limiter.len(), 8);
     });
+}
+
+/// One unit per second. Key 7 was admitted at 0 s; at 1 s it is idle. One
+/// thread checks it while another evicts idle keys. The key is fully
+/// rested, so the check is admitted, whether it lands in the old cell
+/// before the eviction (which then finds it busy) or in a fresh one after
+/// it, and the key holds that admission: the next check is denied.
+fn check_against_eviction() {
+    let clock = ManualClock::new();
+    let limiter = one_table(Quota::per_second(1).unwrap(), &clock);
+    assert!(allowed(&limiter, 7));
+    clock.set(Duration::from_secs(1));
+    let checker = spawn_on(&limiter, |limiter| allowed(limiter, 7));
+    let evictor = spawn_on(&limiter, OneTable::evict_idle);
+    assert!(checker.join().unwrap(), "a rested key is admitted");
+    let evicted = evictor.join().unwrap();
+    assert!(
+        !allowed(&limiter, 7),
+        "the admission was lost to the eviction (evicted {evicted})"
+    );
+    assert_eq!(limiter.len(), 1);
+}
+
+#[test]
+fn lock_free_check_against_eviction() {
+    explore(
+        "lock-free table, check vs eviction",
+        2,
+        check_against_eviction,
+    );
+}
+
+/// Canary: eviction that judges a key idle and deletes its slot without
+/// retiring its cell: the admission that lands in between is lost.
+#[test]
+fn canary_eviction_without_tombstone_is_caught() {
+    canary_in_child(
+        "canary_eviction_without_tombstone_is_caught",
+        "the admission was lost to the eviction",
+        || {
+            explore_with(
+                Some(Canary::EvictWithoutTombstone),
+                "canary: evict without tombstone",
+                2,
+                check_against_eviction,
+            );
+        },
+    );
+}
+
+/// A burst of 2 at one per 30 minutes. Key 100 is drained at 0 s, idle at
+/// 1 h, and evicted then (its slot becomes a tombstone) while 14 other keys
+/// are busy; it is drained again at 1 h, into a new slot. At 1 h 31 min the
+/// 14 others are idle and key 100 has one unit back. One thread checks it
+/// while another evicts the 14, which leaves the 32-bucket table at a
+/// quarter of its size or less and compacts it into 8 buckets, moving key
+/// 100. Its one unit is admitted exactly once.
+fn check_against_compaction() {
+    const MINUTE: Duration = Duration::from_secs(60);
+    let clock = ManualClock::new();
+    let limiter = one_table(Quota::per_hour(2).unwrap(), &clock);
+    assert!(limiter.check_n(&100, 2).unwrap().is_allowed());
+    clock.set(60 * MINUTE);
+    for key in 0..14 {
+        assert!(allowed(&limiter, key));
+    }
+    assert_eq!(limiter.evict_idle(), 1);
+    assert!(limiter.check_n(&100, 2).unwrap().is_allowed());
+    clock.set(91 * MINUTE);
+    let checker = spawn_on(&limiter, |limiter| allowed(limiter, 100));
+    let evictor = spawn_on(&limiter, OneTable::evict_idle);
+    assert!(checker.join().unwrap(), "the unit refilled by 1 h 30 min");
+    assert_eq!(evictor.join().unwrap(), 14);
+    assert!(
+        !allowed(&limiter, 100),
+        "key 100 admitted a unit twice across the compaction"
+    );
+    assert_eq!(limiter.len(), 1);
+}
+
+#[test]
+fn lock_free_check_against_compaction() {
+    explore(
+        "lock-free table, check vs compaction",
+        2,
+        check_against_compaction,
+    );
+}
+
+/// Canary: a rebuild that copies evicted (tombstoned) slots as if live: the
+/// key evicted at 1 h comes back twice, fresh, ahead of its real state.
+#[test]
+fn canary_rebuild_copying_a_tombstone_is_caught() {
+    canary_in_child(
+        "canary_rebuild_copying_a_tombstone_is_caught",
+        "admitted a unit twice across the compaction",
+        || {
+            explore_with(
+                Some(Canary::RebuildCopiesTombstone),
+                "canary: rebuild copies a tombstone",
+                2,
+                check_against_compaction,
+            );
+        },
+    );
 }
 
 // ---------------------------------------------------------------------------
-// Stores: eviction racing checks, and check-then-insert.
+// The mutex stores: eviction racing checks, and check-then-insert.
 
 /// GCRA, one unit per second. Key 7 was admitted at 0 s; at 1 s it is idle.
 /// Two threads check it while a third evicts idle keys. The key is fully
@@ -452,13 +666,13 @@ fn per_key_store_eviction_races_checks() {
         let clock = ManualClock::new();
         let limiter = Arc::new(
             Builder::new(Quota::per_second(1).unwrap())
-                .store(PerKey)
+                .store(PerKey::new())
                 .clock(clock.clone())
                 .build::<u64>(),
         );
         assert!(limiter.check(&7).unwrap().is_allowed());
         clock.set_ns(1_000_000_000);
-        let checker = |limiter: Arc<tollgate::RateLimiter<u64, Gcra, ManualClock, PerKey>>| {
+        let checker = |limiter: Arc<RateLimiter<u64, Gcra, ManualClock, PerKey>>| {
             Box::new(move || u32::from(limiter.check(&7).unwrap().is_allowed()))
                 as Box<dyn FnOnce() -> u32 + Send>
         };
@@ -478,71 +692,9 @@ fn per_key_store_eviction_races_checks() {
     });
 }
 
-/// The canary stand-in: the per-key store's shape (a mutex map of `Arc`'d
-/// atomic cells, checked outside the lock) with an eviction that unlinks
-/// idle cells **without retiring them first**.
-struct NoTombstoneStore {
-    map: Mutex<HashMap<u64, Arc<Atomic<Gcra>>>>,
-}
-
-impl NoTombstoneStore {
-    fn check(&self, algorithm: &Gcra, key: u64, now_ns: u64) -> bool {
-        let cell = Arc::clone(
-            self.map
-                .lock()
-                .unwrap()
-                .entry(key)
-                .or_insert_with(|| Arc::new(Atomic::new(algorithm))),
-        );
-        cell.check(algorithm, now_ns, 1)
-            .unwrap()
-            .unwrap()
-            .is_allowed()
-    }
-
-    fn evict_idle(&self, algorithm: &Gcra, now_ns: u64) {
-        // The bug: judged idle on a load, unlinked, never retired; a check
-        // holding the cell still admits into it.
-        self.map
-            .lock()
-            .unwrap()
-            .retain(|_, cell| !algorithm.is_idle(&algorithm.unpack(cell.load_word()), now_ns));
-    }
-}
-
-/// Canary: eviction without a tombstone loses the race the real store wins.
-#[test]
-#[should_panic(expected = "from one rested unit")]
-fn canary_eviction_without_tombstone_is_caught() {
-    explore("canary: evict without tombstone", 3, || {
-        let algorithm = Arc::new(Gcra::from_quota(&Quota::per_second(1).unwrap()));
-        let store = Arc::new(NoTombstoneStore {
-            map: Mutex::new(HashMap::new()),
-        });
-        assert!(store.check(&algorithm, 7, 0));
-        let checker = |algorithm: Arc<Gcra>, store: Arc<NoTombstoneStore>| {
-            Box::new(move || u32::from(store.check(&algorithm, 7, 1_000_000_000)))
-                as Box<dyn FnOnce() -> u32 + Send>
-        };
-        let evictor = {
-            let (algorithm, store) = (Arc::clone(&algorithm), Arc::clone(&store));
-            Box::new(move || {
-                store.evict_idle(&algorithm, SECOND_NS);
-                0_u32
-            }) as Box<dyn FnOnce() -> u32 + Send>
-        };
-        let admitted = admitted_by(vec![
-            checker(Arc::clone(&algorithm), Arc::clone(&store)),
-            checker(Arc::clone(&algorithm), Arc::clone(&store)),
-            evictor,
-        ]);
-        assert_eq!(admitted, 1, "admitted {admitted} from one rested unit");
-    });
-}
-
 /// Two threads check the same new key (a burst of 1) on a store: check and
 /// insert are one step, so one cell is created and one check admitted.
-fn check_then_insert<S: StoreKind>(store: S) {
+fn check_then_insert<S: StoreKind<u64, Gcra>>(store: S) {
     let limiter = Arc::new(
         Builder::new(Quota::per_hour(1).unwrap())
             .store(store)
@@ -567,7 +719,7 @@ fn check_then_insert<S: StoreKind>(store: S) {
 fn per_key_store_check_then_insert() {
     // Bound 3: 184 executions, 8 ms (release build, the 2-core VM, 2026-11-30).
     explore("per-key store, check-then-insert", 3, || {
-        check_then_insert(PerKey)
+        check_then_insert(PerKey::new())
     });
 }
 

@@ -41,7 +41,7 @@ fn both_schedulers(name: &str, test: impl Fn() + Send + Sync + Clone + 'static) 
     );
 }
 
-fn limiter<A: Algorithm, S: StoreKind>(
+fn limiter<A: Algorithm, S: StoreKind<u64, A>>(
     quota: Quota,
     store: S,
 ) -> Arc<RateLimiter<u64, A, ManualClock, S>> {
@@ -56,7 +56,11 @@ fn limiter<A: Algorithm, S: StoreKind>(
 
 /// `threads` threads × `checks` unit checks on one key with a burst of
 /// `burst` and a frozen clock: exactly `burst` admitted.
-fn hot_key<A: Algorithm, S: StoreKind + Default>(threads: usize, checks: usize, burst: u32) {
+fn hot_key<A: Algorithm, S: StoreKind<u64, A> + Default>(
+    threads: usize,
+    checks: usize,
+    burst: u32,
+) {
     let limiter = limiter::<A, S>(Quota::per_hour(burst).unwrap(), S::default());
     let handles: Vec<_> = (0..threads)
         .map(|_| {
@@ -102,7 +106,7 @@ fn hot_key_gcra_sharded_eight_threads() {
 /// Eight threads, each with its own key (burst 2, checked 3 times) and one
 /// shared key (checked once each, burst 2): every own key admits exactly 2,
 /// the shared key exactly 2 in total.
-fn distinct_keys<S: StoreKind + Default>() {
+fn distinct_keys<S: StoreKind<u64, Gcra> + Default>() {
     let limiter = limiter::<Gcra, S>(Quota::per_hour(2).unwrap(), S::default());
     let handles: Vec<_> = (1..=8_u64)
         .map(|own| {
@@ -148,7 +152,7 @@ fn eviction_races_checks_per_key() {
         let clock = ManualClock::new();
         let limiter = Arc::new(
             Builder::new(Quota::per_second(1).unwrap())
-                .store(PerKey)
+                .store(PerKey::new())
                 .clock(clock.clone())
                 .build::<u64>(),
         );

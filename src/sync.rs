@@ -169,7 +169,7 @@ pub(crate) mod epoch {
 /// model before it runs, so that a green run of the real models is known to
 /// be able to fail. Compiled only under `--features loom`; everywhere else
 /// [`canary::planted`] is a constant `false` and the deviations compile out.
-pub(crate) mod canary {
+pub mod canary {
     /// A deviation from the protocol.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     #[cfg_attr(not(feature = "loom"), allow(dead_code))]
@@ -206,6 +206,7 @@ pub(crate) mod canary {
 
     /// Whether `canary` is planted: never, outside loom builds.
     #[cfg(not(feature = "loom"))]
+    #[cfg_attr(feature = "shuttle", allow(dead_code))]
     #[inline(always)]
     pub(crate) const fn planted(_canary: Canary) -> bool {
         false

@@ -6,16 +6,17 @@
 //! memory sweep); `--out DIR` chooses where the SVG plots go (default
 //! `lab-output`).
 
+#[path = "../../tests/support/counting_alloc.rs"]
 mod alloc;
 mod memory;
-#[path = "../../benches/support/parallel.rs"]
+#[path = "../benches/support/parallel.rs"]
 mod parallel;
 mod perf;
 mod report;
 #[path = "../../tests/support/scenarios.rs"]
 mod scenarios;
 mod svg;
-#[path = "../../benches/support/workloads.rs"]
+#[path = "../benches/support/workloads.rs"]
 mod workloads;
 
 use tollgate::algorithm::{FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket};

@@ -198,7 +198,7 @@ const LIVE_UNDER_LOCK: &str = "under the writers' lock, a live slot's cell is li
 /// replaced before it leaves that to the shard's next writer. With no check
 /// in flight, two suffice: the epoch must advance twice past the one in
 /// which the table was unlinked.
-const PROMPT_TRIES: usize = 4;
+const PROMPT_TRIES: usize = 2;
 
 /// `evict_idle` rebuilds a shard's table smaller when the table has at
 /// least this many times the buckets its live keys need: far enough that a
@@ -543,6 +543,12 @@ where
         let old = unsafe { shard.table_locked() };
         // At most one replaced table per shard awaits reclamation.
         await_grace(&writer.retired);
+        // A rebuild that took tombstones for live slots would size for them.
+        let buckets = if canary::planted(Canary::RebuildCopiesTombstone) {
+            buckets.max(buckets_for(old.live().count()))
+        } else {
+            buckets
+        };
         // Phase 1, user code (`BuildHasher`, `Hash`, `Clone`): a panic drops
         // `new` with its clones and leaves the shard as it was.
         let mut new = RawTable::with_buckets(buckets);
@@ -647,13 +653,24 @@ where
     }
 
     fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {
-        let mut removed = 0;
+        // Every shard is swept before any is compacted: compacting clones and
+        // hashes keys (user code), and a panic there then leaves every idle
+        // key evicted, as the call meant to.
+        let removed = self
+            .shards
+            .iter()
+            .map(|shard| {
+                let mut writer = lock(&shard.writer);
+                // SAFETY: we hold the lock.
+                let table = unsafe { shard.table_locked() };
+                self.sweep(table, &mut writer, algorithm, now_ns)
+            })
+            .sum();
         for shard in &*self.shards {
             {
                 let mut writer = lock(&shard.writer);
                 // SAFETY: we hold the lock.
                 let table = unsafe { shard.table_locked() };
-                removed += self.sweep(table, &mut writer, algorithm, now_ns);
                 let needed = buckets_for(writer.live);
                 if table.buckets() >= COMPACT_FACTOR * needed {
                     self.rebuild(shard, &mut writer, algorithm, needed);

@@ -111,6 +111,16 @@ pub(super) fn sweep_table<K, V>(
     evicted
 }
 
+/// Drops a table's entries one at a time. If a key's `Drop` panics, the
+/// table's iterator, dropped as the panic unwinds, drops the rest and frees
+/// the table; `HashTable`'s own drop would leak them. The panic then goes on
+/// to whoever dropped the store.
+pub(super) fn drop_entries<K, V>(table: HashTable<Entry<K, V>>) {
+    for entry in table {
+        drop(entry);
+    }
+}
+
 /// The store [`GlobalMutex`] (one shard) and [`Sharded`] build.
 pub struct MutexStore<K, A: Algorithm> {
     shards: Box<[LockedShard<K, A::State>]>,
@@ -250,6 +260,14 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
 
     fn len(&self) -> usize {
         self.population.len()
+    }
+}
+
+impl<K, A: Algorithm> Drop for MutexStore<K, A> {
+    fn drop(&mut self) {
+        for shard in &*self.shards {
+            drop_entries(std::mem::take(&mut *lock(shard)));
+        }
     }
 }
 

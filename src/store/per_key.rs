@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 
 use hashbrown::HashTable;
 
-use super::mutex::{Entry, find_mut, sweep_table};
+use super::mutex::{Entry, drop_entries, find_mut, sweep_table};
 use super::{
     Checked, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind, admit_new_key,
     drop_discarded, retry_after_sweep,
@@ -230,6 +230,12 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
 
     fn len(&self) -> usize {
         self.population.len()
+    }
+}
+
+impl<K, A, C> Drop for PerKeyStore<K, A, C> {
+    fn drop(&mut self) {
+        drop_entries(std::mem::take(&mut *lock(&self.table)));
     }
 }
 

@@ -1,5 +1,7 @@
-//! A counting global allocator: live bytes and allocation count, so memory
-//! per key is measured, not estimated.
+//! A counting global allocator: live bytes, live allocations, and the peak of
+//! live bytes, so memory is measured at every instant, not sampled. Shared
+//! by the lab (`lab/src/main.rs`) and the memory tests (`tests/memory.rs`);
+//! each installs it as its binary's `#[global_allocator]`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,7 +10,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct Counting;
 
 static LIVE_BYTES: AtomicU64 = AtomicU64::new(0);
+static PEAK_BYTES: AtomicU64 = AtomicU64::new(0);
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Adds `bytes` to the live count and raises the peak to it.
+fn grew(bytes: u64) {
+    // Relaxed: statistics that no allocation depends on. The peak is exact
+    // for one thread; with several, a racing pair can record the higher of
+    // two sums that never coexisted, which only ever overstates the peak.
+    let live = LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
+}
 
 // SAFETY: every method forwards to `System` with the caller's arguments
 // unchanged, so `System`'s guarantees are ours; the counters are plain
@@ -18,7 +30,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: forwarded with the caller's valid layout.
         let pointer = unsafe { System.alloc(layout) };
         if !pointer.is_null() {
-            LIVE_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+            grew(layout.size() as u64);
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
         pointer
@@ -36,18 +48,30 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: forwarded with the caller's arguments.
         let moved = unsafe { System.realloc(pointer, layout, new_size) };
         if !moved.is_null() {
+            // Counted as the new block arriving before the old one leaves:
+            // the most a moving realloc can have live at once.
+            grew(new_size as u64);
             LIVE_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
-            LIVE_BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
         }
         moved
     }
 }
 
-/// Live bytes and live allocations right now. Relaxed: the lab reads them
-/// from the one thread that did the allocating.
+/// Live bytes and live allocations right now. Relaxed: read from the thread
+/// that did the allocating, or after joining the others.
 pub fn live() -> (u64, u64) {
     (
         LIVE_BYTES.load(Ordering::Relaxed),
         ALLOCATIONS.load(Ordering::Relaxed),
     )
+}
+
+/// Starts a peak measurement: the peak becomes the live bytes now.
+pub fn reset_peak() {
+    PEAK_BYTES.store(LIVE_BYTES.load(Ordering::Relaxed), Ordering::Relaxed);
+}
+
+/// The most bytes live at any instant since [`reset_peak`].
+pub fn peak() -> u64 {
+    PEAK_BYTES.load(Ordering::Relaxed)
 }

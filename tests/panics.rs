@@ -1,0 +1,405 @@
+//! Panic injection: a panic armed at each call of user code in turn, on
+//! every store. User code is a key's `Hash`, `Eq`, `Borrow`, `Clone` (and
+//! `ToOwned`) and `Drop`, and the lock-free store's `BuildHasher`; the
+//! workload runs it in checks and peeks, mid-rebuild (growth), mid-sweep
+//! (an `evict_idle` that compacts the lock-free table, which clones and
+//! hashes the keys it keeps) and when discarded keys are dropped.
+//!
+//! For every site and every call index `n` of that site in the workload, a
+//! run arms a panic at the `n`-th call, and each operation is compared with
+//! an untrapped reference limiter that skips the one call that panicked.
+//! Every decision, every `len()` and every eviction count must be equal:
+//! the panic reached its caller and changed nothing else. A final phase
+//! fills the store to its cap: exactly `cap - len()` new keys are admitted,
+//! so no room was leaked. Keys dropped by the store (evicted ones, a rebuilt
+//! table's old copies) never reach a caller: their panics are caught and
+//! discarded, and the store's state is unaffected. Keys dropped with the
+//! limiter panic in the dropper, after every other key is dropped.
+
+// Ordinary tests use std's primitives; under the model-checking features the
+// crate's primitives are loom's or shuttle's, usable only inside a model.
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+
+use std::borrow::Borrow;
+use std::cell::Cell;
+use std::hash::{BuildHasher, DefaultHasher, Hash, Hasher};
+use std::num::NonZeroUsize;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Duration;
+
+use tollgate::algorithm::Gcra;
+use tollgate::clock::ManualClock;
+use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded, StoreKind, WhenFull};
+use tollgate::{Builder, CheckError, Decision, Quota, RateLimiter};
+
+/// A call of user code the tests can arm a panic at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Site {
+    BuildHasher,
+    Hash,
+    Eq,
+    Borrow,
+    Clone,
+    Drop,
+}
+
+const SITES: [Site; 6] = [
+    Site::BuildHasher,
+    Site::Hash,
+    Site::Eq,
+    Site::Borrow,
+    Site::Clone,
+    Site::Drop,
+];
+
+thread_local! {
+    // Thread-local: each test runs its limiters on its own thread, and the
+    // stores run user code on the calling thread, so parallel tests do not
+    // see each other's traps.
+    static ARMED: Cell<Option<(Site, u64)>> = const { Cell::new(None) };
+    static CALLS: Cell<[u64; 6]> = const { Cell::new([0; 6]) };
+    static LIVE_KEYS: Cell<i64> = const { Cell::new(0) };
+}
+
+/// Keeps the default panic message for every panic but the traps', which
+/// the stores catch and discard by design (a key's `Drop`) or which the
+/// tests catch: thousands of them would bury a real failure's message.
+fn quiet_traps() {
+    static QUIET: std::sync::Once = std::sync::Once::new();
+    QUIET.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let trap = info
+                .payload()
+                .downcast_ref::<String>()
+                .is_some_and(|message| message.starts_with("trap: "));
+            if !trap {
+                default(info);
+            }
+        }));
+    });
+}
+
+/// Records a call of `site`; panics if it is the armed one.
+fn reached(site: Site) {
+    CALLS.with(|calls| {
+        let mut counts = calls.get();
+        counts[site as usize] += 1;
+        calls.set(counts);
+    });
+    if let Some((armed, left)) = ARMED.get() {
+        if armed == site {
+            if left == 0 {
+                ARMED.set(None);
+                panic!("trap: {site:?}");
+            }
+            ARMED.set(Some((armed, left - 1)));
+        }
+    }
+}
+
+/// The borrowed form of [`Key`]: its `Hash`, `Eq` and `ToOwned` are traps.
+/// Not `Clone`, so that its `ToOwned` is this one.
+#[derive(Debug)]
+struct Id(u64);
+
+impl Hash for Id {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        reached(Site::Hash);
+        self.0.hash(state);
+    }
+}
+
+impl PartialEq for Id {
+    fn eq(&self, other: &Self) -> bool {
+        reached(Site::Eq);
+        self.0 == other.0
+    }
+}
+
+impl Eq for Id {}
+
+impl ToOwned for Id {
+    type Owned = Key;
+    fn to_owned(&self) -> Key {
+        reached(Site::Clone);
+        Key::new(self.0)
+    }
+}
+
+/// A key whose every trait method is a trap, and which counts its live
+/// copies.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Key {
+    id: Id,
+}
+
+impl Key {
+    fn new(id: u64) -> Self {
+        LIVE_KEYS.set(LIVE_KEYS.get() + 1);
+        Self { id: Id(id) }
+    }
+}
+
+impl Clone for Key {
+    fn clone(&self) -> Self {
+        reached(Site::Clone);
+        Self::new(self.id.0)
+    }
+}
+
+impl Borrow<Id> for Key {
+    fn borrow(&self) -> &Id {
+        reached(Site::Borrow);
+        &self.id
+    }
+}
+
+impl Drop for Key {
+    fn drop(&mut self) {
+        LIVE_KEYS.set(LIVE_KEYS.get() - 1);
+        reached(Site::Drop);
+    }
+}
+
+/// A `BuildHasher` that is a trap.
+#[derive(Debug, Clone, Copy, Default)]
+struct TrapHasher;
+
+impl BuildHasher for TrapHasher {
+    type Hasher = DefaultHasher;
+    fn build_hasher(&self) -> DefaultHasher {
+        reached(Site::BuildHasher);
+        DefaultHasher::new()
+    }
+}
+
+/// One step of the workload.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    /// A check of `cost` units; through `&Key` (`Borrow<Key>`, `Clone`) or
+    /// through `&Id` (`Borrow<Id>`, `ToOwned`).
+    Check {
+        key: u64,
+        cost: u32,
+        by_key: bool,
+    },
+    Peek(u64),
+    Advance(Duration),
+    Evict,
+}
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// Three an hour (a burst of 3, one per 20 minutes, rested after an hour).
+/// At 0: keys 0..24, four checks each (a denial each), with peeks; at
+/// 1 h 59 min: keys 24..28, busy at 2 h; at 2 h: `evict_idle` evicts keys
+/// 0..24 and compacts the lock-free table around keys 24..28 (clones and
+/// hashes them); then keys 40..60, four checks each, and a last eviction
+/// that finds nothing idle.
+fn workload() -> Vec<Op> {
+    let mut ops = Vec::new();
+    let round = |ops: &mut Vec<Op>, keys: std::ops::Range<u64>, rounds: u32| {
+        for round in 0..rounds {
+            for key in keys.clone() {
+                ops.push(Op::Check {
+                    key,
+                    cost: 1 + u32::from(key % 5 == 0 && round == 0),
+                    by_key: (key + u64::from(round)) % 2 == 0,
+                });
+                if key % 3 == 0 {
+                    ops.push(Op::Peek(key));
+                }
+            }
+        }
+    };
+    round(&mut ops, 0..24, 4);
+    ops.push(Op::Advance(119 * MINUTE));
+    round(&mut ops, 24..28, 1);
+    ops.push(Op::Advance(MINUTE));
+    ops.push(Op::Evict);
+    round(&mut ops, 40..60, 4);
+    ops.push(Op::Evict);
+    ops
+}
+
+const CAP: usize = 40;
+
+fn quota() -> Quota {
+    Quota::per_hour(3).unwrap()
+}
+
+/// A trapped limiter on `store`, capped at `CAP`.
+fn trapped<S: StoreKind<Key, Gcra>>(
+    store: S,
+    clock: &ManualClock,
+) -> RateLimiter<Key, Gcra, ManualClock, S> {
+    Builder::new(quota())
+        .store(store)
+        .clock(clock.clone())
+        .max_keys(NonZeroUsize::new(CAP).unwrap(), WhenFull::Reject)
+        .build()
+}
+
+/// What one operation returned.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    Decision(Result<Decision, CheckError>),
+    Evicted(usize),
+    Nothing,
+}
+
+/// Runs the workload on `store` with a panic armed at the `n`-th call of
+/// `site` (or none), comparing every operation with the reference. Returns
+/// how many operations panicked, and how many calls each site saw while
+/// armed.
+fn run<S: StoreKind<Key, Gcra>>(store: S, armed: Option<(Site, u64)>) -> (usize, [u64; 6]) {
+    let ops = workload();
+    // The keys `by_key` checks borrow: made before arming, dropped after.
+    let keys: Vec<Key> = (0..60).map(Key::new).collect();
+    let clock = ManualClock::new();
+    let limiter = trapped(store, &clock);
+    let reference_clock = ManualClock::new();
+    let reference = Builder::new(quota())
+        .store(GlobalMutex)
+        .clock(reference_clock.clone())
+        .build::<u64>();
+    CALLS.set([0; 6]);
+    ARMED.set(armed);
+    let mut panicked = 0;
+    for (step, op) in ops.iter().enumerate() {
+        let outcome = catch_unwind(AssertUnwindSafe(|| match *op {
+            Op::Check { key, cost, by_key } => Outcome::Decision(if by_key {
+                limiter.check_n(&keys[key as usize], cost)
+            } else {
+                limiter.check_n(&Id(key), cost)
+            }),
+            Op::Peek(key) => Outcome::Decision(limiter.peek(&Id(key))),
+            Op::Advance(by) => {
+                clock.advance(by);
+                Outcome::Nothing
+            }
+            Op::Evict => Outcome::Evicted(limiter.evict_idle()),
+        }));
+        let Ok(outcome) = outcome else {
+            panicked += 1;
+            assert_eq!(
+                ARMED.get(),
+                None,
+                "step {step}: a panic that was not the trap"
+            );
+            // A panic in `evict_idle` comes from compacting a table (cloning
+            // and hashing the keys it keeps), after every shard was swept:
+            // the evictions happened.
+            if let Op::Evict = op {
+                reference.evict_idle();
+            }
+            assert_eq!(
+                limiter.len(),
+                reference.len(),
+                "step {step}: len after the panic"
+            );
+            continue;
+        };
+        let expected = match *op {
+            Op::Check { key, cost, .. } => Outcome::Decision(reference.check_n(&key, cost)),
+            Op::Peek(key) => Outcome::Decision(reference.peek(&key)),
+            Op::Advance(by) => {
+                reference_clock.advance(by);
+                Outcome::Nothing
+            }
+            Op::Evict => Outcome::Evicted(reference.evict_idle()),
+        };
+        assert_eq!(outcome, expected, "step {step}: {op:?}, armed {armed:?}");
+        assert_eq!(
+            limiter.len(),
+            reference.len(),
+            "step {step}: {op:?}, armed {armed:?}"
+        );
+    }
+    ARMED.set(None);
+    let seen = CALLS.get();
+    // The cap: exactly the room left is admitted, then the store is full.
+    let room = CAP - limiter.len();
+    for key in 0..room as u64 {
+        assert!(limiter.check(&Id(1_000 + key)).unwrap().is_allowed());
+    }
+    assert_eq!(
+        limiter.check(&Id(2_000)),
+        Err(CheckError::StoreFull { max_keys: CAP }),
+        "armed {armed:?}: room under the cap was leaked"
+    );
+    drop(limiter);
+    drop(keys);
+    assert_eq!(LIVE_KEYS.get(), 0, "armed {armed:?}: key copies leaked");
+    (panicked, seen)
+}
+
+/// Arms every call of every site in turn on `store`.
+fn every_site<S: StoreKind<Key, Gcra>>(store: &S) {
+    quiet_traps();
+    let (panicked, totals) = run(store.clone(), None);
+    assert_eq!(panicked, 0);
+    for site in SITES {
+        let total = totals[site as usize];
+        for n in 0..total {
+            let (panicked, _) = run(store.clone(), Some((site, n)));
+            // A key's `Drop` never reaches a caller of the limiter: the store
+            // drops discarded keys itself and discards their panics. Every
+            // other site panics in exactly the call that reached it.
+            let expected = usize::from(site != Site::Drop);
+            assert_eq!(panicked, expected, "{site:?} call {n} of {total}");
+        }
+    }
+    println!("{store:?}: calls per site {totals:?}");
+}
+
+#[test]
+fn panics_in_user_code_on_the_lock_free_store() {
+    every_site(&LockFree::new(1).with_hasher(TrapHasher));
+    every_site(&LockFree::new(4).with_hasher(TrapHasher));
+}
+
+#[test]
+fn panics_in_user_code_on_the_sharded_store() {
+    every_site(&Sharded::new(2));
+}
+
+#[test]
+fn panics_in_user_code_on_the_global_mutex_store() {
+    every_site(&GlobalMutex);
+}
+
+#[test]
+fn panics_in_user_code_on_the_per_key_store() {
+    every_site(&PerKey::new());
+}
+
+/// A key whose `Drop` panics when the limiter is dropped: the panic reaches
+/// the code dropping the limiter, after every other key copy is dropped.
+fn drop_panics_reach_the_dropper<S: StoreKind<Key, Gcra>>(store: S) {
+    quiet_traps();
+    let limiter = trapped(store, &ManualClock::new());
+    for key in 0..30 {
+        assert!(limiter.check(&Id(key)).unwrap().is_allowed());
+    }
+    assert_eq!(limiter.evict_idle(), 0);
+    assert_eq!(LIVE_KEYS.get(), 30);
+    ARMED.set(Some((Site::Drop, 7)));
+    assert!(catch_unwind(AssertUnwindSafe(|| drop(limiter))).is_err());
+    assert_eq!(ARMED.get(), None);
+    assert_eq!(
+        LIVE_KEYS.get(),
+        0,
+        "keys after the panicking one were not dropped"
+    );
+}
+
+#[test]
+fn drop_panics_reach_the_dropper_on_every_store() {
+    drop_panics_reach_the_dropper(LockFree::new(1));
+    drop_panics_reach_the_dropper(LockFree::new(4));
+    drop_panics_reach_the_dropper(Sharded::new(2));
+    drop_panics_reach_the_dropper(GlobalMutex);
+    drop_panics_reach_the_dropper(PerKey::new());
+}
