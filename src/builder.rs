@@ -6,7 +6,7 @@
 //! first, so a store or cap chosen for a direct limiter, which has neither,
 //! is a compile error rather than a setting silently ignored:
 //!
-//! ```compile_fail
+//! ```compile_fail,E0599
 //! use std::num::NonZeroUsize;
 //! use tollgate::{Builder, Quota};
 //! use tollgate::store::WhenFull;

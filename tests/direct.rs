@@ -1,5 +1,7 @@
-//! The direct (single-budget) limiter over its `Locked` cell, for every
-//! algorithm: exact counts under contention, atomic multi-unit checks.
+//! The direct (single-budget) limiter over its preferred cell (atomic for
+//! GCRA and the fixed window, locked for the others) and over a locked cell
+//! for every algorithm: exact counts under contention, atomic multi-unit
+//! checks.
 
 // Ordinary tests use std's primitives; under the model-checking features the
 // crate's primitives are loom's or shuttle's, usable only inside a model.
@@ -13,40 +15,34 @@ use std::time::Duration;
 use tollgate::algorithm::{
     Algorithm, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
-use tollgate::cell::{CellFor, Preferred};
+use tollgate::cell::{AlwaysLocked, CellFor, Preferred};
 use tollgate::clock::ManualClock;
 use tollgate::{Builder, DirectLimiter, Quota};
 
 use contention::admitted_under_contention;
 
-fn direct<A: Algorithm>(quota: Quota, clock: &ManualClock) -> DirectLimiter<A, ManualClock>
-where
-    Preferred: CellFor<A>,
-{
+fn direct<A: Algorithm, P: CellFor<A>>(
+    quota: Quota,
+    clock: &ManualClock,
+) -> DirectLimiter<A, ManualClock, P> {
     Builder::new(quota)
         .algorithm::<A>()
         .clock(clock.clone())
-        .build_direct()
+        .build_direct_with_cells::<P>()
 }
 
 /// 64 threads × 20 checks with a frozen clock admit exactly the burst
 /// (`assert_eq!`: a lost update admits more, a lost admission fewer).
-fn exact_count_under_contention<A: Algorithm>()
-where
-    Preferred: CellFor<A>,
-{
-    let limiter = direct::<A>(Quota::per_hour(100).unwrap(), &ManualClock::new());
+fn exact_count_under_contention<A: Algorithm, P: CellFor<A>>() {
+    let limiter = direct::<A, P>(Quota::per_hour(100).unwrap(), &ManualClock::new());
     let admitted = admitted_under_contention(64, 20, || limiter.check().unwrap().is_allowed());
     assert_eq!(admitted, 100);
 }
 
 /// All or nothing, then refilled after `reset_after`.
-fn check_n_is_atomic_and_refills<A: Algorithm>()
-where
-    Preferred: CellFor<A>,
-{
+fn check_n_is_atomic_and_refills<A: Algorithm, P: CellFor<A>>() {
     let clock = ManualClock::new();
-    let limiter = direct::<A>(Quota::per_second(5).unwrap(), &clock);
+    let limiter = direct::<A, P>(Quota::per_second(5).unwrap(), &clock);
     assert!(limiter.check_n(4).unwrap().is_allowed());
     let denied = limiter.check_n(2).unwrap();
     assert!(!denied.is_allowed());
@@ -69,12 +65,22 @@ macro_rules! direct_tests {
 
                 #[test]
                 fn exact_count_under_contention() {
-                    super::exact_count_under_contention::<$algorithm>();
+                    super::exact_count_under_contention::<$algorithm, Preferred>();
                 }
 
                 #[test]
                 fn check_n_is_atomic_and_refills() {
-                    super::check_n_is_atomic_and_refills::<$algorithm>();
+                    super::check_n_is_atomic_and_refills::<$algorithm, Preferred>();
+                }
+
+                #[test]
+                fn locked_exact_count_under_contention() {
+                    super::exact_count_under_contention::<$algorithm, AlwaysLocked>();
+                }
+
+                #[test]
+                fn locked_check_n_is_atomic_and_refills() {
+                    super::check_n_is_atomic_and_refills::<$algorithm, AlwaysLocked>();
                 }
             }
         )*

@@ -114,3 +114,97 @@ fn concurrent_checks_across_rebuilds() {
     assert_eq!(hot_admitted, 20);
     assert_eq!(limiter.len(), 61);
 }
+
+/// A key with interior mutability, which the `Key` bound admits: its `Eq`
+/// takes a lock and writes under it, and its `Hash` caches the hash in an
+/// atomic. The review found such a key copied bitwise into a rebuilt table
+/// while another thread held its lock, after which every check on it hung;
+/// and the copy raced with the writes (undefined behaviour, which Miri
+/// reports). Rebuilds clone keys instead, through `Clone`.
+#[derive(Debug)]
+struct Guarded {
+    id: u64,
+    comparisons: std::sync::Mutex<u64>,
+    hash_cache: std::sync::atomic::AtomicU64,
+}
+
+impl Guarded {
+    fn new(id: u64) -> Self {
+        Self {
+            id,
+            comparisons: std::sync::Mutex::new(0),
+            hash_cache: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+}
+
+impl Clone for Guarded {
+    fn clone(&self) -> Self {
+        Self::new(self.id)
+    }
+}
+
+/// Calls of `Guarded::eq`, which runs on the stored copy (`stored == probe`).
+static GUARDED_COMPARISONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl PartialEq for Guarded {
+    fn eq(&self, other: &Self) -> bool {
+        // A write into the key's own memory, under its lock, while other
+        // threads may be reading the same key.
+        *self.comparisons.lock().unwrap() += 1;
+        // Relaxed: a statistic read after the threads are joined.
+        GUARDED_COMPARISONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.id == other.id
+    }
+}
+
+impl Eq for Guarded {}
+
+impl std::hash::Hash for Guarded {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        use std::sync::atomic::Ordering;
+        // Relaxed: a cache of a pure function of `id`; any value read is
+        // either 0 (not cached) or the right one.
+        let mut cached = self.hash_cache.load(Ordering::Relaxed);
+        if cached == 0 {
+            cached = self.id.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            self.hash_cache.store(cached, Ordering::Relaxed);
+        }
+        cached.hash(state);
+    }
+}
+
+/// Two threads insert new `Guarded` keys into one shard, rebuilding it from
+/// 8 buckets to 64, while a third checks a hot `Guarded` key (a burst of
+/// 20) whose lock its own lookups take: the hot key admits exactly its
+/// burst, every new key is admitted once, and nothing hangs.
+#[test]
+fn keys_with_interior_mutability_across_rebuilds() {
+    let limiter = Builder::new(Quota::per_hour(20).unwrap())
+        .store(LockFree::new(1))
+        .clock(ManualClock::new())
+        .build::<Guarded>();
+    let hot = Guarded::new(u64::MAX);
+    let hot_admitted = std::thread::scope(|scope| {
+        for half in 0..2_u64 {
+            let limiter = &limiter;
+            scope.spawn(move || {
+                for key in 0..15 {
+                    let key = Guarded::new(half * 100 + key);
+                    assert!(limiter.check(&key).unwrap().is_allowed());
+                }
+            });
+        }
+        let checker = scope.spawn(|| {
+            (0..30)
+                .filter(|_| limiter.check(&hot).unwrap().is_allowed())
+                .count()
+        });
+        checker.join().unwrap()
+    });
+    assert_eq!(hot_admitted, 20);
+    assert_eq!(limiter.len(), 31);
+    // Every check of the hot key but the first (which inserted it) compared
+    // it with its stored copy, at least once.
+    assert!(GUARDED_COMPARISONS.load(std::sync::atomic::Ordering::Relaxed) >= 29);
+}

@@ -10,7 +10,7 @@
 //! more for as long as that takes. So the heap never exceeds `2 + threads`
 //! tables of the largest size the live keys needed, plus that list. The
 //! tests measure the heap's peak against the settled heap of a store holding
-//! the most keys the run held (`table_for`), and assert the bound's
+//! the most keys the run held (`churn::table_for`), and assert the bound's
 //! multiple: 3.5 for one thread, 4.5 for two (a half for the list: 8 bytes a
 //! key against at least 17 per bucket).
 
@@ -32,6 +32,8 @@ use tollgate::clock::ManualClock;
 use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded, StoreKind, WhenFull};
 use tollgate::{Builder, CheckError, Quota, RateLimiter};
 
+use churn::{churn_peak, flood_peak};
+
 #[global_allocator]
 static ALLOCATOR: counting_alloc::Counting = counting_alloc::Counting;
 
@@ -47,107 +49,31 @@ fn live_bytes() -> u64 {
     counting_alloc::live().0
 }
 
-/// The settled heap of a limiter holding `keys` keys of one request each: the
-/// live table the bound is stated against. `evict_idle` (nothing is idle)
-/// frees the tables its growth replaced.
-fn table_for<S: StoreKind<u64, tollgate::algorithm::Gcra>>(
-    store: S,
-    quota: Quota,
-    keys: u64,
-) -> u64 {
-    let before = live_bytes();
-    let limiter = Builder::new(quota)
-        .store(store)
-        .clock(ManualClock::new())
-        .build::<u64>();
-    for key in 0..keys {
-        assert!(limiter.check(&key).unwrap().is_allowed());
-    }
-    assert_eq!(limiter.evict_idle(), 0);
-    let settled = live_bytes() - before;
-    drop(limiter);
-    settled
-}
-
-/// What a memory run measured.
-#[derive(Debug)]
-struct Peak {
-    /// The most bytes live at once during the run, above the heap before it.
-    peak: u64,
-    /// The settled heap of a store holding the most keys the run held.
-    table: u64,
-}
-
-impl Peak {
-    fn ratio(&self) -> f64 {
-        #[allow(clippy::cast_precision_loss)]
-        let ratio = self.peak as f64 / self.table as f64;
-        ratio
-    }
-}
-
-/// The churn waves (`churn::waves`) on `store` with `threads` threads: the
-/// heap's peak against the settled table for the most keys held.
-fn churn_peak<S: StoreKind<u64, tollgate::algorithm::Gcra>>(store: S, threads: u64) -> Peak {
-    // One request a second, a burst of 1: a one-off key has rested a second
-    // after its request, so each wave's growth sweeps evict the last wave's.
-    let quota = Quota::per_second(1).unwrap();
-    let clock = ManualClock::new();
-    let before = live_bytes();
-    counting_alloc::reset_peak();
-    let limiter = Builder::new(quota)
-        .store(store.clone())
-        .clock(clock.clone())
-        .build::<u64>();
-    let mut most_keys = 0;
-    churn::waves(
-        threads,
-        40,
-        &clock,
-        |key| assert!(limiter.check(&key).is_ok()),
-        || most_keys = most_keys.max(limiter.len() as u64),
-    );
-    let peak = counting_alloc::peak() - before;
-    drop(limiter);
-    println!("the store held at most {most_keys} keys");
-    Peak {
-        peak,
-        table: table_for(store, quota, most_keys),
+/// The lock-free store, one shard and the default shards, under the churn
+/// on `threads` threads: the peak within `2 + threads` live tables and the
+/// rebuild's list of new slots (see the module documentation).
+fn lock_free_churn_within_the_bound(threads: u64) {
+    let _serial = serial();
+    #[allow(clippy::cast_precision_loss)]
+    let bound = 2.5 + threads as f64;
+    for (name, store) in [
+        ("one shard", LockFree::new(1)),
+        ("default shards", LockFree::default()),
+    ] {
+        let peak = churn_peak(store, threads);
+        println!("lock-free, {name}, {threads} thread(s): {peak}");
+        assert!(peak.ratio() <= bound, "{name}, {threads} thread(s): {peak}");
     }
 }
 
 #[test]
 fn churn_stays_within_the_bound_on_one_thread() {
-    let _serial = serial();
-    let one_shard = churn_peak(LockFree::new(1), 1);
-    println!(
-        "lock-free, 1 shard, 1 thread: {one_shard:?}, {:.2}x",
-        one_shard.ratio()
-    );
-    assert!(one_shard.ratio() <= 3.5, "{one_shard:?}");
-    let sharded = churn_peak(LockFree::default(), 1);
-    println!(
-        "lock-free, default shards, 1 thread: {sharded:?}, {:.2}x",
-        sharded.ratio()
-    );
-    assert!(sharded.ratio() <= 3.5, "{sharded:?}");
+    lock_free_churn_within_the_bound(1);
 }
 
 #[test]
 fn churn_stays_within_the_bound_on_two_threads() {
-    let _serial = serial();
-    let one_shard = churn_peak(LockFree::new(1), 2);
-    println!(
-        "lock-free, 1 shard, 2 threads: {one_shard:?}, {:.2}x",
-        one_shard.ratio()
-    );
-    assert!(one_shard.ratio() <= 4.5, "{one_shard:?}");
-    let sharded = churn_peak(LockFree::default(), 2);
-    println!(
-        "lock-free, default shards, 2 threads: {sharded:?}, {:.2}x",
-        sharded.ratio()
-    );
-    assert!(sharded.ratio() <= 4.5, "{sharded:?}");
+    lock_free_churn_within_the_bound(2);
 }
 
 /// The mutex stores under the same churn: `HashTable` grows in place, so one
@@ -160,8 +86,8 @@ fn churn_on_the_mutex_stores() {
         ("sharded", churn_peak(Sharded::default(), 2)),
         ("per-key", churn_peak(PerKey::new(), 2)),
     ] {
-        println!("{name}, 2 threads: {peak:?}, {:.2}x", peak.ratio());
-        assert!(peak.ratio() <= 3.5, "{name}: {peak:?}");
+        println!("{name}, 2 threads: {peak}");
+        assert!(peak.ratio() <= 3.5, "{name}: {peak}");
     }
 }
 
@@ -175,51 +101,20 @@ fn churn_on_the_mutex_stores() {
 /// other is admitted.
 #[test]
 fn flood_against_the_cap_stays_within_the_bound() {
-    const CAP: u64 = 100_000;
-    const KEYS: usize = 2_000_000;
     let _serial = serial();
-    let quota = Quota::per_second(10).unwrap();
     for threads in [1, 2] {
-        let clock = ManualClock::new();
-        let before = live_bytes();
-        counting_alloc::reset_peak();
-        let limiter = Builder::new(quota)
-            .clock(clock.clone())
-            .max_keys(NonZeroUsize::new(CAP as usize).unwrap(), WhenFull::Reject)
-            .build::<u64>();
-        let (admitted, full) = (AtomicUsize::new(0), AtomicUsize::new(0));
-        churn::flood(threads, KEYS as u64, &clock, |key| {
-            // Relaxed: read after the scope joins the threads.
-            match limiter.check(&key) {
-                Ok(decision) => {
-                    assert!(decision.is_allowed());
-                    admitted.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(CheckError::StoreFull { .. }) => {
-                    full.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(error) => panic!("{error}"),
-            }
-        });
-        let peak = counting_alloc::peak() - before;
-        assert!(limiter.len() as u64 <= CAP);
-        drop(limiter);
-        let (admitted, full) = (admitted.into_inner(), full.into_inner());
-        assert_eq!(admitted + full, KEYS);
-        if threads == 1 {
-            assert_eq!(full, 0);
-        }
-        let table = table_for(LockFree::default(), quota, CAP);
-        #[allow(clippy::cast_precision_loss)]
-        let ratio = peak as f64 / table as f64;
+        let flood = flood_peak(LockFree::default(), threads, 2_000_000, 100_000);
         println!(
-            "flood, {threads} thread(s): {admitted} admitted, {full} full; peak {peak} B, \
-             table for the cap {table} B, {ratio:.2}x"
+            "flood, {threads} thread(s): {} admitted, {} full; {}",
+            flood.admitted, flood.full, flood.peak
         );
-        assert!(
-            ratio <= 2.5 + threads as f64,
-            "{ratio:.2}x: peak {peak}, table {table}"
-        );
+        assert_eq!(flood.admitted + flood.full, 2_000_000);
+        if threads == 1 {
+            assert_eq!(flood.full, 0);
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let bound = 2.5 + threads as f64;
+        assert!(flood.peak.ratio() <= bound, "{}", flood.peak);
     }
 }
 

@@ -6,8 +6,10 @@
 //! memory sweep); `--out DIR` chooses where the SVG plots go (default
 //! `lab-output`).
 
+#[path = "../../tests/support/churn.rs"]
+mod churn;
 #[path = "../../tests/support/counting_alloc.rs"]
-mod alloc;
+mod counting_alloc;
 mod memory;
 #[path = "../benches/support/parallel.rs"]
 mod parallel;
@@ -22,7 +24,7 @@ mod workloads;
 use tollgate::algorithm::{FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 
 #[global_allocator]
-static ALLOCATOR: alloc::Counting = alloc::Counting;
+static ALLOCATOR: counting_alloc::Counting = counting_alloc::Counting;
 
 /// Runs `$body` with `$A` bound to each algorithm in turn, with its name.
 #[macro_export]
@@ -90,6 +92,7 @@ fn main() {
     let sweep = memory::store_sweep(counts);
     memory::matrix(if full { counts } else { &[100_000] });
     memory::candidate_maps();
+    memory::peak_table(full);
     println!("# Performance (wall clock: varies run to run; compare within one run)\n");
     let budget = perf::Budget {
         per_cell: std::time::Duration::from_millis(if full { 1_000 } else { 150 }),

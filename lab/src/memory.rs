@@ -1,4 +1,6 @@
-//! Memory per key, measured by the counting allocator.
+//! Memory per key, measured by the counting allocator: settled (what stays
+//! allocated once a store is quiet) and, in `peak_table`, the peak while
+//! keys churn (what a store needs at every instant).
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -10,11 +12,12 @@ use tollgate::clock::ManualClock;
 use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded, StoreKind};
 use tollgate::{Builder, Quota};
 
-use crate::alloc;
+use crate::{churn, counting_alloc};
 
-/// Runs the epoch collector until deferred frees (tables replaced by a
-/// rebuild) have happened, so that a reading shows what stays allocated, not
-/// garbage a busy process would free within a few more checks.
+/// Runs crossbeam-epoch's default collector until deferred frees have
+/// happened: flurry frees its replaced tables through it. (tollgate's store
+/// runs its own collector, and settles through `evict_idle`: see
+/// `tollgate_u64`.)
 fn settle() {
     for _ in 0..1_024 {
         crossbeam_epoch::pin().flush();
@@ -22,13 +25,13 @@ fn settle() {
 }
 
 /// Bytes and allocations retained per key by whatever `fill` builds, measured
-/// while it is alive, with the epoch collector settled before and after.
+/// while it is alive, settled before and after (see `settle`).
 fn retained_per_key<T>(keys: u64, fill: impl FnOnce() -> T) -> (f64, f64) {
     settle();
-    let (bytes_before, allocations_before) = alloc::live();
+    let (bytes_before, allocations_before) = counting_alloc::live();
     let filled = fill();
     settle();
-    let (bytes_after, allocations_after) = alloc::live();
+    let (bytes_after, allocations_after) = counting_alloc::live();
     drop(filled);
     #[allow(clippy::cast_precision_loss)]
     let per = |after: u64, before: u64| after.saturating_sub(before) as f64 / keys as f64;
@@ -57,6 +60,9 @@ fn tollgate_u64<A: Algorithm, S: StoreKind<u64, A>>(
             }
         }
         assert_eq!(limiter.len() as u64, keys);
+        // Settled: nothing is idle on the frozen clock, so this only frees
+        // the tables growth replaced (see `peak_table` for the heap before).
+        assert_eq!(limiter.evict_idle(), 0);
         limiter
     })
 }
@@ -76,6 +82,7 @@ fn tollgate_strings<S: StoreKind<String, Gcra>>(store: S, keys: u64) -> f64 {
                     .is_allowed()
             );
         }
+        assert_eq!(limiter.evict_idle(), 0);
         limiter
     })
     .0
@@ -331,4 +338,72 @@ pub fn candidate_maps() {
         println!("{name:<36} {bytes:>8.1}");
     }
     println!();
+}
+
+/// The heap's peak while keys churn, measured at every allocation with no
+/// settling, against the settled heap of the same store holding the most
+/// keys the run held. The churn: 40 waves, each of 5 000 one-off keys then
+/// two checks of 5 000 steady keys, 2 s apart. The flood: 2 000 000 keys
+/// against a cap of 100 000 (the quick mode floods 500 000).
+pub fn peak_table(full: bool) {
+    println!("## Memory while keys churn: heap peak against the settled live table");
+    println!(
+        "{:<38} {:>8} {:>12} {:>12} {:>8} {:>7}",
+        "workload, store", "threads", "peak B", "settled B", "keys", "ratio"
+    );
+    let row = |name: &str, threads: u64, peak: churn::Peak| {
+        println!(
+            "{:<38} {:>8} {:>12} {:>12} {:>8} {:>6.2}x",
+            name,
+            threads,
+            peak.peak,
+            peak.table,
+            peak.most_keys,
+            peak.ratio()
+        );
+    };
+    for threads in [1, 2] {
+        row(
+            "churn, lock-free (1 shard)",
+            threads,
+            churn::churn_peak(LockFree::new(1), threads),
+        );
+        row(
+            "churn, lock-free",
+            threads,
+            churn::churn_peak(LockFree::default(), threads),
+        );
+        row(
+            "churn, sharded",
+            threads,
+            churn::churn_peak(Sharded::default(), threads),
+        );
+        row(
+            "churn, global mutex",
+            threads,
+            churn::churn_peak(GlobalMutex, threads),
+        );
+        row(
+            "churn, per-key",
+            threads,
+            churn::churn_peak(PerKey::new(), threads),
+        );
+    }
+    let flood_keys = if full { 2_000_000 } else { 500_000 };
+    for threads in [1, 2] {
+        let flood = churn::flood_peak(LockFree::default(), threads, flood_keys, 100_000);
+        row(
+            &format!("flood {flood_keys} vs cap 100 000, lock-free"),
+            threads,
+            flood.peak,
+        );
+        println!(
+            "{:<38} (admitted {}, StoreFull {})",
+            "", flood.admitted, flood.full
+        );
+    }
+    println!(
+        "(settled: after `evict_idle()`, which frees the tables growth replaced; the \
+         memory tables above are settled the same way)\n"
+    );
 }

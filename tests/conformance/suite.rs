@@ -1,6 +1,6 @@
 //! The conformance suite: properties every algorithm on every store must
 //! hold. Each function takes a factory `(quota, clock) -> limiter` so that
-//! `conformance!` in `tests/conformance.rs` can run it over any combination.
+//! `conformance!` in `tests/conformance/main.rs` can run it over any combination.
 
 use std::time::Duration;
 
