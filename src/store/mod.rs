@@ -34,10 +34,10 @@
 //! `LockFree` store's `BuildHasher`, are user code, and may panic. A panic
 //! reaches the call that ran the code and nothing else: every other key
 //! decides exactly as it would have, [`Store::len`] stays exact, and no room
-//! under the cap is lost. Every store hashes a key once per call, before it
-//! takes a lock, and never again while it holds state it could lose (the
-//! mutex stores keep each key's hash beside it, so their tables rehash
-//! without calling `Hash`). Keys a store discards (evicted keys, a rebuilt
+//! under the cap is lost. A store calls user code only where a panic loses
+//! nothing: before it changes anything, or while it builds a new table that
+//! the panic then drops (the lock-free store's rebuilds, the mutex stores'
+//! resizes), never while it moves entries it could not put back. Keys a store discards (evicted keys, a rebuilt
 //! table's old copies) are dropped after its locks are released, and a panic
 //! in their `Drop` is caught and discarded: it has no caller to reach, and
 //! the request that happened to trigger the eviction was decided already.

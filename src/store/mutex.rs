@@ -1,8 +1,8 @@
 //! The mutex baselines: one mutex-guarded hash table, or cache-padded shards
-//! of them.
+//! of them; and the table both they and the per-key store use.
 
 use std::fmt;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, Hash, RandomState};
 use std::marker::PhantomData;
 
 use crossbeam_utils::CachePadded;
@@ -67,57 +67,96 @@ impl<K: Key, A: Algorithm> StoreKind<K, A> for Sharded {
     }
 }
 
-/// A key, its hash and its value in a mutex-guarded table. The hash is
-/// computed once, before the lock is taken, and kept: growing or shrinking
-/// the table rehashes from it, so a table never calls a key's `Hash` while
-/// it moves entries (a panic there could lose other keys' states).
+/// A key and its value in a [`Table`].
 pub(super) struct Entry<K, V> {
-    pub(super) hash: u64,
     pub(super) key: K,
     pub(super) value: V,
 }
 
-impl<K, V> Entry<K, V> {
-    /// The stored hash, for the table's rehashing.
-    pub(super) fn hash(&self) -> u64 {
-        self.hash
+/// A hash table of keys and values, used under a mutex, that never loses an
+/// entry to a panicking `Hash`.
+///
+/// hashbrown calls the hasher (a key's `Hash`, user code) when it moves
+/// entries. When it grows or shrinks into a new allocation, a panic frees
+/// the new one and leaves the table as it was. But when tombstones (left by
+/// removals) fill at least half the table, it rehashes **in place**, and a
+/// panic there drops the entries being moved: other keys' states, lost. So a
+/// removal marks the table untidy, and [`tidy`](Table::tidy) resizes it to
+/// fit its entries and one more before anything is inserted. Afterwards
+/// either the new allocation has no tombstones, or the entries already fill
+/// more than half of it, and since only inserts come before the next
+/// removal, hashbrown can only grow it, by resizing. A panic in `tidy`
+/// leaves the table untidy, to be tidied before the next insert.
+pub(super) struct Table<K, V> {
+    entries: HashTable<Entry<K, V>>,
+    untidy: bool,
+}
+
+impl<K, V> Default for Table<K, V> {
+    fn default() -> Self {
+        Self {
+            entries: HashTable::new(),
+            untidy: false,
+        }
     }
 }
 
-/// Finds `key` (whose hash is `hash`) in `table`: the stored hash first, so
-/// that `Eq` runs only on likely matches.
-pub(super) fn find_mut<'t, K, V, Q: Lookup<K> + ?Sized>(
-    table: &'t mut HashTable<Entry<K, V>>,
-    hash: u64,
-    key: &Q,
-) -> Option<&'t mut Entry<K, V>> {
-    table.find_mut(hash, |entry| entry.hash == hash && key.matches(&entry.key))
-}
-
-/// Removes the entries `evict` chooses and returns them, to be dropped once
-/// the lock is released; gives memory back when the table has become mostly
-/// empty. Runs no user code: `evict` is the store's, and rehashing uses the
-/// stored hashes.
-pub(super) fn sweep_table<K, V>(
-    table: &mut HashTable<Entry<K, V>>,
-    population: &Population,
-    evict: impl FnMut(&mut Entry<K, V>) -> bool,
-) -> Vec<Entry<K, V>> {
-    let evicted: Vec<_> = table.extract_if(evict).collect();
-    population.release(evicted.len());
-    if table.len() < table.capacity() / 4 {
-        table.shrink_to(table.len() * 2, Entry::hash);
+impl<K, V> Table<K, V> {
+    /// Empties the table, dropping its entries one at a time. If a key's
+    /// `Drop` panics, the table's iterator, dropped as the panic unwinds,
+    /// drops the rest and frees the table (`HashTable`'s own drop would leak
+    /// them); the panic then goes on to whoever dropped the store.
+    pub(super) fn clear(&mut self) {
+        for entry in std::mem::take(&mut self.entries) {
+            drop(entry);
+        }
     }
-    evicted
 }
 
-/// Drops a table's entries one at a time. If a key's `Drop` panics, the
-/// table's iterator, dropped as the panic unwinds, drops the rest and frees
-/// the table; `HashTable`'s own drop would leak them. The panic then goes on
-/// to whoever dropped the store.
-pub(super) fn drop_entries<K, V>(table: HashTable<Entry<K, V>>) {
-    for entry in table {
-        drop(entry);
+impl<K: Hash, V> Table<K, V> {
+    /// The entry of `key` (whose hash is `hash`).
+    pub(super) fn find_mut<Q: Lookup<K> + ?Sized>(
+        &mut self,
+        hash: u64,
+        key: &Q,
+    ) -> Option<&mut Entry<K, V>> {
+        self.entries.find_mut(hash, |entry| key.matches(&entry.key))
+    }
+
+    /// Whether the next insert would grow the table.
+    pub(super) fn is_full(&self) -> bool {
+        self.entries.len() == self.entries.capacity()
+    }
+
+    /// Inserts `entry`, absent, whose key's hash is `hash`: tidies first.
+    pub(super) fn insert(&mut self, hash: u64, entry: Entry<K, V>, hasher: &RandomState) {
+        self.tidy(hasher);
+        self.entries
+            .insert_unique(hash, entry, |entry| hasher.hash_one(&entry.key));
+    }
+
+    /// Removes the entries `evict` chooses, returns their room to
+    /// `population`, and returns them, to be dropped once the lock is
+    /// released. Runs no user code.
+    pub(super) fn sweep(
+        &mut self,
+        population: &Population,
+        evict: impl FnMut(&mut Entry<K, V>) -> bool,
+    ) -> Vec<Entry<K, V>> {
+        let evicted: Vec<_> = self.entries.extract_if(evict).collect();
+        population.release(evicted.len());
+        self.untidy |= !evicted.is_empty();
+        evicted
+    }
+
+    /// Clears the tombstones removals left, and gives their memory back (see
+    /// the type's documentation).
+    pub(super) fn tidy(&mut self, hasher: &RandomState) {
+        if self.untidy {
+            self.entries
+                .shrink_to(self.entries.len() + 1, |entry| hasher.hash_one(&entry.key));
+            self.untidy = false;
+        }
     }
 }
 
@@ -130,13 +169,13 @@ pub struct MutexStore<K, A: Algorithm> {
 }
 
 /// One shard: its lock and table on their own cache line(s).
-type LockedShard<K, S> = CachePadded<Mutex<HashTable<Entry<K, S>>>>;
+type LockedShard<K, S> = CachePadded<Mutex<Table<K, S>>>;
 
 impl<K: Key, A: Algorithm> MutexStore<K, A> {
     fn new(shards: usize, cap: Option<KeyCap>) -> Self {
         Self {
             shards: (0..shards)
-                .map(|_| CachePadded::new(Mutex::new(HashTable::new())))
+                .map(|_| CachePadded::new(Mutex::new(Table::default())))
                 .collect(),
             hasher: RandomState::new(),
             population: Population::new(cap),
@@ -144,7 +183,7 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
         }
     }
 
-    fn shard(&self, hash: u64) -> MutexGuard<'_, HashTable<Entry<K, A::State>>> {
+    fn shard(&self, hash: u64) -> MutexGuard<'_, Table<K, A::State>> {
         lock(&self.shards[shard_index(hash, self.shards.len())])
     }
 
@@ -152,11 +191,11 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
     /// instant); returns them, to be dropped with the lock released.
     fn sweep(
         &self,
-        table: &mut HashTable<Entry<K, A::State>>,
+        table: &mut Table<K, A::State>,
         algorithm: &A,
         idle_at_ns: u64,
     ) -> Vec<Entry<K, A::State>> {
-        sweep_table(table, &self.population, |entry| {
+        table.sweep(&self.population, |entry| {
             algorithm.is_idle(&entry.value, idle_at_ns)
         })
     }
@@ -177,7 +216,7 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
         let mut evicted = Vec::new();
         // Lookup, decision and write all happen under the shard's lock.
         let mut shard = self.shard(hash);
-        if let Some(entry) = find_mut(&mut shard, hash, key) {
+        if let Some(entry) = shard.find_mut(hash, key) {
             return algorithm
                 .check(&mut entry.value, now_ns, cost)
                 .map(Checked::Done);
@@ -187,7 +226,7 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
             // at least the algorithm's rest time (keys between two
             // requests stay): amortized, since the table doubles each
             // time it grows.
-            if shard.len() == shard.capacity() {
+            if shard.is_full() {
                 let idle_at_ns = now_ns.saturating_sub(algorithm.rest_ns());
                 evicted = self.sweep(&mut shard, algorithm, idle_at_ns);
             }
@@ -198,11 +237,10 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
             // `to_owned` is user code: if it panics, nothing is inserted
             // and the reservation goes back.
             let entry = Entry {
-                hash,
                 key: key.to_owned(),
                 value: state,
             };
-            shard.insert_unique(hash, entry, Entry::hash);
+            shard.insert(hash, entry, &self.hasher);
             fresh.decision()
         });
         drop(shard);
@@ -239,7 +277,7 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
     ) -> Result<Decision, CheckError> {
         let hash = self.hasher.hash_one(key);
         let mut shard = self.shard(hash);
-        let verdict = match find_mut(&mut shard, hash, key) {
+        let verdict = match shard.find_mut(hash, key) {
             Some(entry) => algorithm.decide(&entry.value, now_ns, cost)?,
             None => algorithm.decide(&A::State::default(), now_ns, cost)?,
         };
@@ -247,15 +285,21 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
     }
 
     fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {
-        self.shards
+        // Every shard is swept before any is tidied: tidying hashes keys
+        // (user code), and a panic there then leaves every idle key evicted,
+        // as the call meant to (the shards not yet tidied are tidied before
+        // their next insert).
+        let evicted: Vec<_> = self
+            .shards
             .iter()
-            .map(|shard| {
-                let evicted = self.sweep(&mut lock(shard), algorithm, now_ns);
-                let removed = evicted.len();
-                drop_discarded(evicted);
-                removed
-            })
-            .sum()
+            .map(|shard| self.sweep(&mut lock(shard), algorithm, now_ns))
+            .collect();
+        for shard in &*self.shards {
+            lock(shard).tidy(&self.hasher);
+        }
+        let removed = evicted.iter().map(Vec::len).sum();
+        drop_discarded(evicted);
+        removed
     }
 
     fn len(&self) -> usize {
@@ -266,7 +310,7 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
 impl<K, A: Algorithm> Drop for MutexStore<K, A> {
     fn drop(&mut self) {
         for shard in &*self.shards {
-            drop_entries(std::mem::take(&mut *lock(shard)));
+            lock(shard).clear();
         }
     }
 }

@@ -5,9 +5,7 @@ use std::fmt;
 use std::hash::{BuildHasher, RandomState};
 use std::marker::PhantomData;
 
-use hashbrown::HashTable;
-
-use super::mutex::{Entry, drop_entries, find_mut, sweep_table};
+use super::mutex::{Entry, Table};
 use super::{
     Checked, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind, admit_new_key,
     drop_discarded, retry_after_sweep,
@@ -78,7 +76,7 @@ impl<K: Key, A: Algorithm, P: CellFor<A> + 'static> StoreKind<K, A> for PerKey<P
 
     fn build(&self, cap: Option<KeyCap>) -> Self::Store {
         PerKeyStore {
-            table: Mutex::new(HashTable::new()),
+            table: Mutex::new(Table::default()),
             hasher: RandomState::new(),
             population: Population::new(cap),
             algorithm: PhantomData,
@@ -88,7 +86,7 @@ impl<K: Key, A: Algorithm, P: CellFor<A> + 'static> StoreKind<K, A> for PerKey<P
 
 /// The store [`PerKey`] builds.
 pub struct PerKeyStore<K, A, C> {
-    table: Mutex<HashTable<Entry<K, Arc<C>>>>,
+    table: Mutex<Table<K, Arc<C>>>,
     hasher: RandomState,
     population: Population,
     algorithm: PhantomData<fn() -> A>,
@@ -109,11 +107,11 @@ impl<K: Key, A: Algorithm, C: Cell<A>> PerKeyStore<K, A, C> {
     /// again, so its admission cannot land in a cell no lookup can reach.
     fn sweep(
         &self,
-        table: &mut HashTable<Entry<K, Arc<C>>>,
+        table: &mut Table<K, Arc<C>>,
         algorithm: &A,
         idle_at_ns: u64,
     ) -> Vec<Entry<K, Arc<C>>> {
-        sweep_table(table, &self.population, |entry| {
+        table.sweep(&self.population, |entry| {
             entry.value.retire_if_idle(algorithm, idle_at_ns)
         })
     }
@@ -126,7 +124,7 @@ impl<K: Key, A: Algorithm, C: Cell<A>> PerKeyStore<K, A, C> {
     #[allow(clippy::too_many_arguments)]
     fn find_or_insert<Q: Lookup<K> + ?Sized>(
         &self,
-        table: &mut HashTable<Entry<K, Arc<C>>>,
+        table: &mut Table<K, Arc<C>>,
         evicted: &mut Vec<Entry<K, Arc<C>>>,
         hash: u64,
         key: &Q,
@@ -135,11 +133,11 @@ impl<K: Key, A: Algorithm, C: Cell<A>> PerKeyStore<K, A, C> {
         cost: u32,
         swept: bool,
     ) -> Result<Found<C>, CheckError> {
-        if let Some(entry) = find_mut(table, hash, key) {
+        if let Some(entry) = table.find_mut(hash, key) {
             return Ok(Found::Cell(Arc::clone(&entry.value)));
         }
         let new_key = admit_new_key(&self.population, algorithm, now_ns, cost, swept, |_fresh| {
-            if table.len() == table.capacity() {
+            if table.is_full() {
                 let idle_at_ns = now_ns.saturating_sub(algorithm.rest_ns());
                 *evicted = self.sweep(table, algorithm, idle_at_ns);
             }
@@ -147,11 +145,10 @@ impl<K: Key, A: Algorithm, C: Cell<A>> PerKeyStore<K, A, C> {
             // `to_owned` is user code: if it panics, nothing is inserted
             // and the reservation goes back.
             let entry = Entry {
-                hash,
                 key: key.to_owned(),
                 value: Arc::clone(&cell),
             };
-            table.insert_unique(hash, entry, Entry::hash);
+            table.insert(hash, entry, &self.hasher);
             cell
         });
         Ok(match new_key? {
@@ -206,8 +203,9 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
         cost: u32,
     ) -> Result<Decision, CheckError> {
         let hash = self.hasher.hash_one(key);
-        let cell =
-            find_mut(&mut lock(&self.table), hash, key).map(|entry| Arc::clone(&entry.value));
+        let cell = lock(&self.table)
+            .find_mut(hash, key)
+            .map(|entry| Arc::clone(&entry.value));
         if let Some(decision) = cell
             .map(|cell| cell.peek(algorithm, now_ns, cost))
             .transpose()?
@@ -222,7 +220,12 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
     }
 
     fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {
-        let evicted = self.sweep(&mut lock(&self.table), algorithm, now_ns);
+        let evicted = {
+            let mut table = lock(&self.table);
+            let evicted = self.sweep(&mut table, algorithm, now_ns);
+            table.tidy(&self.hasher);
+            evicted
+        };
         let removed = evicted.len();
         drop_discarded(evicted);
         removed
@@ -235,7 +238,7 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
 
 impl<K, A, C> Drop for PerKeyStore<K, A, C> {
     fn drop(&mut self) {
-        drop_entries(std::mem::take(&mut *lock(&self.table)));
+        lock(&self.table).clear();
     }
 }
 
