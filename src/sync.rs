@@ -207,7 +207,7 @@ pub mod canary {
     /// Whether `canary` is planted: never, outside loom builds.
     #[cfg(not(feature = "loom"))]
     #[cfg_attr(feature = "shuttle", allow(dead_code))]
-    #[inline(always)]
+    #[inline]
     pub(crate) const fn planted(_canary: Canary) -> bool {
         false
     }

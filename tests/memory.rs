@@ -23,14 +23,13 @@ mod churn;
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
 
-use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tollgate::clock::ManualClock;
-use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded, StoreKind, WhenFull};
-use tollgate::{Builder, CheckError, Quota, RateLimiter};
+use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded, StoreKind};
+use tollgate::{Builder, Quota, RateLimiter};
 
 use churn::{churn_peak, flood_peak};
 
@@ -43,10 +42,6 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn live_bytes() -> u64 {
-    counting_alloc::live().0
 }
 
 /// The lock-free store, one shard and the default shards, under the churn
@@ -230,27 +225,4 @@ fn evicted_keys_are_freed_mutex_stores() {
     evicted_keys_are_freed(GlobalMutex);
     evicted_keys_are_freed(Sharded::default());
     evicted_keys_are_freed(PerKey::new());
-}
-
-/// A store past its cap rejects new keys with `StoreFull`, and what it
-/// holds stays bounded (the lab's memory table covers the bytes).
-#[test]
-fn cap_rejection_allocates_nothing() {
-    let _serial = serial();
-    let limiter = Builder::new(Quota::per_hour(1).unwrap())
-        .clock(ManualClock::new())
-        .max_keys(NonZeroUsize::new(1_000).unwrap(), WhenFull::Reject)
-        .build::<u64>();
-    for key in 0..1_000 {
-        assert!(limiter.check(&key).unwrap().is_allowed());
-    }
-    assert_eq!(limiter.evict_idle(), 0);
-    let before = live_bytes();
-    for key in 1_000..101_000 {
-        assert_eq!(
-            limiter.check(&key),
-            Err(CheckError::StoreFull { max_keys: 1_000 })
-        );
-    }
-    assert_eq!(live_bytes(), before, "a rejected key left memory behind");
 }

@@ -217,10 +217,24 @@ struct Writer<K, C> {
     used: usize,
     /// Live slots.
     live: usize,
-    /// Replaced tables not yet freed: at most one, unless a rebuild ran on a
+    /// Replaced tables not yet freed. When the lock is released, at most
+    /// one (a rebuild waits for the last one's grace period, and the thread
+    /// takes it out to free before it unlocks), unless a rebuild ran on a
     /// thread already inside a check (user code calling back into a
     /// limiter), which cannot wait for its own guard to go.
     retired: Vec<Retired<K, C>>,
+}
+
+impl<K, C> Writer<K, C> {
+    /// Takes out the replaced tables whose grace period has elapsed, to be
+    /// freed once the lock is released.
+    fn take_graced(&mut self) -> Vec<Retired<K, C>> {
+        let (graced, waiting) = std::mem::take(&mut self.retired)
+            .into_iter()
+            .partition(Retired::grace_elapsed);
+        self.retired = waiting;
+        graced
+    }
 }
 
 /// A table unlinked by a rebuild, freed when this is dropped. Dropped only
@@ -347,17 +361,8 @@ impl<K, C> Shard<K, C> {
                 wait_step(&backoff);
             }
         }
-        let freed: Vec<Retired<K, C>> = {
-            let mut writer = lock(&self.writer);
-            let (freed, waiting) = std::mem::take(&mut writer.retired)
-                .into_iter()
-                .partition(Retired::grace_elapsed);
-            writer.retired = waiting;
-            freed
-        };
-        for retired in freed {
-            drop_discarded(retired);
-        }
+        let graced = lock(&self.writer).take_graced();
+        drop_discarded(graced);
     }
 }
 
@@ -430,9 +435,14 @@ where
                     cost,
                     swept,
                 );
-                let replaced = !writer.retired.is_empty();
+                // A rebuild waited for the shard's last replaced table to be
+                // free to go: free it now, so that a shard never holds more
+                // than one awaiting its grace period.
+                let graced = writer.take_graced();
+                let waiting = !writer.retired.is_empty();
                 drop(writer);
-                if replaced {
+                drop_discarded(graced);
+                if waiting {
                     shard.reclaim(false);
                 }
                 checked
@@ -562,16 +572,13 @@ where
         // check that reaches a retired cell waits for our lock and finds the
         // key in the new table.
         for &(old_index, new_index) in &moves {
-            let cell = match old.value(old_index).retire_into_new() {
-                Some(cell) => cell,
-                None => {
-                    assert!(
-                        canary::planted(Canary::RebuildCopiesTombstone),
-                        "{LIVE_UNDER_LOCK}"
-                    );
-                    C::new(algorithm)
-                }
-            };
+            let cell = old.value(old_index).retire_into_new().unwrap_or_else(|| {
+                assert!(
+                    canary::planted(Canary::RebuildCopiesTombstone),
+                    "{LIVE_UNDER_LOCK}"
+                );
+                C::new(algorithm)
+            });
             new.set_value(new_index, cell);
         }
         writer.used = moves.len();
@@ -667,7 +674,7 @@ where
             })
             .sum();
         for shard in &*self.shards {
-            {
+            let graced = {
                 let mut writer = lock(&shard.writer);
                 // SAFETY: we hold the lock.
                 let table = unsafe { shard.table_locked() };
@@ -675,7 +682,9 @@ where
                 if table.buckets() >= COMPACT_FACTOR * needed {
                     self.rebuild(shard, &mut writer, algorithm, needed);
                 }
-            }
+                writer.take_graced()
+            };
+            drop_discarded(graced);
             shard.reclaim(true);
         }
         removed
