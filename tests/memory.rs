@@ -22,6 +22,8 @@
 mod churn;
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
+#[path = "support/waves.rs"]
+mod waves;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -18,6 +18,8 @@ mod report;
 #[path = "../../tests/support/scenarios.rs"]
 mod scenarios;
 mod svg;
+#[path = "../../tests/support/waves.rs"]
+mod waves;
 #[path = "../benches/support/workloads.rs"]
 mod workloads;
 

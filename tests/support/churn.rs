@@ -1,12 +1,11 @@
-//! The workloads that churn a store's keys, and the measurement of the
-//! heap's peak while they run, written once: `tests/memory.rs` asserts the
-//! memory bound on them, and the lab (`lab/src/memory.rs`) reports them. The
-//! binary that includes this file installs `counting_alloc::Counting` as its
-//! global allocator, in a module of that name.
+//! The heap's peak while the churn workloads (`waves.rs`) run, measured
+//! once for `tests/memory.rs`, which asserts the memory bound on it, and
+//! the lab (`lab/src/memory.rs`), which reports it. The binary that includes
+//! this file installs `counting_alloc::Counting` as its global allocator and
+//! includes `waves.rs`, in modules of those names.
 
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use tollgate::algorithm::Gcra;
 use tollgate::clock::ManualClock;
@@ -14,63 +13,7 @@ use tollgate::store::{StoreKind, WhenFull};
 use tollgate::{Builder, CheckError, Quota};
 
 use crate::counting_alloc;
-
-/// Keys checked in every wave.
-pub const STEADY_KEYS: u64 = 5_000;
-/// Keys seen once, in one wave only.
-pub const ONE_OFF_KEYS_PER_WAVE: u64 = 5_000;
-
-/// The churn that broke the bound in review: each wave advances the clock
-/// 2 s, admits 5 000 keys never seen before (one request each), then checks
-/// the 5 000 steady keys twice each. With `threads` above 1, each wave's
-/// requests are split between that many threads. `check` is one request;
-/// `after_wave` runs between waves on the calling thread (to sample the
-/// store's size). Keys of wave `w` are `STEADY_KEYS + w × 5 000 + i`.
-pub fn waves(
-    threads: u64,
-    waves: u64,
-    clock: &ManualClock,
-    check: impl Fn(u64) + Sync,
-    mut after_wave: impl FnMut(),
-) {
-    for wave in 0..waves {
-        clock.advance(Duration::from_secs(2));
-        let first_one_off = STEADY_KEYS + wave * ONE_OFF_KEYS_PER_WAVE;
-        std::thread::scope(|scope| {
-            for thread in 0..threads {
-                let check = &check;
-                scope.spawn(move || {
-                    for index in (thread..ONE_OFF_KEYS_PER_WAVE).step_by(threads as usize) {
-                        check(first_one_off + index);
-                    }
-                    for _ in 0..2 {
-                        for steady in (thread..STEADY_KEYS).step_by(threads as usize) {
-                            check(steady);
-                        }
-                    }
-                });
-            }
-        });
-        after_wave();
-    }
-}
-
-/// A flood of `keys` distinct keys, one request each, split between
-/// `threads` threads, each advancing the shared clock 2 µs per key it
-/// sends: 2 µs per key in all.
-pub fn flood(threads: u64, keys: u64, clock: &ManualClock, check: impl Fn(u64) + Sync) {
-    std::thread::scope(|scope| {
-        for thread in 0..threads {
-            let check = &check;
-            scope.spawn(move || {
-                for key in (thread..keys).step_by(threads as usize) {
-                    clock.advance_ns(2_000);
-                    check(key);
-                }
-            });
-        }
-    });
-}
+use crate::waves::{flood, waves};
 
 fn live_bytes() -> u64 {
     counting_alloc::live().0
@@ -128,7 +71,7 @@ impl Peak {
     }
 }
 
-/// [`waves`] (40 of them) on `store` with `threads` threads, GCRA at one
+/// [`waves`](crate::waves::waves) (40 of them) on `store` with `threads` threads, GCRA at one
 /// request a second (a burst of 1: a one-off key has rested a second after
 /// its request, so each wave's growth sweeps evict the last wave's).
 pub fn churn_peak<S: StoreKind<u64, Gcra>>(store: S, threads: u64) -> Peak {
@@ -168,7 +111,7 @@ pub struct Flood {
     pub full: usize,
 }
 
-/// [`flood`] of `keys` keys with `threads` threads on `store` capped at
+/// [`flood`](crate::waves::flood) of `keys` keys with `threads` threads on `store` capped at
 /// `cap` keys (rejecting), GCRA at 10 a second: a key is idle 100 ms after
 /// its request, so at 2 µs a key about 50 000 are live at once.
 pub fn flood_peak<S: StoreKind<u64, Gcra>>(store: S, threads: u64, keys: u64, cap: u64) -> Flood {
