@@ -67,8 +67,7 @@ fn churn_before_issue_8() {
     }
     let table = counting_alloc::live().0 - before;
     println!(
-        "before issue 8, one shard, one thread, {} waves: peak {peak} B against {table} B \
-         settled for {most_keys} keys: {:.2}x",
+        "before issue 8, one shard, one thread, {} waves: peak {peak} B against {table} B settled for {most_keys} keys: {:.2}x",
         waves_to_run(),
         peak as f64 / table as f64,
     );
