@@ -80,39 +80,46 @@ fn locked_cells_with_heap_state_through_rebuilds_and_evictions() {
     churn::<SlidingWindowLog>();
 }
 
-/// Two threads insert while a third checks a hot key: rebuilds move the hot
-/// key's cell under a concurrent check.
-#[test]
-fn concurrent_checks_across_rebuilds() {
-    let clock = ManualClock::new();
+/// Two threads each insert `keys_per_thread` new keys (`new_key(thread, i)`)
+/// into one shard, rebuilding it, while a third checks `hot` 30 times on a
+/// burst of 20 (`Quota::per_hour(20)`, frozen clock): the hot key admits
+/// exactly its burst, and every new key is admitted once.
+fn hot_key_against_inserters<K: tollgate::store::Key>(
+    hot: &K,
+    keys_per_thread: u64,
+    new_key: impl Fn(u64, u64) -> K + Sync,
+) {
     let limiter = Builder::new(Quota::per_hour(20).unwrap())
         .store(LockFree::new(1))
-        .clock(clock)
-        .build::<String>();
-    let hot = "hot".to_owned();
+        .clock(ManualClock::new())
+        .build::<K>();
     let hot_admitted = std::thread::scope(|scope| {
-        for half in 0..2_u32 {
-            let limiter = &limiter;
+        for thread in 0..2 {
+            let (limiter, new_key) = (&limiter, &new_key);
             scope.spawn(move || {
-                for key in 0..30_u32 {
-                    assert!(
-                        limiter
-                            .check(&format!("{half}-{key}"))
-                            .unwrap()
-                            .is_allowed()
-                    );
+                for index in 0..keys_per_thread {
+                    let key = new_key(thread, index);
+                    assert!(limiter.check(&key).unwrap().is_allowed());
                 }
             });
         }
         let checker = scope.spawn(|| {
             (0..30)
-                .filter(|_| limiter.check(&hot).unwrap().is_allowed())
+                .filter(|_| limiter.check(hot).unwrap().is_allowed())
                 .count()
         });
         checker.join().unwrap()
     });
     assert_eq!(hot_admitted, 20);
-    assert_eq!(limiter.len(), 61);
+    assert_eq!(limiter.len() as u64, 2 * keys_per_thread + 1);
+}
+
+/// String keys: rebuilds move the hot key's cell under a concurrent check.
+#[test]
+fn concurrent_checks_across_rebuilds() {
+    hot_key_against_inserters(&"hot".to_owned(), 30, |thread, index| {
+        format!("{thread}-{index}")
+    });
 }
 
 /// A key with interior mutability, which the `Key` bound admits: its `Eq`
@@ -175,35 +182,13 @@ impl std::hash::Hash for Guarded {
 }
 
 /// Two threads insert new `Guarded` keys into one shard, rebuilding it from
-/// 8 buckets to 64, while a third checks a hot `Guarded` key (a burst of
-/// 20) whose lock its own lookups take: the hot key admits exactly its
-/// burst, every new key is admitted once, and nothing hangs.
+/// 8 buckets to 64, while a third checks a hot `Guarded` key whose stored
+/// copy's lock every lookup takes: exact counts, and nothing hangs.
 #[test]
 fn keys_with_interior_mutability_across_rebuilds() {
-    let limiter = Builder::new(Quota::per_hour(20).unwrap())
-        .store(LockFree::new(1))
-        .clock(ManualClock::new())
-        .build::<Guarded>();
-    let hot = Guarded::new(u64::MAX);
-    let hot_admitted = std::thread::scope(|scope| {
-        for half in 0..2_u64 {
-            let limiter = &limiter;
-            scope.spawn(move || {
-                for key in 0..15 {
-                    let key = Guarded::new(half * 100 + key);
-                    assert!(limiter.check(&key).unwrap().is_allowed());
-                }
-            });
-        }
-        let checker = scope.spawn(|| {
-            (0..30)
-                .filter(|_| limiter.check(&hot).unwrap().is_allowed())
-                .count()
-        });
-        checker.join().unwrap()
+    hot_key_against_inserters(&Guarded::new(u64::MAX), 15, |thread, index| {
+        Guarded::new(thread * 100 + index)
     });
-    assert_eq!(hot_admitted, 20);
-    assert_eq!(limiter.len(), 31);
     // Every check of the hot key but the first (which inserted it) compared
     // it with its stored copy, at least once.
     assert!(GUARDED_COMPARISONS.load(std::sync::atomic::Ordering::Relaxed) >= 29);
