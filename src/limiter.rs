@@ -69,10 +69,12 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     ///
     /// # Panics
     ///
-    /// Only if the key's own code panics (`Hash`, `Eq`, `Borrow`, or
-    /// `ToOwned` for a new key): the panic reaches this caller, and every
-    /// other key, [`len`](RateLimiter::len) and the cap are as if this call
-    /// had not been made.
+    /// Only if user code the check runs panics: this key's `Hash`, `Eq`,
+    /// `Borrow` or (for a new key) `ToOwned`, the store's hasher, the
+    /// algorithm's code, or, when this check makes the store grow or sweep
+    /// it, other keys' `Hash` and `Clone` (which a rebuild runs). The panic
+    /// reaches this caller only: this key is not stored if it was new, and
+    /// every other key, [`len`](RateLimiter::len) and the cap are exact.
     #[inline]
     pub fn check<Q: Lookup<K> + ?Sized>(&self, key: &Q) -> Result<Decision, CheckError> {
         self.check_n(key, 1)

@@ -16,11 +16,13 @@
 //!
 //! [`lock`] is the only way the crate takes a mutex. It ignores poisoning,
 //! which is sound because no critical section leaves a half-written state
-//! when user code panics inside it: every user call made under a lock (a
-//! key's `Hash`, `Eq`, `Borrow`, `Clone`) comes before the section's first
-//! write, or writes only into a value the unwinding drops (a table being
-//! built), and counts are updated in the same step as the structure they
-//! count (`tests/panics.rs` arms a panic at each of these calls in turn).
+//! when user code panics inside it. User code under a lock (a key's `Hash`,
+//! `Eq`, `Borrow`, `Clone`, the algorithm's `is_idle`) runs either before
+//! the section changes anything, or between complete steps: each eviction
+//! updates the counts with the slot it removes, a rebuild clones into a
+//! table no one can see before it changes the shard, and a mutex store's
+//! table resizes into a new allocation that a panic frees
+//! (`tests/panics.rs` arms a panic at each of these calls in turn).
 
 #[cfg(all(feature = "loom", feature = "shuttle"))]
 compile_error!(
@@ -182,6 +184,9 @@ pub mod canary {
         EvictWithoutTombstone,
         /// A rebuild copies evicted (tombstoned) slots as if they were live.
         RebuildCopiesTombstone,
+        /// A replaced table is freed at once, without waiting for the checks
+        /// that may still be reading it.
+        FreeWithoutGrace,
     }
 
     #[cfg(feature = "loom")]

@@ -1,8 +1,9 @@
 //! Panic injection: a panic armed at each call of user code in turn, on
 //! every store. User code is a key's `Hash`, `Eq`, `Borrow`, `Clone` (and
-//! `ToOwned`) and `Drop`, and the lock-free store's `BuildHasher`; the
+//! `ToOwned`) and `Drop`, the lock-free store's `BuildHasher`, and the
+//! algorithm's own code (here `is_idle`, of an algorithm wrapping GCRA); the
 //! workload runs it in checks and peeks, mid-rebuild (growth), mid-sweep
-//! (an `evict_idle` that compacts the lock-free table, which clones and
+//! (an `evict_idle` that rebuilds the lock-free table, which clones and
 //! hashes the keys it keeps) and when discarded keys are dropped.
 //!
 //! For every site and every call index `n` of that site in the workload, a
@@ -27,7 +28,8 @@ use std::num::NonZeroUsize;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
-use tollgate::algorithm::Gcra;
+use tollgate::algorithm::{Algorithm, Gcra, GcraState, PackedAlgorithm, Verdict};
+use tollgate::cell::{Atomic, CellFor, Preferred};
 use tollgate::clock::ManualClock;
 use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded, StoreKind, WhenFull};
 use tollgate::{Builder, CheckError, Decision, Quota, RateLimiter};
@@ -41,15 +43,17 @@ enum Site {
     Borrow,
     Clone,
     Drop,
+    IsIdle,
 }
 
-const SITES: [Site; 6] = [
+const SITES: [Site; 7] = [
     Site::BuildHasher,
     Site::Hash,
     Site::Eq,
     Site::Borrow,
     Site::Clone,
     Site::Drop,
+    Site::IsIdle,
 ];
 
 thread_local! {
@@ -57,7 +61,7 @@ thread_local! {
     // stores run user code on the calling thread, so parallel tests do not
     // see each other's traps.
     static ARMED: Cell<Option<(Site, u64)>> = const { Cell::new(None) };
-    static CALLS: Cell<[u64; 6]> = const { Cell::new([0; 6]) };
+    static CALLS: Cell<[u64; 7]> = const { Cell::new([0; 7]) };
     static LIVE_KEYS: Cell<i64> = const { Cell::new(0) };
 }
 
@@ -174,6 +178,54 @@ impl BuildHasher for TrapHasher {
     }
 }
 
+/// GCRA whose `is_idle` is a trap: an algorithm is user code too, and the
+/// stores call `is_idle` while they sweep.
+#[derive(Debug)]
+struct TrapGcra(Gcra);
+
+impl Algorithm for TrapGcra {
+    type State = GcraState;
+    type Admission = GcraState;
+
+    fn from_quota(quota: &Quota) -> Self {
+        Self(Gcra::from_quota(quota))
+    }
+    fn capacity(&self) -> u32 {
+        self.0.capacity()
+    }
+    fn decide(
+        &self,
+        state: &GcraState,
+        now_ns: u64,
+        cost: u32,
+    ) -> Result<Verdict<GcraState>, CheckError> {
+        self.0.decide(state, now_ns, cost)
+    }
+    fn admit(&self, state: &mut GcraState, admission: GcraState) {
+        self.0.admit(state, admission);
+    }
+    fn is_idle(&self, state: &GcraState, now_ns: u64) -> bool {
+        reached(Site::IsIdle);
+        self.0.is_idle(state, now_ns)
+    }
+    fn rest_ns(&self) -> u64 {
+        self.0.rest_ns()
+    }
+}
+
+impl PackedAlgorithm for TrapGcra {
+    fn pack(&self, state: &GcraState) -> u64 {
+        self.0.pack(state)
+    }
+    fn unpack(&self, word: u64) -> GcraState {
+        self.0.unpack(word)
+    }
+}
+
+impl CellFor<TrapGcra> for Preferred {
+    type Cell = Atomic<TrapGcra>;
+}
+
 /// One step of the workload.
 #[derive(Debug, Clone, Copy)]
 enum Op {
@@ -230,11 +282,12 @@ fn quota() -> Quota {
 }
 
 /// A trapped limiter on `store`, capped at `CAP`.
-fn trapped<S: StoreKind<Key, Gcra>>(
+fn trapped<S: StoreKind<Key, TrapGcra>>(
     store: S,
     clock: &ManualClock,
-) -> RateLimiter<Key, Gcra, ManualClock, S> {
+) -> RateLimiter<Key, TrapGcra, ManualClock, S> {
     Builder::new(quota())
+        .algorithm::<TrapGcra>()
         .store(store)
         .clock(clock.clone())
         .max_keys(NonZeroUsize::new(CAP).unwrap(), WhenFull::Reject)
@@ -253,7 +306,7 @@ enum Outcome {
 /// `site` (or none), comparing every operation with the reference. Returns
 /// how many operations panicked, and how many calls each site saw while
 /// armed.
-fn run<S: StoreKind<Key, Gcra>>(store: S, armed: Option<(Site, u64)>) -> (usize, [u64; 6]) {
+fn run<S: StoreKind<Key, TrapGcra>>(store: S, armed: Option<(Site, u64)>) -> (usize, [u64; 7]) {
     let ops = workload();
     // The keys `by_key` checks borrow: made before arming, dropped after.
     let keys: Vec<Key> = (0..60).map(Key::new).collect();
@@ -264,7 +317,7 @@ fn run<S: StoreKind<Key, Gcra>>(store: S, armed: Option<(Site, u64)>) -> (usize,
         .store(GlobalMutex)
         .clock(reference_clock.clone())
         .build::<u64>();
-    CALLS.set([0; 6]);
+    CALLS.set([0; 7]);
     ARMED.set(armed);
     let mut panicked = 0;
     for (step, op) in ops.iter().enumerate() {
@@ -288,10 +341,13 @@ fn run<S: StoreKind<Key, Gcra>>(store: S, armed: Option<(Site, u64)>) -> (usize,
                 None,
                 "step {step}: a panic that was not the trap"
             );
-            // A panic in `evict_idle` comes from compacting a table (cloning
-            // and hashing the keys it keeps), after every shard was swept:
-            // the evictions happened.
+            // A panic in `evict_idle` came from the algorithm's `is_idle`
+            // mid-sweep (some keys evicted, some not yet), or from rebuilding
+            // a table after every shard was swept (cloning and hashing the
+            // keys it keeps). Either way the next `evict_idle` finishes the
+            // job, and then the counts must agree with the reference's.
             if let Op::Evict = op {
+                limiter.evict_idle();
                 reference.evict_idle();
             }
             assert_eq!(
@@ -336,7 +392,7 @@ fn run<S: StoreKind<Key, Gcra>>(store: S, armed: Option<(Site, u64)>) -> (usize,
 }
 
 /// Arms every call of every site in turn on `store`.
-fn every_site<S: StoreKind<Key, Gcra>>(store: &S) {
+fn every_site<S: StoreKind<Key, TrapGcra>>(store: &S) {
     quiet_traps();
     let (panicked, totals) = run(store.clone(), None);
     assert_eq!(panicked, 0);
@@ -388,7 +444,7 @@ fn panics_in_user_code_on_the_per_key_store() {
 
 /// A key whose `Drop` panics when the limiter is dropped: the panic reaches
 /// the code dropping the limiter, after every other key copy is dropped.
-fn drop_panics_reach_the_dropper<S: StoreKind<Key, Gcra>>(store: S) {
+fn drop_panics_reach_the_dropper<S: StoreKind<Key, TrapGcra>>(store: S) {
     quiet_traps();
     let limiter = trapped(store, &ManualClock::new());
     for key in 0..30 {
@@ -413,4 +469,145 @@ fn drop_panics_reach_the_dropper_on_every_store() {
     drop_panics_reach_the_dropper(Sharded::new(2));
     drop_panics_reach_the_dropper(GlobalMutex);
     drop_panics_reach_the_dropper(PerKey::new());
+}
+
+thread_local! {
+    static FRAGILE_LIVE: Cell<i64> = const { Cell::new(0) };
+    /// Armed: odd keys' `Drop` panics.
+    static FRAGILE_DROPS: Cell<bool> = const { Cell::new(false) };
+    /// `Some(n)`: the `n`-th `Clone` (or `Hash`) from now panics.
+    static FRAGILE_CLONE: Cell<Option<u64>> = const { Cell::new(None) };
+    static FRAGILE_HASH: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// Counts down an armed trap; panics when it reaches zero.
+fn countdown(trap: &'static std::thread::LocalKey<Cell<Option<u64>>>, what: &str) {
+    match trap.get() {
+        Some(0) => {
+            trap.set(None);
+            panic!("trap: fragile {what}");
+        }
+        Some(left) => trap.set(Some(left - 1)),
+        None => {}
+    }
+}
+
+/// A key whose copies' `Drop` panics for odd ids while armed, so that a
+/// store discards several panicking keys at once, or while another panic
+/// unwinds; its `Clone` and `Hash` can be armed too. The keys a test makes
+/// are not fragile (their drops are the test's); the copies a store makes
+/// with `Clone` are. Identity is the id alone.
+#[derive(Debug)]
+struct Fragile {
+    id: u64,
+    copy: bool,
+}
+
+impl Fragile {
+    fn new(id: u64) -> Self {
+        Self { id, copy: false }
+    }
+}
+
+impl PartialEq for Fragile {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for Fragile {}
+
+impl Hash for Fragile {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        countdown(&FRAGILE_HASH, "hash");
+        self.id.hash(state);
+    }
+}
+
+impl Clone for Fragile {
+    fn clone(&self) -> Self {
+        countdown(&FRAGILE_CLONE, "clone");
+        FRAGILE_LIVE.set(FRAGILE_LIVE.get() + 1);
+        Self {
+            id: self.id,
+            copy: true,
+        }
+    }
+}
+
+impl Drop for Fragile {
+    fn drop(&mut self) {
+        if self.copy {
+            FRAGILE_LIVE.set(FRAGILE_LIVE.get() - 1);
+            if FRAGILE_DROPS.get() && self.id % 2 == 1 {
+                panic!("trap: fragile drop {}", self.id);
+            }
+        }
+    }
+}
+
+/// Half the stored copies panic when dropped, and a `Clone` or a `Hash`
+/// panics while discarded copies are about to be dropped: no store aborts
+/// the process (a second panic during unwinding would), every count stays
+/// exact, and every copy is dropped (`FRAGILE_LIVE` counts the store's).
+fn fragile_drops_never_abort<S: StoreKind<Fragile, Gcra>>(store: S) {
+    quiet_traps();
+    FRAGILE_LIVE.set(0);
+    FRAGILE_DROPS.set(true);
+    let clock = ManualClock::new();
+    let limiter = Builder::new(quota())
+        .store(store)
+        .clock(clock.clone())
+        .build::<Fragile>();
+    let check = |id: u64| {
+        limiter
+            .check(&Fragile::new(id))
+            .map(|decision| decision.is_allowed())
+    };
+    // Forty keys, rested, evicted together: twenty panicking drops in one
+    // batch, and a `Hash` armed for the table's tidying (the mutex stores).
+    for id in 0..40 {
+        assert_eq!(
+            catch_unwind(AssertUnwindSafe(|| check(id))).ok(),
+            Some(Ok(true))
+        );
+    }
+    clock.advance(3 * 60 * MINUTE);
+    FRAGILE_HASH.set(Some(0));
+    let first = catch_unwind(AssertUnwindSafe(|| limiter.evict_idle()));
+    FRAGILE_HASH.set(None);
+    let second = limiter.evict_idle();
+    assert_eq!(first.unwrap_or(0) + second, 40);
+    assert_eq!(limiter.len(), 0);
+    assert_eq!(FRAGILE_LIVE.get(), 0, "evicted copies left behind");
+    // Growth: the lock-free store's rebuilds discard old copies, odd ones
+    // panicking; a `Clone` armed mid-way panics in a rebuild or an insert.
+    for id in 100..140 {
+        assert_eq!(
+            catch_unwind(AssertUnwindSafe(|| check(id))).ok(),
+            Some(Ok(true))
+        );
+    }
+    FRAGILE_CLONE.set(Some(5));
+    let panicked = (200..260)
+        .filter(|&id| catch_unwind(AssertUnwindSafe(|| check(id))).is_err())
+        .count();
+    assert_eq!(panicked, 1);
+    assert_eq!(limiter.len(), 99);
+    assert_eq!(limiter.evict_idle(), 0);
+    assert_eq!(FRAGILE_LIVE.get(), 99, "copies beyond the store's keys");
+    // Dropping the limiter: the first panic reaches the dropper, after
+    // every copy is dropped.
+    assert!(catch_unwind(AssertUnwindSafe(|| drop(limiter))).is_err());
+    FRAGILE_DROPS.set(false);
+    assert_eq!(FRAGILE_LIVE.get(), 0);
+}
+
+#[test]
+fn fragile_drops_never_abort_on_any_store() {
+    fragile_drops_never_abort(LockFree::new(1));
+    fragile_drops_never_abort(LockFree::new(4));
+    fragile_drops_never_abort(Sharded::new(2));
+    fragile_drops_never_abort(GlobalMutex);
+    fragile_drops_never_abort(PerKey::new());
 }

@@ -292,3 +292,110 @@ fn working_set_survives_growth_lock_free() {
 fn working_set_survives_growth_global() {
     working_set_survives_growth(GlobalMutex);
 }
+
+/// A key whose `Eq`, comparing key 0 with itself, takes a lock the test
+/// holds: a check of key 0 stalls inside the lock-free table, pinned, for as
+/// long as the test likes. Other comparisons pass the gate by.
+#[derive(Debug, Clone)]
+struct Gated {
+    id: u64,
+    gate: std::sync::Arc<std::sync::Mutex<()>>,
+    /// Set when an `Eq` is about to wait at the gate.
+    waiting: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl PartialEq for Gated {
+    fn eq(&self, other: &Self) -> bool {
+        if self.id == 0 && other.id == 0 {
+            // Relaxed: a signal the test polls; the gate synchronises.
+            self.waiting
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            drop(self.gate.lock());
+        }
+        self.id == other.id
+    }
+}
+
+impl Eq for Gated {}
+
+impl std::hash::Hash for Gated {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.id.hash(state);
+    }
+}
+
+/// Runs `work`, and ends the test process with a message, rather than
+/// hanging, if it does not finish within 60 s (a scoped thread cannot be
+/// abandoned, so a panic would wait for it forever).
+fn within_a_minute<R>(work: impl FnOnce() -> R) -> R {
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if finished.recv_timeout(std::time::Duration::from_secs(60))
+            == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        {
+            // Straight to the handle: the test harness captures `eprintln!`,
+            // and its capture is lost when the process exits.
+            let message = b"deadlock: no progress in 60 s\n";
+            drop(std::io::Write::write_all(&mut std::io::stderr(), message));
+            std::process::exit(101);
+        }
+    });
+    let result = work();
+    drop(done);
+    watchdog.join().unwrap();
+    result
+}
+
+/// The reviewer's deadlock. A check stalls inside a lock-free table (its
+/// key's `Eq` waits on a lock the main thread holds), so no replaced table
+/// of any lock-free store can be freed while it waits. Meanwhile the main
+/// thread, holding that lock, grows and evicts an unrelated lock-free
+/// limiter and grows the stalled one itself: every wait for a grace period
+/// is bounded, so all of it finishes, with exact counts. Once the stall
+/// ends, the stalled check completes exactly (its cell moved to a new table
+/// meanwhile), and `evict_idle` frees every table the stall held back.
+#[test]
+fn a_check_stalled_in_user_code_blocks_no_writer() {
+    let gate = std::sync::Arc::new(std::sync::Mutex::new(()));
+    let waiting = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gated = |id| Gated {
+        id,
+        gate: std::sync::Arc::clone(&gate),
+        waiting: std::sync::Arc::clone(&waiting),
+    };
+    let clock = ManualClock::new();
+    // Its own clock, frozen: the hot key never refills.
+    let stalled = Builder::new(Quota::per_hour(2).unwrap())
+        .store(LockFree::new(1))
+        .clock(ManualClock::new())
+        .build::<Gated>();
+    let other = limiter::<Gcra, LockFree>(Quota::per_hour(1).unwrap(), LockFree::new(1), &clock);
+    let hot = gated(0);
+    // Stored while the gate is open (its `Eq` is not called on a new key).
+    assert!(stalled.check(&hot).unwrap().is_allowed());
+    let held = gate.lock().unwrap();
+    std::thread::scope(|scope| {
+        let checker = scope.spawn(|| stalled.check(&hot).unwrap().is_allowed());
+        while !waiting.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::yield_now();
+        }
+        within_a_minute(|| {
+            for key in 0..2_000 {
+                assert!(other.check(&key).unwrap().is_allowed());
+            }
+            clock.advance(std::time::Duration::from_secs(2 * 3_600));
+            assert_eq!(other.evict_idle(), 2_000);
+            // The stalled limiter too: new keys rebuild its one shard, moving
+            // the hot key's cell out of the table the check is inside.
+            for key in 1..200 {
+                assert!(stalled.check(&gated(key)).unwrap().is_allowed());
+            }
+        });
+        drop(held);
+        assert!(checker.join().unwrap(), "the hot key's second unit");
+    });
+    assert!(!stalled.check(&hot).unwrap().is_allowed(), "a third unit");
+    assert_eq!(stalled.len(), 200);
+    assert_eq!(stalled.evict_idle(), 0);
+    assert_eq!(other.len(), 0);
+}

@@ -3,13 +3,14 @@
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};
 use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 use crossbeam_utils::CachePadded;
 
 use super::table::{MIN_BUCKETS, RawTable, buckets_for, max_used};
 use super::{
-    Checked, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind, admit_new_key,
-    default_shards, drop_discarded, retry_after_sweep, shard_index,
+    Checked, Discarded, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind, admit_new_key,
+    default_shards, retry_after_sweep, shard_index,
 };
 use crate::algorithm::Algorithm;
 use crate::cell::{Cell, CellFor, Preferred};
@@ -52,16 +53,27 @@ use crate::sync::{Arc, AtomicBool, Backoff, Mutex, Ordering, lock, wait_step};
 /// shrinks, or just clears evicted slots.
 ///
 /// A replaced table is freed once no check can still be reading it: its
-/// readers are tracked by an epoch collector private to tollgate. Each
-/// shard holds **at most one** replaced table awaiting that moment: a
-/// rebuild first waits until the previous one is free to go (for checks
-/// already inside it to finish, nanoseconds to microseconds), so memory is
-/// bounded at every instant, not only after settling. The thread that
-/// replaced a table then frees it itself as soon as it can, outside every
-/// lock, so a key's `Drop` never runs under a shard lock, nor inside an
-/// unrelated check. [`evict_idle`](Store::evict_idle) rebuilds a shard
-/// smaller when it is left at a quarter of its table's size or less, and
-/// returns only once the tables it replaced are freed.
+/// readers are tracked by an epoch collector private to tollgate. A rebuild
+/// first waits, for a bounded number of rounds, until the shard's previous
+/// replaced table is free to go (for checks already inside it to finish:
+/// nanoseconds to microseconds, unless one is descheduled), so a shard
+/// holds one replaced table awaiting reclamation, and memory is bounded at
+/// every instant, not only after settling. The thread that replaced a table
+/// then frees it itself as soon as it can, outside every lock, so a key's
+/// `Drop` never runs under a shard lock, nor inside an unrelated check.
+/// [`evict_idle`](Store::evict_idle) rebuilds every shard it evicted from
+/// (and smaller, when the shard was left at a quarter of its table or
+/// less), so the evicted keys go, and waits, again for a bounded number of
+/// rounds, until the tables it replaced are freed.
+///
+/// The bound on memory holds while checks pass through the tables: a key's
+/// `Eq` and `Borrow` run inside a check's epoch guard, and a check that
+/// stays there (an `Eq` blocked on a lock, or a thread descheduled in
+/// mid-probe) holds back the reclamation of every lock-free store in the
+/// process until it leaves. The waits are bounded so that such a check
+/// stalls no writer and can deadlock none; while it lasts, each rebuild keeps
+/// its replaced table, so memory grows with the rebuilds done meanwhile, and
+/// the tables are freed by the writers that come after it leaves.
 ///
 /// # Hashing
 ///
@@ -194,11 +206,20 @@ pub struct LockFreeStore<K, A, C, H> {
 /// rebuilds retire cells and unlink them in one critical section.
 const LIVE_UNDER_LOCK: &str = "under the writers' lock, a live slot's cell is live";
 
-/// How many times a writer drives the collector to free the table it just
-/// replaced before it leaves that to the shard's next writer. With no check
-/// in flight, two suffice: the epoch must advance twice past the one in
-/// which the table was unlinked.
-const PROMPT_TRIES: usize = 2;
+/// How many rounds a writer drives the collector to free the table it just
+/// replaced, after releasing the lock, before it leaves that to the shard's
+/// next writer. With no check in flight, one or two suffice: the epoch must
+/// advance twice past the one in which the table was unlinked.
+const PROMPT_ROUNDS: usize = 2;
+
+/// How many rounds (each a flush of the collector and a backoff step: spins,
+/// then yields) a rebuild waits for the shard's last replaced table to be
+/// free to go, and `evict_idle` for the tables it replaced, before going on
+/// without it. A bound, not a wait until done: a check that stays inside a
+/// table (a key's `Eq` blocked on a lock, maybe one the waiting thread
+/// holds) would otherwise stall every writer of every lock-free store, or
+/// deadlock. A check merely in flight leaves within a few rounds.
+const GRACE_ROUNDS: usize = 64;
 
 /// `evict_idle` rebuilds a shard's table smaller when the table has at
 /// least this many times the buckets its live keys need: far enough that a
@@ -256,7 +277,8 @@ impl<K, C> Retired<K, C> {
     /// Takes ownership of `table`, just unlinked, and asks the collector to
     /// flag it once no guard pinned before now remains.
     fn new(table: Shared<'_, RawTable<K, C>>) -> Self {
-        let grace = Arc::new(AtomicBool::new(false));
+        // The canary frees the table without waiting for its readers.
+        let grace = Arc::new(AtomicBool::new(canary::planted(Canary::FreeWithoutGrace)));
         let flag = Arc::clone(&grace);
         let guard = epoch::pin();
         // Release: pairs with the Acquire load in `grace_elapsed`, so the
@@ -275,6 +297,19 @@ impl<K, C> Retired<K, C> {
         }
     }
 
+    /// Takes ownership of `table`, which was never published (a rebuild
+    /// abandoned by a panic), to be freed outside the lock: no check ever
+    /// saw it, so its grace period has elapsed already.
+    fn unpublished(table: RawTable<K, C>) -> Self {
+        // SAFETY: a guard is needed only to load from an `Atomic`; this
+        // pointer is never shared.
+        let unprotected = unsafe { epoch::unprotected() };
+        Self {
+            table: Owned::new(table).into_shared(unprotected).as_raw(),
+            grace: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
     fn grace_elapsed(&self) -> bool {
         self.grace.load(Ordering::Acquire)
     }
@@ -282,11 +317,14 @@ impl<K, C> Retired<K, C> {
 
 impl<K, C> Drop for Retired<K, C> {
     fn drop(&mut self) {
-        // SAFETY: the pointer came from the shard's `epoch::Atomic`, so it
-        // was allocated by `Owned::new`, and it is freed only here, once.
-        // No check can read it: a `Retired` is dropped only after its grace
-        // period, or with the store itself (see the type's doc).
-        drop(unsafe { Shared::from(self.table).into_owned() });
+        // SAFETY: the pointer came from `Owned::new` (through the shard's
+        // `epoch::Atomic`, or `unpublished`), and it is freed only here,
+        // once. No check can read it: a `Retired` is dropped only after its
+        // grace period, or with the store itself (see the type's doc).
+        let table = unsafe { Shared::from(self.table).into_owned() };
+        // The store discarded these keys: a panic in their `Drop` has no
+        // caller to reach (see `store::Discarded`).
+        table.into_box().discard();
     }
 }
 
@@ -335,10 +373,10 @@ impl<K, C> Shard<K, C> {
 
     /// Frees the shard's replaced tables once no check can see them. Runs
     /// with no lock held, so the tables' keys are dropped outside every
-    /// lock. With `wait`, returns only once every table replaced before the
-    /// call is freed; otherwise drives the collector a few times and leaves
-    /// the rest to the shard's next writer.
-    fn reclaim(&self, wait: bool) {
+    /// lock. Drives the collector for up to `rounds` rounds until every table
+    /// replaced before the call may go; what may not yet is left to the
+    /// shard's next writer.
+    fn reclaim(&self, rounds: usize) {
         let pending: Vec<Arc<AtomicBool>> = lock(&self.writer)
             .retired
             .iter()
@@ -347,22 +385,12 @@ impl<K, C> Shard<K, C> {
         if pending.is_empty() {
             return;
         }
-        // A thread that holds a guard (a check whose user code called back
-        // into a limiter) keeps the epoch from advancing: it cannot wait.
-        if !epoch::is_pinned() {
-            let backoff = Backoff::new();
-            let mut tries = 0;
-            // Acquire: as in `Retired::grace_elapsed`.
-            while !pending.iter().all(|grace| grace.load(Ordering::Acquire))
-                && (wait || tries < PROMPT_TRIES)
-            {
-                epoch::pin().flush();
-                tries += 1;
-                wait_step(&backoff);
-            }
-        }
-        let graced = lock(&self.writer).take_graced();
-        drop_discarded(graced);
+        // Acquire: as in `Retired::grace_elapsed`.
+        wait_for_grace(rounds, || {
+            pending.iter().all(|grace| grace.load(Ordering::Acquire))
+        });
+        let graced = Discarded::from(lock(&self.writer).take_graced());
+        drop(graced);
     }
 }
 
@@ -379,21 +407,40 @@ impl<K, C> Drop for Shard<K, C> {
     }
 }
 
-/// Waits, under the shard's lock, until every table in `retired` may be
-/// freed, so that a rebuild never leaves a shard with two replaced tables.
-/// Waiting under the lock cannot deadlock: no thread takes a shard lock
-/// while it holds a guard, so every guard the wait depends on is dropped
-/// without this lock. The collector's deferred functions only set flags, so
-/// no user code runs here.
-fn await_grace<K, C>(retired: &[Retired<K, C>]) {
-    if retired.iter().all(Retired::grace_elapsed) || epoch::is_pinned() {
-        return;
+/// Drives the collector, for up to `rounds` rounds, until `done`; returns
+/// whether it is. Each round pins, flushes (which tries to advance the epoch
+/// and runs the deferred functions that may run, which only set flags: no
+/// user code) and takes a backoff step. A thread that holds a guard (a check
+/// whose user code called back into a limiter) keeps the epoch from
+/// advancing, so it does not wait at all.
+///
+/// Called under a shard's lock too (`await_grace`). That cannot deadlock:
+/// the wait is bounded, and no thread takes a shard lock while it holds a
+/// guard, so the guards it waits for are dropped without this lock (unless
+/// user code inside a check blocks, which the bound is for).
+fn wait_for_grace(rounds: usize, done: impl Fn() -> bool) -> bool {
+    if done() {
+        return true;
+    }
+    if epoch::is_pinned() {
+        return false;
     }
     let backoff = Backoff::new();
-    while !retired.iter().all(Retired::grace_elapsed) {
+    for _ in 0..rounds {
         epoch::pin().flush();
+        if done() {
+            return true;
+        }
         wait_step(&backoff);
     }
+    false
+}
+
+/// Waits, under the shard's lock, for every table in `retired` to be free
+/// to go (at most `GRACE_ROUNDS` rounds), so that a rebuild leaves a shard
+/// with one replaced table awaiting reclamation.
+fn await_grace<K, C>(retired: &[Retired<K, C>]) {
+    wait_for_grace(GRACE_ROUNDS, || retired.iter().all(Retired::grace_elapsed));
 }
 
 impl<K, A, C, H> LockFreeStore<K, A, C, H>
@@ -436,14 +483,14 @@ where
                     swept,
                 );
                 // A rebuild waited for the shard's last replaced table to be
-                // free to go: free it now, so that a shard never holds more
-                // than one awaiting its grace period.
-                let graced = writer.take_graced();
+                // free to go: free it now, so that a shard holds one replaced
+                // table awaiting its grace period.
+                let graced = Discarded::from(writer.take_graced());
                 let waiting = !writer.retired.is_empty();
                 drop(writer);
-                drop_discarded(graced);
+                drop(graced);
                 if waiting {
-                    shard.reclaim(false);
+                    shard.reclaim(PROMPT_ROUNDS);
                 }
                 checked
             },
@@ -504,6 +551,8 @@ where
     ) -> usize {
         let mut removed = 0;
         for (index, _, cell) in table.live() {
+            // `is_idle` is the algorithm's code: each eviction is counted as
+            // it happens, so that a panic there leaves the counts exact.
             let evict = if canary::planted(Canary::EvictWithoutTombstone) {
                 cell.is_idle_unretired(algorithm, idle_at_ns)
             } else {
@@ -513,11 +562,11 @@ where
             };
             if evict {
                 table.mark_deleted(index);
+                writer.live -= 1;
+                self.population.release(1);
                 removed += 1;
             }
         }
-        writer.live -= removed;
-        self.population.release(removed);
         removed
     }
 
@@ -559,14 +608,22 @@ where
         } else {
             buckets
         };
-        // Phase 1, user code (`BuildHasher`, `Hash`, `Clone`): a panic drops
-        // `new` with its clones and leaves the shard as it was.
+        // Phase 1, user code (`BuildHasher`, `Hash`, `Clone`, and the
+        // algorithm's for the placeholder cells): a panic leaves the shard
+        // as it was, and `new`, never published, goes with its clones to the
+        // retired list, to be freed outside the lock.
         let mut new = RawTable::with_buckets(buckets);
         let mut moves = Vec::with_capacity(writer.live);
-        for (old_index, key, _) in old.live() {
-            let hash = self.hasher.hash_one(key);
-            let (new_index, _) = new.insert(hash, key.clone(), C::new(algorithm));
-            moves.push((old_index, new_index));
+        let cloned = catch_unwind(AssertUnwindSafe(|| {
+            for (old_index, key, _) in old.live() {
+                let hash = self.hasher.hash_one(key);
+                let (new_index, _) = new.insert(hash, key.clone(), C::new(algorithm));
+                moves.push((old_index, new_index));
+            }
+        }));
+        if let Err(panic) = cloned {
+            writer.retired.push(Retired::unpublished(new));
+            resume_unwind(panic);
         }
         // Phase 2, no user code: retire each old cell into the new table. A
         // check that reaches a retired cell waits for our lock and finds the
@@ -678,14 +735,18 @@ where
                 let mut writer = lock(&shard.writer);
                 // SAFETY: we hold the lock.
                 let table = unsafe { shard.table_locked() };
+                // Rebuilt without its evicted slots, so that their keys are
+                // freed, and smaller if far larger than its keys need.
                 let needed = buckets_for(writer.live);
                 if table.buckets() >= COMPACT_FACTOR * needed {
                     self.rebuild(shard, &mut writer, algorithm, needed);
+                } else if writer.used > writer.live {
+                    self.rebuild(shard, &mut writer, algorithm, table.buckets());
                 }
-                writer.take_graced()
+                Discarded::from(writer.take_graced())
             };
-            drop_discarded(graced);
-            shard.reclaim(true);
+            drop(graced);
+            shard.reclaim(GRACE_ROUNDS);
         }
         removed
     }

@@ -30,20 +30,29 @@
 //!
 //! # User code
 //!
-//! A key's `Hash`, `Eq`, `Borrow`, `Clone` (or `ToOwned`) and `Drop`, and a
-//! `LockFree` store's `BuildHasher`, are user code, and may panic. A panic
-//! reaches the call that ran the code and nothing else: every other key
-//! decides exactly as it would have, [`Store::len`] stays exact, and no room
-//! under the cap is lost. A store calls user code only where a panic loses
-//! nothing: before it changes anything, or while it builds a new table that
-//! the panic then drops (the lock-free store's rebuilds, the mutex stores'
-//! resizes), never while it moves entries it could not put back. Keys a store discards (evicted keys, a rebuilt
-//! table's old copies) are dropped after its locks are released, and a panic
-//! in their `Drop` is caught and discarded: it has no caller to reach, and
-//! the request that happened to trigger the eviction was decided already.
+//! A key's `Hash`, `Eq`, `Borrow`, `Clone` (or `ToOwned`) and `Drop`, a
+//! `LockFree` store's `BuildHasher`, and an [`Algorithm`]'s methods are
+//! user code, and may panic. A panic reaches the call that ran the code and
+//! nothing else: every other key decides exactly as it would have,
+//! [`Store::len`] stays exact, and no room under the cap is lost. A store
+//! calls user code only where a panic loses nothing: before it changes
+//! anything, between complete steps (each eviction is counted with the slot
+//! it removes), or while it builds a new table that the panic then discards
+//! (the lock-free store's rebuilds, the mutex stores' resizes), never while
+//! it moves entries it could not put back. Keys a store discards (evicted
+//! keys, a rebuilt table's old copies) are dropped after its locks are
+//! released, each on its own, and a panic in their `Drop` is caught and
+//! discarded: it has no caller to reach, and the request that happened to
+//! trigger the eviction was decided already. `tests/panics.rs` arms a panic
+//! at every call of every site in turn.
 //!
-//! These methods must not call back into the same limiter: like a
-//! `HashMap` key whose `Eq` locks the map it is in, that can deadlock.
+//! A key's `Eq`, `Hash` and `Borrow` run inside the store's critical
+//! sections (under a shard's lock, or a lock-free check's epoch guard): they
+//! must not call back into the same limiter, which, like a `HashMap` key
+//! whose `Eq` locks the map it is in, can deadlock. One that blocks delays
+//! the checks that wait for it, and, on the lock-free store, the reclamation
+//! of replaced tables (see [`LockFree`]'s "Memory"), but no writer waits for
+//! it without a bound.
 
 // The lock-free table reclaims memory with crossbeam-epoch, which runs under
 // loom (with `--cfg crossbeam_loom`) but has no shuttle build: under shuttle
@@ -428,15 +437,56 @@ impl Population {
     }
 }
 
-/// Drops what a store discarded (evicted keys, a replaced table), after its
-/// locks are released. A panic in a key's `Drop` is caught and discarded:
-/// the store's own state is already consistent, the request that triggered
-/// the eviction was decided, and there is no caller the panic belongs to
-/// (see "User code" above).
-fn drop_discarded<T>(discarded: T) {
-    // The panic's payload is dropped here too; a payload whose own `Drop`
-    // panics aborts, as a double panic does anywhere.
-    drop(catch_unwind(AssertUnwindSafe(move || drop(discarded))));
+/// What a store discarded (evicted keys, replaced tables), dropped when this
+/// is, after the store's locks are released: declared before a lock is
+/// taken, it is dropped after the lock's guard even when a panic unwinds.
+/// Each item is dropped on its own, and a panic in its `Drop` is caught and
+/// discarded: the store's state is consistent, the request that triggered
+/// the eviction was decided already, and there is no caller the panic
+/// belongs to (see "User code" above). Caught one item at a time, two
+/// panicking `Drop`s, or one during another panic's unwinding, do not abort
+/// the process.
+struct Discarded<T>(Vec<T>);
+
+impl<T> Discarded<T> {
+    const fn new() -> Self {
+        Self(Vec::new())
+    }
+
+    fn push(&mut self, item: T) {
+        self.0.push(item);
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl<T> From<Vec<T>> for Discarded<T> {
+    fn from(items: Vec<T>) -> Self {
+        Self(items)
+    }
+}
+
+impl<T> Drop for Discarded<T> {
+    fn drop(&mut self) {
+        for item in self.0.drain(..) {
+            // The payload of a caught panic is dropped here too; a payload
+            // whose own `Drop` panics aborts, as a double panic does anywhere.
+            drop(catch_unwind(AssertUnwindSafe(move || drop(item))));
+        }
+    }
+}
+
+/// Resumes the first panic a store caught while dropping its keys, once
+/// every key is dropped: it reaches whoever dropped the store. Unless a panic
+/// is unwinding already: a second would abort, so this one is discarded.
+fn resume_first_panic(first_panic: Option<Box<dyn std::any::Any + Send>>) {
+    if let Some(panic) = first_panic {
+        if !std::thread::panicking() {
+            std::panic::resume_unwind(panic);
+        }
+    }
 }
 
 /// How often a new key that finds the store full may sweep the store for

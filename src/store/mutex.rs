@@ -1,16 +1,18 @@
 //! The mutex baselines: one mutex-guarded hash table, or cache-padded shards
 //! of them; and the table both they and the per-key store use.
 
+use std::any::Any;
 use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
 use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
 use super::{
-    Checked, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind, admit_new_key,
-    default_shards, drop_discarded, retry_after_sweep, shard_index,
+    Checked, Discarded, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind, admit_new_key,
+    default_shards, resume_first_panic, retry_after_sweep, shard_index,
 };
 use crate::algorithm::{Algorithm, Verdict};
 use crate::decision::Decision;
@@ -102,14 +104,16 @@ impl<K, V> Default for Table<K, V> {
 }
 
 impl<K, V> Table<K, V> {
-    /// Empties the table, dropping its entries one at a time. If a key's
-    /// `Drop` panics, the table's iterator, dropped as the panic unwinds,
-    /// drops the rest and frees the table (`HashTable`'s own drop would leak
-    /// them); the panic then goes on to whoever dropped the store.
-    pub(super) fn clear(&mut self) {
+    /// Empties the table, dropping each entry on its own: if a key's `Drop`
+    /// panics, the others are still dropped. Returns the first panic.
+    pub(super) fn clear(&mut self) -> Option<Box<dyn Any + Send>> {
+        let mut first_panic = None;
         for entry in std::mem::take(&mut self.entries) {
-            drop(entry);
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(move || drop(entry))) {
+                first_panic.get_or_insert(panic);
+            }
         }
+        first_panic
     }
 }
 
@@ -135,18 +139,24 @@ impl<K: Hash, V> Table<K, V> {
             .insert_unique(hash, entry, |entry| hasher.hash_one(&entry.key));
     }
 
-    /// Removes the entries `evict` chooses, returns their room to
-    /// `population`, and returns them, to be dropped once the lock is
-    /// released. Runs no user code.
+    /// Removes the entries `evict` chooses into `evicted` (declared by the
+    /// caller before it took the lock, so that they are dropped after it),
+    /// returning their room to `population` one at a time: `evict` runs the
+    /// algorithm's code, and a panic there leaves the counts exact. Returns
+    /// how many were removed.
     pub(super) fn sweep(
         &mut self,
         population: &Population,
+        evicted: &mut Discarded<Entry<K, V>>,
         evict: impl FnMut(&mut Entry<K, V>) -> bool,
-    ) -> Vec<Entry<K, V>> {
-        let evicted: Vec<_> = self.entries.extract_if(evict).collect();
-        population.release(evicted.len());
-        self.untidy |= !evicted.is_empty();
-        evicted
+    ) -> usize {
+        let before = evicted.len();
+        for entry in self.entries.extract_if(evict) {
+            self.untidy = true;
+            population.release(1);
+            evicted.push(entry);
+        }
+        evicted.len() - before
     }
 
     /// Clears the tombstones removals left, and gives their memory back (see
@@ -188,14 +198,16 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
     }
 
     /// Evicts the shard's keys idle at `idle_at_ns` (and so at every later
-    /// instant); returns them, to be dropped with the lock released.
+    /// instant) into `evicted`, to be dropped with the lock released;
+    /// returns how many.
     fn sweep(
         &self,
         table: &mut Table<K, A::State>,
+        evicted: &mut Discarded<Entry<K, A::State>>,
         algorithm: &A,
         idle_at_ns: u64,
-    ) -> Vec<Entry<K, A::State>> {
-        table.sweep(&self.population, |entry| {
+    ) -> usize {
+        table.sweep(&self.population, evicted, |entry| {
             algorithm.is_idle(&entry.value, idle_at_ns)
         })
     }
@@ -213,7 +225,7 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
     ) -> Result<Checked, CheckError> {
         // Declared before the lock, so dropped after it even when a panic
         // unwinds: evicted keys' `Drop` never runs under the lock.
-        let mut evicted = Vec::new();
+        let mut evicted = Discarded::new();
         // Lookup, decision and write all happen under the shard's lock.
         let mut shard = self.shard(hash);
         if let Some(entry) = shard.find_mut(hash, key) {
@@ -228,7 +240,7 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
             // time it grows.
             if shard.is_full() {
                 let idle_at_ns = now_ns.saturating_sub(algorithm.rest_ns());
-                evicted = self.sweep(&mut shard, algorithm, idle_at_ns);
+                self.sweep(&mut shard, &mut evicted, algorithm, idle_at_ns);
             }
             let mut state = A::State::default();
             if let Verdict::Allow { admission, .. } = fresh {
@@ -244,7 +256,7 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
             fresh.decision()
         });
         drop(shard);
-        drop_discarded(evicted);
+        drop(evicted);
         match new_key? {
             NewKey::Stored(decision) => Ok(Checked::Done(decision)),
             NewKey::Checked(checked) => Ok(checked),
@@ -285,20 +297,19 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
     }
 
     fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {
+        let mut evicted = Discarded::new();
         // Every shard is swept before any is tidied: tidying hashes keys
         // (user code), and a panic there then leaves every idle key evicted,
         // as the call meant to (the shards not yet tidied are tidied before
         // their next insert).
-        let evicted: Vec<_> = self
+        let removed = self
             .shards
             .iter()
-            .map(|shard| self.sweep(&mut lock(shard), algorithm, now_ns))
-            .collect();
+            .map(|shard| self.sweep(&mut lock(shard), &mut evicted, algorithm, now_ns))
+            .sum();
         for shard in &*self.shards {
             lock(shard).tidy(&self.hasher);
         }
-        let removed = evicted.iter().map(Vec::len).sum();
-        drop_discarded(evicted);
         removed
     }
 
@@ -308,10 +319,16 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
 }
 
 impl<K, A: Algorithm> Drop for MutexStore<K, A> {
+    /// Drops every shard's keys, then lets the first panic among their
+    /// `Drop`s go on to whoever dropped the store.
     fn drop(&mut self) {
+        let mut first_panic = None;
         for shard in &*self.shards {
-            lock(shard).clear();
+            if let Some(panic) = lock(shard).clear() {
+                first_panic.get_or_insert(panic);
+            }
         }
+        resume_first_panic(first_panic);
     }
 }
 

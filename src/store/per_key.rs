@@ -7,8 +7,8 @@ use std::marker::PhantomData;
 
 use super::mutex::{Entry, Table};
 use super::{
-    Checked, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind, admit_new_key,
-    drop_discarded, retry_after_sweep,
+    Checked, Discarded, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind, admit_new_key,
+    resume_first_panic, retry_after_sweep,
 };
 use crate::algorithm::Algorithm;
 use crate::cell::{Cell, CellFor, Preferred};
@@ -101,17 +101,19 @@ enum Found<C> {
 }
 
 impl<K: Key, A: Algorithm, C: Cell<A>> PerKeyStore<K, A, C> {
-    /// Retires and unlinks the cells idle at `idle_at_ns`; returns them, to
-    /// be dropped with the lock released. Retiring first is the protocol: a
-    /// check that already holds the cell's `Arc` finds it retired and looks
-    /// again, so its admission cannot land in a cell no lookup can reach.
+    /// Retires and unlinks the cells idle at `idle_at_ns` into `evicted`,
+    /// to be dropped with the lock released; returns how many. Retiring
+    /// first is the protocol: a check that already holds the cell's `Arc`
+    /// finds it retired and looks again, so its admission cannot land in a
+    /// cell no lookup can reach.
     fn sweep(
         &self,
         table: &mut Table<K, Arc<C>>,
+        evicted: &mut Discarded<Entry<K, Arc<C>>>,
         algorithm: &A,
         idle_at_ns: u64,
-    ) -> Vec<Entry<K, Arc<C>>> {
-        table.sweep(&self.population, |entry| {
+    ) -> usize {
+        table.sweep(&self.population, evicted, |entry| {
             entry.value.retire_if_idle(algorithm, idle_at_ns)
         })
     }
@@ -125,7 +127,7 @@ impl<K: Key, A: Algorithm, C: Cell<A>> PerKeyStore<K, A, C> {
     fn find_or_insert<Q: Lookup<K> + ?Sized>(
         &self,
         table: &mut Table<K, Arc<C>>,
-        evicted: &mut Vec<Entry<K, Arc<C>>>,
+        evicted: &mut Discarded<Entry<K, Arc<C>>>,
         hash: u64,
         key: &Q,
         algorithm: &A,
@@ -139,7 +141,7 @@ impl<K: Key, A: Algorithm, C: Cell<A>> PerKeyStore<K, A, C> {
         let new_key = admit_new_key(&self.population, algorithm, now_ns, cost, swept, |_fresh| {
             if table.is_full() {
                 let idle_at_ns = now_ns.saturating_sub(algorithm.rest_ns());
-                *evicted = self.sweep(table, algorithm, idle_at_ns);
+                self.sweep(table, evicted, algorithm, idle_at_ns);
             }
             let cell = Arc::new(C::new(algorithm));
             // `to_owned` is user code: if it panics, nothing is inserted
@@ -168,7 +170,7 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
     ) -> Result<Decision, CheckError> {
         let hash = self.hasher.hash_one(key);
         let attempt = |swept| loop {
-            let mut evicted = Vec::new();
+            let mut evicted = Discarded::new();
             let found = self.find_or_insert(
                 &mut lock(&self.table),
                 &mut evicted,
@@ -179,7 +181,7 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
                 cost,
                 swept,
             );
-            drop_discarded(evicted);
+            drop(evicted);
             let cell = match found? {
                 Found::Cell(cell) => cell,
                 Found::Checked(checked) => return Ok(checked),
@@ -220,14 +222,11 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
     }
 
     fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {
-        let evicted = {
-            let mut table = lock(&self.table);
-            let evicted = self.sweep(&mut table, algorithm, now_ns);
-            table.tidy(&self.hasher);
-            evicted
-        };
-        let removed = evicted.len();
-        drop_discarded(evicted);
+        // Declared before the lock: dropped after it, even if `tidy` panics.
+        let mut evicted = Discarded::new();
+        let mut table = lock(&self.table);
+        let removed = self.sweep(&mut table, &mut evicted, algorithm, now_ns);
+        table.tidy(&self.hasher);
         removed
     }
 
@@ -238,7 +237,7 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
 
 impl<K, A, C> Drop for PerKeyStore<K, A, C> {
     fn drop(&mut self) {
-        lock(&self.table).clear();
+        resume_first_panic(lock(&self.table).clear());
     }
 }
 

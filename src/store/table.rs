@@ -35,8 +35,10 @@
 //! control byte (`Release`), and a reader loads the control byte (`Acquire`)
 //! before it touches the slot.
 
+use std::any::Any;
 use std::fmt;
-use std::mem::{self, MaybeUninit};
+use std::mem::MaybeUninit;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use super::Lookup;
 use crate::sync::canary::{self, Canary};
@@ -238,42 +240,47 @@ impl<K, V> RawTable<K, V> {
         self.control[index].store(DELETED, Ordering::Relaxed);
     }
 
-    /// Drops the written slots from bucket `first` on. If a key's or cell's
-    /// `Drop` panics, the rest are still dropped before the panic goes on (as
-    /// a slice's elements are); a second panic aborts, as it does anywhere.
-    fn drop_slots_from(&mut self, first: usize) {
-        /// Drops the remaining slots if a drop unwinds.
-        struct Rest<'a, K, V> {
-            table: &'a mut RawTable<K, V>,
-            next: usize,
-        }
-        impl<K, V> Drop for Rest<'_, K, V> {
-            fn drop(&mut self) {
-                self.table.drop_slots_from(self.next);
-            }
-        }
-        for index in first..self.buckets() {
+    /// Drops every written slot, each on its own: a panic in one key's or
+    /// cell's `Drop` does not stop the others, nor abort the process when
+    /// another follows. Each slot is marked `EMPTY` before it is dropped, so
+    /// none is dropped twice. Returns the first panic's payload.
+    fn drop_slots(&mut self) -> Option<Box<dyn Any + Send>> {
+        let mut first_panic = None;
+        for index in 0..self.buckets() {
             // Relaxed: `&mut self`, no other access.
-            if self.control[index].load(Ordering::Relaxed) == EMPTY {
+            if self.control[index].swap(EMPTY, Ordering::Relaxed) == EMPTY {
                 continue;
             }
-            let rest = Rest {
-                table: self,
-                next: index + 1,
-            };
-            rest.table.slots[index].with_mut(|slot| {
-                // SAFETY: the slot was written (non-empty control byte), is
-                // dropped only here, once, and `&mut self` excludes readers.
-                unsafe { (*slot).assume_init_drop() };
-            });
-            mem::forget(rest);
+            let slot = &self.slots[index];
+            let dropped = catch_unwind(AssertUnwindSafe(|| {
+                slot.with_mut(|slot| {
+                    // SAFETY: the slot was written (its control byte was not
+                    // EMPTY), is dropped only here, once (the byte is EMPTY
+                    // now), and `&mut self` excludes readers.
+                    unsafe { (*slot).assume_init_drop() };
+                });
+            }));
+            if let Err(panic) = dropped {
+                first_panic.get_or_insert(panic);
+            }
         }
+        first_panic
+    }
+
+    /// Drops a table its store discarded (replaced, or abandoned by a
+    /// panicking rebuild): a panic in a key's `Drop` is discarded, as
+    /// `store::Discarded` discards it.
+    pub(crate) fn discard(mut self) {
+        drop(self.drop_slots());
     }
 }
 
 impl<K, V> Drop for RawTable<K, V> {
+    /// With the store: the first panic in a key's `Drop` goes on to whoever
+    /// dropped the store, once every slot is dropped (unless a panic is
+    /// unwinding already: then it is discarded, as a second would abort).
     fn drop(&mut self) {
-        self.drop_slots_from(0);
+        super::resume_first_panic(self.drop_slots());
     }
 }
 
