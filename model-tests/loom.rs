@@ -647,30 +647,40 @@ fn check_against_compaction() {
         !allowed(&limiter, 100),
         "key 100 admitted a unit twice across the compaction"
     );
-    assert_eq!(limiter.len(), 1);
+    assert_eq!(
+        limiter.len(),
+        1,
+        "len() differs from the keys the table holds"
+    );
 }
 
+/// Bound 1: the race this model is for (the check against the swap that
+/// retires its cell, and against the publication of the smaller table)
+/// needs one preemption, and at bound 2 the evictor's sweep, rebuild and
+/// bounded wait on crossbeam's collector take 2.5 million executions and
+/// 16 minutes, past CI's budget (notes/07).
 #[test]
 fn lock_free_check_against_compaction() {
     explore(
         "lock-free table, check vs compaction",
-        2,
+        1,
         check_against_compaction,
     );
 }
 
-/// Canary: a rebuild that copies evicted (tombstoned) slots as if live: the
-/// key evicted at 1 h comes back twice, fresh, ahead of its real state.
+/// Canary: a rebuild that copies evicted (tombstoned) slots as if live. The
+/// rebuild that follows the eviction at 1 h brings key 100 back, uncounted,
+/// so `len()` no longer counts the keys the table holds.
 #[test]
 fn canary_rebuild_copying_a_tombstone_is_caught() {
     canary_in_child(
         "canary_rebuild_copying_a_tombstone_is_caught",
-        "admitted a unit twice across the compaction",
+        "len() differs from the keys the table holds",
         || {
             explore_with(
                 Some(Canary::RebuildCopiesTombstone),
                 "canary: rebuild copies a tombstone",
-                2,
+                1,
                 check_against_compaction,
             );
         },

@@ -291,6 +291,28 @@ impl Drop for Reservation<'_> {
     }
 }
 
+/// Keys removed, whose room goes back to the population when this is
+/// dropped (see [`Population::releasing`]): one atomic operation for a whole
+/// sweep, and exact even when the sweep panics half-way.
+#[must_use]
+struct Released<'a> {
+    population: &'a Population,
+    removed: usize,
+}
+
+impl Released<'_> {
+    /// One more key removed.
+    fn add(&mut self) {
+        self.removed += 1;
+    }
+}
+
+impl Drop for Released<'_> {
+    fn drop(&mut self) {
+        self.population.release(self.removed);
+    }
+}
+
 /// One attempt at a check under a store's lock.
 enum Checked {
     Done(Decision),
@@ -425,6 +447,16 @@ impl Population {
             .map_err(|_| cap)
     }
 
+    /// A count of keys removed, whose room goes back when it is dropped,
+    /// also when a panic unwinds: a sweep runs the algorithm's `is_idle`
+    /// (user code) between removals, and counts each as it makes it.
+    fn releasing(&self) -> Released<'_> {
+        Released {
+            population: self,
+            removed: 0,
+        }
+    }
+
     /// Returns `removed` keys' room.
     fn release(&self, removed: usize) {
         if removed > 0 {
@@ -455,10 +487,6 @@ impl<T> Discarded<T> {
 
     fn push(&mut self, item: T) {
         self.0.push(item);
-    }
-
-    fn len(&self) -> usize {
-        self.0.len()
     }
 }
 

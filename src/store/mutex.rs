@@ -141,22 +141,22 @@ impl<K: Hash, V> Table<K, V> {
 
     /// Removes the entries `evict` chooses into `evicted` (declared by the
     /// caller before it took the lock, so that they are dropped after it),
-    /// returning their room to `population` one at a time: `evict` runs the
-    /// algorithm's code, and a panic there leaves the counts exact. Returns
-    /// how many were removed.
+    /// returning their room to `population`, counted one at a time: `evict`
+    /// runs the algorithm's code, and a panic there leaves the counts exact.
+    /// Returns how many were removed.
     pub(super) fn sweep(
         &mut self,
         population: &Population,
         evicted: &mut Discarded<Entry<K, V>>,
         evict: impl FnMut(&mut Entry<K, V>) -> bool,
     ) -> usize {
-        let before = evicted.len();
+        let mut released = population.releasing();
         for entry in self.entries.extract_if(evict) {
             self.untidy = true;
-            population.release(1);
+            released.add();
             evicted.push(entry);
         }
-        evicted.len() - before
+        released.removed
     }
 
     /// Clears the tombstones removals left, and gives their memory back (see
