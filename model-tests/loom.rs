@@ -593,11 +593,15 @@ fn check_against_eviction() {
     assert_eq!(limiter.len(), 1);
 }
 
+/// Bound 1, as for compaction below: the check against the sweep that
+/// tombstones its cell needs one preemption, and since `evict_idle` also
+/// compacts the table it leaves with a tombstone and waits on crossbeam's
+/// collector, bound 2 runs past 15 minutes (notes/07).
 #[test]
 fn lock_free_check_against_eviction() {
     explore(
         "lock-free table, check vs eviction",
-        2,
+        1,
         check_against_eviction,
     );
 }
@@ -613,7 +617,7 @@ fn canary_eviction_without_tombstone_is_caught() {
             explore_with(
                 Some(Canary::EvictWithoutTombstone),
                 "canary: evict without tombstone",
-                2,
+                1,
                 check_against_eviction,
             );
         },
