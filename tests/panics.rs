@@ -29,7 +29,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use tollgate::algorithm::{Algorithm, Gcra, GcraState, PackedAlgorithm, Verdict};
-use tollgate::cell::{Atomic, CellFor, Preferred};
+use tollgate::cell::{Atomic, CellFor, Locked, Preferred};
 use tollgate::clock::ManualClock;
 use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded, StoreKind, WhenFull};
 use tollgate::{Builder, CheckError, Decision, Quota, RateLimiter};
@@ -44,9 +44,13 @@ enum Site {
     Clone,
     Drop,
     IsIdle,
+    Decide,
+    Admit,
+    StateDefault,
+    StateDrop,
 }
 
-const SITES: [Site; 7] = [
+const SITES: [Site; 11] = [
     Site::BuildHasher,
     Site::Hash,
     Site::Eq,
@@ -54,6 +58,10 @@ const SITES: [Site; 7] = [
     Site::Clone,
     Site::Drop,
     Site::IsIdle,
+    Site::Decide,
+    Site::Admit,
+    Site::StateDefault,
+    Site::StateDrop,
 ];
 
 thread_local! {
@@ -61,7 +69,7 @@ thread_local! {
     // stores run user code on the calling thread, so parallel tests do not
     // see each other's traps.
     static ARMED: Cell<Option<(Site, u64)>> = const { Cell::new(None) };
-    static CALLS: Cell<[u64; 7]> = const { Cell::new([0; 7]) };
+    static CALLS: Cell<[u64; 11]> = const { Cell::new([0; 11]) };
     static LIVE_KEYS: Cell<i64> = const { Cell::new(0) };
 }
 
@@ -178,8 +186,9 @@ impl BuildHasher for TrapHasher {
     }
 }
 
-/// GCRA whose `is_idle` is a trap: an algorithm is user code too, and the
-/// stores call `is_idle` while they sweep.
+/// GCRA whose `decide`, `admit` and `is_idle` are traps: an algorithm is
+/// user code too, and the stores call `is_idle` while they sweep. Packed,
+/// so its cells are atomic; its state is GCRA's (`Copy`).
 #[derive(Debug)]
 struct TrapGcra(Gcra);
 
@@ -199,9 +208,11 @@ impl Algorithm for TrapGcra {
         now_ns: u64,
         cost: u32,
     ) -> Result<Verdict<GcraState>, CheckError> {
+        reached(Site::Decide);
         self.0.decide(state, now_ns, cost)
     }
     fn admit(&self, state: &mut GcraState, admission: GcraState) {
+        reached(Site::Admit);
         self.0.admit(state, admission);
     }
     fn is_idle(&self, state: &GcraState, now_ns: u64) -> bool {
@@ -224,6 +235,61 @@ impl PackedAlgorithm for TrapGcra {
 
 impl CellFor<TrapGcra> for Preferred {
     type Cell = Atomic<TrapGcra>;
+}
+
+/// GCRA whose state's `Default` and `Drop` are traps too, in a mutex cell
+/// (`Locked`): the state a store keeps, evicts, moves and drops is user
+/// code.
+#[derive(Debug)]
+struct TrapLocked(TrapGcra);
+
+#[derive(Debug)]
+struct TrapState(GcraState);
+
+impl Default for TrapState {
+    fn default() -> Self {
+        reached(Site::StateDefault);
+        Self(GcraState::default())
+    }
+}
+
+impl Drop for TrapState {
+    fn drop(&mut self) {
+        reached(Site::StateDrop);
+    }
+}
+
+impl Algorithm for TrapLocked {
+    type State = TrapState;
+    type Admission = GcraState;
+
+    fn from_quota(quota: &Quota) -> Self {
+        Self(TrapGcra::from_quota(quota))
+    }
+    fn capacity(&self) -> u32 {
+        self.0.capacity()
+    }
+    fn decide(
+        &self,
+        state: &TrapState,
+        now_ns: u64,
+        cost: u32,
+    ) -> Result<Verdict<GcraState>, CheckError> {
+        self.0.decide(&state.0, now_ns, cost)
+    }
+    fn admit(&self, state: &mut TrapState, admission: GcraState) {
+        self.0.admit(&mut state.0, admission);
+    }
+    fn is_idle(&self, state: &TrapState, now_ns: u64) -> bool {
+        self.0.is_idle(&state.0, now_ns)
+    }
+    fn rest_ns(&self) -> u64 {
+        self.0.rest_ns()
+    }
+}
+
+impl CellFor<TrapLocked> for Preferred {
+    type Cell = Locked<TrapLocked>;
 }
 
 /// One step of the workload.
@@ -282,12 +348,12 @@ fn quota() -> Quota {
 }
 
 /// A trapped limiter on `store`, capped at `CAP`.
-fn trapped<S: StoreKind<Key, TrapGcra>>(
+fn trapped<A: Algorithm, S: StoreKind<Key, A>>(
     store: S,
     clock: &ManualClock,
-) -> RateLimiter<Key, TrapGcra, ManualClock, S> {
+) -> RateLimiter<Key, A, ManualClock, S> {
     Builder::new(quota())
-        .algorithm::<TrapGcra>()
+        .algorithm::<A>()
         .store(store)
         .clock(clock.clone())
         .max_keys(NonZeroUsize::new(CAP).unwrap(), WhenFull::Reject)
@@ -306,18 +372,21 @@ enum Outcome {
 /// `site` (or none), comparing every operation with the reference. Returns
 /// how many operations panicked, and how many calls each site saw while
 /// armed.
-fn run<S: StoreKind<Key, TrapGcra>>(store: S, armed: Option<(Site, u64)>) -> (usize, [u64; 7]) {
+fn run<A: Algorithm, S: StoreKind<Key, A>>(
+    store: S,
+    armed: Option<(Site, u64)>,
+) -> (usize, [u64; SITES.len()]) {
     let ops = workload();
     // The keys `by_key` checks borrow: made before arming, dropped after.
     let keys: Vec<Key> = (0..60).map(Key::new).collect();
     let clock = ManualClock::new();
-    let limiter = trapped(store, &clock);
+    let limiter = trapped::<A, S>(store, &clock);
     let reference_clock = ManualClock::new();
     let reference = Builder::new(quota())
         .store(GlobalMutex)
         .clock(reference_clock.clone())
         .build::<u64>();
-    CALLS.set([0; 7]);
+    CALLS.set([0; SITES.len()]);
     ARMED.set(armed);
     let mut panicked = 0;
     for (step, op) in ops.iter().enumerate() {
@@ -391,62 +460,106 @@ fn run<S: StoreKind<Key, TrapGcra>>(store: S, armed: Option<(Site, u64)>) -> (us
     (panicked, seen)
 }
 
-/// Arms every call of every site in turn on `store`.
-fn every_site<S: StoreKind<Key, TrapGcra>>(store: &S) {
+/// Arms every call of every site in turn on `store`, running algorithm `A`.
+/// `unreached` are the sites this store and algorithm never call (the
+/// mutex stores' hasher is std's; a packed state is GCRA's own); every
+/// other site must be called, and each armed call must fire.
+fn every_site<A: Algorithm, S: StoreKind<Key, A>>(store: &S, unreached: &[Site]) {
     quiet_traps();
-    let (panicked, totals) = run(store.clone(), None);
+    let (panicked, totals) = run::<A, S>(store.clone(), None);
     assert_eq!(panicked, 0);
     // Under Miri (`.ci/run`, the lock-free store only), three calls per
     // site: the first, one in the middle and the last; every call otherwise.
     let every = |total: u64| if cfg!(miri) { (total / 2).max(1) } else { 1 };
     for site in SITES {
         let total = totals[site as usize];
-        let mut fired = 0;
+        assert_eq!(
+            total == 0,
+            unreached.contains(&site),
+            "{store:?}: {site:?} called {total} times"
+        );
+        let (mut runs, mut fired) = (0, 0);
         for n in (0..total).step_by(every(total) as usize) {
-            let (panicked, seen) = run(store.clone(), Some((site, n)));
-            // The trap fires when the run reaches the site's `n`-th call. The
-            // count varies a little between runs for `Eq`: hashbrown calls it
-            // on every 7-bit tag match, and the tags depend on the store's
-            // random seed.
+            let (panicked, seen) = run::<A, S>(store.clone(), Some((site, n)));
+            // The trap fires when the run reaches the site's `n`-th call.
             let reached = seen[site as usize] > n;
+            runs += 1;
             fired += u64::from(reached);
-            // A key's `Drop` never reaches a caller of the limiter: the store
-            // drops discarded keys itself and discards their panics. Every
-            // other site panics in exactly the call that reached it.
-            let expected = usize::from(reached && site != Site::Drop);
+            // A key's or a state's `Drop` never reaches a caller of the
+            // limiter: the store drops what it discards itself, and discards
+            // their panics. Every other site panics in exactly the call that
+            // reached it.
+            let discarded = matches!(site, Site::Drop | Site::StateDrop);
+            let expected = usize::from(reached && !discarded);
             assert_eq!(panicked, expected, "{site:?} call {n} of {total}");
         }
-        println!("{store:?}: {site:?}: the trap fired in {fired} runs of {total}");
+        println!("{store:?}: {site:?}: the trap fired in {fired} runs of {runs}");
+        // Every run reaches its call, as the unarmed run did, except on a
+        // store whose hasher is std's, seeded at random per store: which
+        // shard a key lands in, when a shard's table grows (and sweeps) and
+        // which 7-bit tags match (each match an `Eq`, through a `Borrow`)
+        // then vary between runs, and so do the calls of most sites. The
+        // lock-free store runs on a fixed hasher here: every run fires.
+        let seeded = unreached.contains(&STD_HASHER);
+        if seeded {
+            assert!(total == 0 || fired > 0, "{site:?}: never fired");
+        } else {
+            assert_eq!(fired, runs, "{site:?}: runs that never reached the call");
+        }
     }
     println!("{store:?}: calls per site {totals:?}");
 }
 
+/// The sites the mutex stores never call: their hasher is std's.
+const STD_HASHER: Site = Site::BuildHasher;
+
+/// The sites a packed algorithm never calls: its state is GCRA's.
+const PACKED_STATE: [Site; 2] = [Site::StateDefault, Site::StateDrop];
+
 #[test]
 fn panics_in_user_code_on_the_lock_free_store() {
-    every_site(&LockFree::new(1).with_hasher(TrapHasher));
-    every_site(&LockFree::new(4).with_hasher(TrapHasher));
+    // Under Miri, one shard: the sites' calls are the same, and Miri runs
+    // each test about a million times slower.
+    let shards: &[usize] = if cfg!(miri) { &[1] } else { &[1, 4] };
+    for &shards in shards {
+        let store = LockFree::new(shards).with_hasher(TrapHasher);
+        every_site::<TrapGcra, _>(&store, &PACKED_STATE);
+        every_site::<TrapLocked, _>(&store, &[]);
+    }
 }
 
 #[test]
 fn panics_in_user_code_on_the_sharded_store() {
-    every_site(&Sharded::new(2));
+    every_site::<TrapGcra, _>(
+        &Sharded::new(2),
+        &[STD_HASHER, PACKED_STATE[0], PACKED_STATE[1]],
+    );
+    every_site::<TrapLocked, _>(&Sharded::new(2), &[STD_HASHER]);
 }
 
 #[test]
 fn panics_in_user_code_on_the_global_mutex_store() {
-    every_site(&GlobalMutex);
+    every_site::<TrapGcra, _>(
+        &GlobalMutex,
+        &[STD_HASHER, PACKED_STATE[0], PACKED_STATE[1]],
+    );
+    every_site::<TrapLocked, _>(&GlobalMutex, &[STD_HASHER]);
 }
 
 #[test]
 fn panics_in_user_code_on_the_per_key_store() {
-    every_site(&PerKey::new());
+    every_site::<TrapGcra, _>(
+        &PerKey::new(),
+        &[STD_HASHER, PACKED_STATE[0], PACKED_STATE[1]],
+    );
+    every_site::<TrapLocked, _>(&PerKey::new(), &[STD_HASHER]);
 }
 
 /// A key whose `Drop` panics when the limiter is dropped: the panic reaches
 /// the code dropping the limiter, after every other key copy is dropped.
 fn drop_panics_reach_the_dropper<S: StoreKind<Key, TrapGcra>>(store: S) {
     quiet_traps();
-    let limiter = trapped(store, &ManualClock::new());
+    let limiter = trapped::<TrapGcra, S>(store, &ManualClock::new());
     for key in 0..30 {
         assert!(limiter.check(&Id(key)).unwrap().is_allowed());
     }
@@ -478,6 +591,9 @@ thread_local! {
     /// `Some(n)`: the `n`-th `Clone` (or `Hash`) from now panics.
     static FRAGILE_CLONE: Cell<Option<u64>> = const { Cell::new(None) };
     static FRAGILE_HASH: Cell<Option<u64>> = const { Cell::new(None) };
+    /// `Some(id)`: every `Hash` of key `id` panics (a key holding a
+    /// poisoned lock, say).
+    static FRAGILE_POISONED: Cell<Option<u64>> = const { Cell::new(None) };
 }
 
 /// Counts down an armed trap; panics when it reaches zero.
@@ -520,6 +636,9 @@ impl Eq for Fragile {}
 impl Hash for Fragile {
     fn hash<H: Hasher>(&self, state: &mut H) {
         countdown(&FRAGILE_HASH, "hash");
+        if FRAGILE_POISONED.get() == Some(self.id) {
+            panic!("trap: poisoned hash {}", self.id);
+        }
         self.id.hash(state);
     }
 }
@@ -610,4 +729,48 @@ fn fragile_drops_never_abort_on_any_store() {
     fragile_drops_never_abort(Sharded::new(2));
     fragile_drops_never_abort(GlobalMutex);
     fragile_drops_never_abort(PerKey::new());
+}
+
+/// Seven keys fill a table of eight buckets; then key 0's `Hash` panics on
+/// every call, so every new key's growth (a rebuild, a resize) panics. What
+/// each abandoned growth copied is freed before its panic reaches the
+/// caller: the store's copies stay exactly its seven keys after every one
+/// of 500 panicking inserts, not once they settle.
+fn failed_growth_holds_nothing<S: StoreKind<Fragile, Gcra>>(store: S) {
+    quiet_traps();
+    FRAGILE_LIVE.set(0);
+    let limiter = Builder::new(quota())
+        .store(store)
+        .clock(ManualClock::new())
+        .build::<Fragile>();
+    for id in 0..7 {
+        assert!(limiter.check(&Fragile::new(id)).unwrap().is_allowed());
+    }
+    assert_eq!(FRAGILE_LIVE.get(), 7);
+    FRAGILE_POISONED.set(Some(0));
+    for id in 100..600 {
+        let new_key = catch_unwind(AssertUnwindSafe(|| limiter.check(&Fragile::new(id))));
+        assert!(
+            new_key.is_err(),
+            "key {id}: the table grew without hashing key 0"
+        );
+        assert_eq!(
+            FRAGILE_LIVE.get(),
+            7,
+            "key {id}: copies held after the panic"
+        );
+        assert_eq!(limiter.len(), 7);
+    }
+    FRAGILE_POISONED.set(None);
+    assert!(limiter.check(&Fragile::new(100)).unwrap().is_allowed());
+    assert_eq!((limiter.len(), FRAGILE_LIVE.get()), (8, 8));
+    drop(limiter);
+    assert_eq!(FRAGILE_LIVE.get(), 0);
+}
+
+#[test]
+fn failed_growth_holds_nothing_on_every_one_table_store() {
+    failed_growth_holds_nothing(LockFree::new(1));
+    failed_growth_holds_nothing(GlobalMutex);
+    failed_growth_holds_nothing(PerKey::new());
 }

@@ -140,7 +140,12 @@ pub trait Algorithm: Debug + Send + Sync + Sized + 'static {
 /// An algorithm whose whole state packs into one `u64`, so that a
 /// compare-and-swap can update it without a lock
 /// ([`Atomic`](crate::cell::Atomic)). Its admission is the new state.
-pub trait PackedAlgorithm: Algorithm<Admission = <Self as Algorithm>::State> {
+///
+/// The state is `Copy`: a word's worth of plain data, with no `Drop`. The
+/// atomic cell makes a state from the word on every check and drops it
+/// after its compare-and-swap; a state with a `Drop` of its own could then
+/// panic after the admission was written.
+pub trait PackedAlgorithm: Algorithm<State: Copy, Admission = <Self as Algorithm>::State> {
     /// The state as a word. Never `u64::MAX`: the atomic cell reserves that
     /// value to mark a cell taken out of service.
     fn pack(&self, state: &Self::State) -> u64;

@@ -121,7 +121,11 @@ impl<A: PackedAlgorithm> Atomic<A> {
 
 impl<A: PackedAlgorithm> Cell<A> for Atomic<A> {
     fn new(algorithm: &A) -> Self {
-        Self::holding(algorithm.pack(&A::State::default()))
+        Self::with_state(algorithm, A::State::default())
+    }
+
+    fn with_state(algorithm: &A, state: A::State) -> Self {
+        Self::holding(algorithm.pack(&state))
     }
 
     #[inline]
@@ -174,6 +178,10 @@ impl<A: PackedAlgorithm> Cell<A> for Atomic<A> {
 }
 
 impl<A: PackedAlgorithm> private::Sealed<A> for Atomic<A> {
+    fn vacant() -> Self {
+        Self::holding(RETIRED_WORD)
+    }
+
     fn is_idle_unretired(&self, algorithm: &A, now_ns: u64) -> bool {
         let word = self.load_word();
         word != RETIRED_WORD && algorithm.is_idle(&algorithm.unpack(word), now_ns)

@@ -47,6 +47,10 @@ pub trait Cell<A: Algorithm>: private::Sealed<A> + Debug + Send + Sync + Sized {
     /// A fresh key's cell.
     fn new(algorithm: &A) -> Self;
 
+    /// A cell holding `state`: a new key's, with its first admission
+    /// applied before the cell is shared.
+    fn with_state(algorithm: &A, state: A::State) -> Self;
+
     /// Decides `cost` units at `now_ns` and consumes them if admitted,
     /// atomically. `Ok(None)` means the cell is retired and nothing was done.
     ///
@@ -79,6 +83,11 @@ pub(crate) mod private {
 
     /// Seals [`Cell`](super::Cell), and carries what only the crate calls.
     pub trait Sealed<A: Algorithm> {
+        /// A retired cell that never held a state: the placeholder a
+        /// rebuild writes beside each key it copies, replaced by the key's
+        /// moved cell. Creating and dropping it runs no user code.
+        fn vacant() -> Self;
+
         /// Whether the state is idle at `now_ns`, judged without retiring
         /// the cell: the judgement of the loom canary that evicts without a
         /// tombstone (`sync::canary`), and nothing else.

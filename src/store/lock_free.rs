@@ -10,7 +10,7 @@ use crossbeam_utils::CachePadded;
 use super::table::{MIN_BUCKETS, RawTable, buckets_for, max_used};
 use super::{
     Checked, Discarded, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind, admit_new_key,
-    default_shards, retry_after_sweep, shard_index,
+    decide_fresh, default_shards, rested_at, retry_after_sweep, shard_index,
 };
 use crate::algorithm::Algorithm;
 use crate::cell::{Cell, CellFor, Preferred};
@@ -479,10 +479,14 @@ where
         retry_after_sweep(
             &self.population,
             |swept| {
+                // Declared before the lock: dropped after it, even if user
+                // code panics (a rebuild abandoned goes here).
+                let mut discarded = Discarded::new();
                 let mut writer = lock(&shard.writer);
                 let checked = self.check_locked(
                     shard,
                     &mut writer,
+                    &mut discarded,
                     hash,
                     key,
                     algorithm,
@@ -493,10 +497,10 @@ where
                 // A rebuild waited for the shard's last replaced table to be
                 // free to go: free it now, so that a shard holds one replaced
                 // table awaiting its grace period.
-                let graced = Discarded::from(writer.take_graced());
+                discarded.extend(writer.take_graced());
                 let waiting = !writer.retired.is_empty();
                 drop(writer);
-                drop(graced);
+                drop(discarded);
                 if waiting {
                     shard.reclaim(PROMPT_ROUNDS);
                 }
@@ -513,6 +517,7 @@ where
         &self,
         shard: &Shard<K, C>,
         writer: &mut Writer<K, C>,
+        discarded: &mut Discarded<Retired<K, C>>,
         hash: u64,
         key: &Q,
         algorithm: &A,
@@ -526,25 +531,30 @@ where
             let decision = cell.check(algorithm, now_ns, cost)?.expect(LIVE_UNDER_LOCK);
             return Ok(Checked::Done(decision));
         }
-        let new_key = admit_new_key(&self.population, algorithm, now_ns, cost, swept, |_fresh| {
-            let mut table = table;
-            if writer.used >= max_used(table.buckets()) {
-                self.grow(shard, writer, algorithm, now_ns);
-                // SAFETY: lock held, as above.
-                table = unsafe { shard.table_locked() };
-            }
-            // `to_owned` is user code: if it panics, nothing is inserted
-            // and the reservation goes back.
-            let (_, cell) = table.insert(hash, key.to_owned(), C::new(algorithm));
-            writer.used += 1;
-            writer.live += 1;
-            // Others can find the cell from here on, so decide through it.
-            cell.check(algorithm, now_ns, cost)
-        })?;
-        match new_key {
-            NewKey::Stored(checked) => Ok(Checked::Done(checked?.expect(LIVE_UNDER_LOCK))),
-            NewKey::Checked(checked) => Ok(checked),
-        }
+        admit_new_key(
+            &self.population,
+            algorithm,
+            key,
+            now_ns,
+            cost,
+            swept,
+            NewKey::new(
+                (writer, discarded, table),
+                |(writer, discarded, table)| {
+                    if writer.used >= max_used(table.buckets()) {
+                        self.grow(shard, writer, discarded, algorithm, now_ns);
+                        // SAFETY: lock held, as above.
+                        *table = unsafe { shard.table_locked() };
+                    }
+                },
+                |state| C::with_state(algorithm, state),
+                |(writer, _, table), owned, cell| {
+                    table.insert(hash, owned, cell);
+                    writer.used += 1;
+                    writer.live += 1;
+                },
+            ),
+        )
     }
 
     /// Evicts the keys of `table` (the shard's current one, lock held) that
@@ -585,23 +595,39 @@ where
     /// set is never evicted only to be re-inserted; and a rebuild that only
     /// clears evicted slots evicts nothing. Then rebuilds for the live keys
     /// and the one being inserted.
-    fn grow(&self, shard: &Shard<K, C>, writer: &mut Writer<K, C>, algorithm: &A, now_ns: u64) {
+    fn grow(
+        &self,
+        shard: &Shard<K, C>,
+        writer: &mut Writer<K, C>,
+        discarded: &mut Discarded<Retired<K, C>>,
+        algorithm: &A,
+        now_ns: u64,
+    ) {
         // SAFETY: our caller holds the lock.
         let table = unsafe { shard.table_locked() };
         if (writer.live + 1) * 4 > max_used(table.buckets()) * 3 {
-            let idle_at_ns = now_ns.saturating_sub(algorithm.rest_ns());
-            self.sweep(table, writer, algorithm, idle_at_ns);
+            self.sweep(table, writer, algorithm, rested_at(algorithm, now_ns));
         }
-        self.rebuild(shard, writer, algorithm, buckets_for(writer.live + 1));
+        self.rebuild(
+            shard,
+            writer,
+            discarded,
+            algorithm,
+            buckets_for(writer.live + 1),
+        );
     }
 
     /// Replaces the shard's table (lock held) with one of `buckets` buckets
     /// holding its live keys and their states. See "Implementation details"
-    /// on [`LockFree`] for the two phases.
+    /// on [`LockFree`] for the two phases. A rebuild abandoned by a panic
+    /// leaves its unpublished table in `discarded`, which the caller
+    /// declared before it took the lock, so that it is freed after the lock
+    /// is released.
     fn rebuild(
         &self,
         shard: &Shard<K, C>,
         writer: &mut Writer<K, C>,
+        discarded: &mut Discarded<Retired<K, C>>,
         algorithm: &A,
         buckets: usize,
     ) {
@@ -615,26 +641,26 @@ where
         } else {
             buckets
         };
-        // Phase 1, user code (`BuildHasher`, `Hash`, `Clone`, and the
-        // algorithm's for the placeholder cells): a panic leaves the shard
-        // as it was, and `new`, never published, goes with its clones to the
-        // retired list, to be freed outside the lock.
+        // Phase 1, user code (`BuildHasher`, `Hash`, `Clone`): each key is
+        // copied beside a vacant cell, whose creation and drop run no user
+        // code. A panic leaves the shard as it was, and `new`, never
+        // published, goes with its copies to `discarded`.
         let mut new = RawTable::with_buckets(buckets);
         let mut moves = Vec::with_capacity(writer.live);
-        let cloned = catch_unwind(AssertUnwindSafe(|| {
+        let copied = catch_unwind(AssertUnwindSafe(|| {
             for (old_index, key, _) in old.live() {
                 let hash = self.hasher.hash_one(key);
-                let (new_index, _) = new.insert(hash, key.clone(), C::new(algorithm));
+                let (new_index, _) = new.insert(hash, key.clone(), C::vacant());
                 moves.push((old_index, new_index));
             }
         }));
-        if let Err(panic) = cloned {
-            writer.retired.push(Retired::unpublished(new));
+        if let Err(panic) = copied {
+            discarded.push(Retired::unpublished(new));
             resume_unwind(panic);
         }
-        // Phase 2, no user code: retire each old cell into the new table. A
-        // check that reaches a retired cell waits for our lock and finds the
-        // key in the new table.
+        // Phase 2, no user code: retire each old cell into the new table,
+        // in place of the vacant one. A check that reaches a retired cell
+        // waits for our lock and finds the key in the new table.
         for &(old_index, new_index) in &moves {
             let cell = old.value(old_index).retire_into_new().unwrap_or_else(|| {
                 assert!(
@@ -718,9 +744,7 @@ where
                 return Ok(cell.peek(algorithm, now_ns, cost)?.expect(LIVE_UNDER_LOCK));
             }
         }
-        Ok(algorithm
-            .decide(&A::State::default(), now_ns, cost)?
-            .decision())
+        Ok(decide_fresh(algorithm, now_ns, cost)?.decision())
     }
 
     fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {
@@ -738,21 +762,24 @@ where
             })
             .sum();
         for shard in &*self.shards {
-            let graced = {
-                let mut writer = lock(&shard.writer);
-                // SAFETY: we hold the lock.
-                let table = unsafe { shard.table_locked() };
-                // Rebuilt without its evicted slots, so that their keys are
-                // freed, and smaller if far larger than its keys need.
-                let needed = buckets_for(writer.live);
-                if table.buckets() >= COMPACT_FACTOR * needed {
-                    self.rebuild(shard, &mut writer, algorithm, needed);
-                } else if writer.used > writer.live {
-                    self.rebuild(shard, &mut writer, algorithm, table.buckets());
-                }
-                Discarded::from(writer.take_graced())
-            };
-            drop(graced);
+            // Declared before the lock: dropped after it, even if a
+            // rebuild's user code panics.
+            let mut discarded = Discarded::new();
+            let mut writer = lock(&shard.writer);
+            // SAFETY: we hold the lock.
+            let table = unsafe { shard.table_locked() };
+            // Rebuilt without its evicted slots, so that their keys are
+            // freed, and smaller if far larger than its keys need.
+            let needed = buckets_for(writer.live);
+            if table.buckets() >= COMPACT_FACTOR * needed {
+                self.rebuild(shard, &mut writer, &mut discarded, algorithm, needed);
+            } else if writer.used > writer.live {
+                let buckets = table.buckets();
+                self.rebuild(shard, &mut writer, &mut discarded, algorithm, buckets);
+            }
+            discarded.extend(writer.take_graced());
+            drop(writer);
+            drop(discarded);
             shard.reclaim(GRACE_ROUNDS);
         }
         removed

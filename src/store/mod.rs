@@ -321,12 +321,36 @@ enum Checked {
     SweepFirst,
 }
 
-/// What the new-key protocol did.
-enum NewKey<T> {
-    /// The key was stored; `T` is what its store returned.
-    Stored(T),
-    /// Nothing was stored.
-    Checked(Checked),
+/// How a store adds a new key, for [`admit_new_key`]: three steps on what
+/// the store holds under its lock (`S`).
+struct NewKey<S, Space, Value, Insert> {
+    /// What the store holds under its lock: its table and bookkeeping.
+    locked: S,
+    /// Makes space for one more key (a sweep, a rebuild, a resize): may run
+    /// user code (`Hash`, `Clone`, `is_idle`), and nothing is owned yet.
+    make_space: Space,
+    /// Makes what the store keeps beside the key from the key's first state
+    /// (its cell, or the state itself).
+    value: Value,
+    /// Stores the key and its value: runs no user code, and cannot fail.
+    insert: Insert,
+}
+
+impl<S, Space, Value, Insert> NewKey<S, Space, Value, Insert> {
+    /// The steps, in their order; the bounds give the closures their types.
+    const fn new<K, State, V>(locked: S, make_space: Space, value: Value, insert: Insert) -> Self
+    where
+        Space: FnOnce(&mut S),
+        Value: FnOnce(State) -> V,
+        Insert: FnOnce(&mut S, K, V),
+    {
+        Self {
+            locked,
+            make_space,
+            value,
+            insert,
+        }
+    }
 }
 
 /// The new-key protocol, written once for every store. Runs under the lock
@@ -337,28 +361,93 @@ enum NewKey<T> {
 ///    stored;
 /// 2. reserve room under the cap, or answer with the cap's policy, or ask
 ///    for a whole-store sweep first (see [`Population::make_room`]);
-/// 3. `store` the key, given the fresh verdict: the store makes space first
-///    (a sweep or a rebuild) if it must grow. The reservation is committed
-///    when `store` returns, and released if it panics.
-fn admit_new_key<A: Algorithm, T>(
+/// 3. make space, build the key's first state (the fresh decision applied)
+///    and its value, copy the key, and insert the two. Every step that runs
+///    user code comes before the insert, so a panic stores nothing, and the
+///    reservation, committed only after the insert, goes back. The value is
+///    [`Held`] while the key is copied.
+///
+/// The key is decided here, before anyone else can find it, so a store
+/// returns this decision for it.
+fn admit_new_key<K, Q, A, S, V>(
     population: &Population,
     algorithm: &A,
+    key: &Q,
     now_ns: u64,
     cost: u32,
     swept: bool,
-    store: impl FnOnce(Verdict<A::Admission>) -> T,
-) -> Result<NewKey<T>, CheckError> {
-    let fresh = algorithm.decide(&A::State::default(), now_ns, cost)?;
+    new_key: NewKey<S, impl FnOnce(&mut S), impl FnOnce(A::State) -> V, impl FnOnce(&mut S, K, V)>,
+) -> Result<Checked, CheckError>
+where
+    Q: Lookup<K> + ?Sized,
+    A: Algorithm,
+{
+    let mut locked = new_key.locked;
+    let mut state = Held::new(A::State::default());
+    let fresh = algorithm.decide(state.get(), now_ns, cost)?;
+    let decision = fresh.decision();
     match population.make_room(swept) {
         Room::Reserved(reservation) => {
-            let stored = store(fresh);
+            (new_key.make_space)(&mut locked);
+            if let Verdict::Allow { admission, .. } = fresh {
+                algorithm.admit(state.get_mut(), admission);
+            }
+            let value = Held::new((new_key.value)(state.take()));
+            let owned = key.to_owned();
+            (new_key.insert)(&mut locked, owned, value.take());
             reservation.commit();
-            Ok(NewKey::Stored(stored))
+            Ok(Checked::Done(decision))
         }
-        Room::Full(cap) => cap
-            .outcome(fresh.decision())
-            .map(|decision| NewKey::Checked(Checked::Done(decision))),
-        Room::SweepFirst => Ok(NewKey::Checked(Checked::SweepFirst)),
+        Room::Full(cap) => cap.outcome(decision).map(Checked::Done),
+        Room::SweepFirst => Ok(Checked::SweepFirst),
+    }
+}
+
+/// The verdict for a key with no state (absent, or evicted: idle, so as
+/// good as fresh). The fresh state is [`Held`]: its `Drop` is user code.
+fn decide_fresh<A: Algorithm>(
+    algorithm: &A,
+    now_ns: u64,
+    cost: u32,
+) -> Result<Verdict<A::Admission>, CheckError> {
+    algorithm.decide(Held::new(A::State::default()).get(), now_ns, cost)
+}
+
+/// The growth sweeps' horizon: keys idle at this instant have rested for
+/// the algorithm's whole rest time, so a key between two requests is never
+/// evicted only to be inserted again.
+fn rested_at<A: Algorithm>(algorithm: &A, now_ns: u64) -> u64 {
+    now_ns.saturating_sub(algorithm.rest_ns())
+}
+
+/// A value held across user code that may panic. If it does, the value is
+/// dropped with any panic of its own `Drop` caught and discarded: a second
+/// panic while the first unwinds would abort the process.
+struct Held<T>(Option<T>);
+
+impl<T> Held<T> {
+    const fn new(value: T) -> Self {
+        Self(Some(value))
+    }
+
+    fn get(&self) -> &T {
+        self.0.as_ref().expect("held until taken")
+    }
+
+    fn get_mut(&mut self) -> &mut T {
+        self.0.as_mut().expect("held until taken")
+    }
+
+    fn take(mut self) -> T {
+        self.0.take().expect("held until taken")
+    }
+}
+
+impl<T> Drop for Held<T> {
+    fn drop(&mut self) {
+        if let Some(value) = self.0.take() {
+            drop(catch_unwind(AssertUnwindSafe(move || drop(value))));
+        }
     }
 }
 
@@ -441,7 +530,7 @@ impl Population {
         // reservations exact (at most `max_keys` succeed).
         self.len
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |len| {
-                (len < cap.max_keys.get()).then_some(len + 1)
+                (len < cap.max_keys.get()).then(|| len + 1)
             })
             .map(|_| Reservation(self))
             .map_err(|_| cap)
@@ -488,6 +577,12 @@ impl<T> Discarded<T> {
     fn push(&mut self, item: T) {
         self.0.push(item);
     }
+
+    // The lock-free store's: shuttle builds only the mutex stores.
+    #[cfg(not(feature = "shuttle"))]
+    fn extend(&mut self, items: impl IntoIterator<Item = T>) {
+        self.0.extend(items);
+    }
 }
 
 impl<T> From<Vec<T>> for Discarded<T> {
@@ -501,7 +596,7 @@ impl<T> Drop for Discarded<T> {
         for item in self.0.drain(..) {
             // The payload of a caught panic is dropped here too; a payload
             // whose own `Drop` panics aborts, as a double panic does anywhere.
-            drop(catch_unwind(AssertUnwindSafe(move || drop(item))));
+            drop(Held::new(item));
         }
     }
 }

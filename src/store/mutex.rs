@@ -12,9 +12,9 @@ use hashbrown::HashTable;
 
 use super::{
     Checked, Discarded, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind, admit_new_key,
-    default_shards, resume_first_panic, retry_after_sweep, shard_index,
+    decide_fresh, default_shards, rested_at, resume_first_panic, retry_after_sweep, shard_index,
 };
-use crate::algorithm::{Algorithm, Verdict};
+use crate::algorithm::Algorithm;
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::sync::{Mutex, MutexGuard, lock};
@@ -128,13 +128,31 @@ impl<K: Hash, V> Table<K, V> {
     }
 
     /// Whether the next insert would grow the table.
-    pub(super) fn is_full(&self) -> bool {
+    fn is_full(&self) -> bool {
         self.entries.len() == self.entries.capacity()
     }
 
-    /// Inserts `entry`, absent, whose key's hash is `hash`: tidies first.
-    pub(super) fn insert(&mut self, hash: u64, entry: Entry<K, V>, hasher: &RandomState) {
+    /// Makes room for one more entry. Before the table would grow, first
+    /// `sweep`s it (evicting keys idle for at least the algorithm's rest
+    /// time, so that keys between two requests stay): amortized, since the
+    /// table doubles each time it grows. Then tidies, and grows if still
+    /// full. Calls the keys' `Hash` and the algorithm's `is_idle`, so it
+    /// comes before the new entry exists: a panic here drops nothing of the
+    /// caller's.
+    pub(super) fn make_room(&mut self, hasher: &RandomState, sweep: impl FnOnce(&mut Self)) {
+        if self.is_full() {
+            sweep(self);
+        }
         self.tidy(hasher);
+        self.entries.reserve(1, |entry| hasher.hash_one(&entry.key));
+    }
+
+    /// Inserts `entry`, absent, whose key's hash is `hash`, after
+    /// [`make_room`](Table::make_room): with room for it and no tombstones
+    /// to clear, hashbrown places it without calling the hasher, so no user
+    /// code runs.
+    pub(super) fn insert(&mut self, hash: u64, entry: Entry<K, V>, hasher: &RandomState) {
+        debug_assert!(!self.untidy && self.entries.len() < self.entries.capacity());
         self.entries
             .insert_unique(hash, entry, |entry| hasher.hash_one(&entry.key));
     }
@@ -233,34 +251,27 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
                 .check(&mut entry.value, now_ns, cost)
                 .map(Checked::Done);
         }
-        let new_key = admit_new_key(&self.population, algorithm, now_ns, cost, swept, |fresh| {
-            // Before the table grows, make room by evicting keys idle for
-            // at least the algorithm's rest time (keys between two
-            // requests stay): amortized, since the table doubles each
-            // time it grows.
-            if shard.is_full() {
-                let idle_at_ns = now_ns.saturating_sub(algorithm.rest_ns());
-                self.sweep(&mut shard, &mut evicted, algorithm, idle_at_ns);
-            }
-            let mut state = A::State::default();
-            if let Verdict::Allow { admission, .. } = fresh {
-                algorithm.admit(&mut state, admission);
-            }
-            // `to_owned` is user code: if it panics, nothing is inserted
-            // and the reservation goes back.
-            let entry = Entry {
-                key: key.to_owned(),
-                value: state,
-            };
-            shard.insert(hash, entry, &self.hasher);
-            fresh.decision()
-        });
+        let checked = admit_new_key(
+            &self.population,
+            algorithm,
+            key,
+            now_ns,
+            cost,
+            swept,
+            NewKey::new(
+                (&mut shard, &mut evicted),
+                |(shard, evicted)| {
+                    shard.make_room(&self.hasher, |table| {
+                        self.sweep(table, evicted, algorithm, rested_at(algorithm, now_ns));
+                    });
+                },
+                |state| state,
+                |(shard, _), key, value| shard.insert(hash, Entry { key, value }, &self.hasher),
+            ),
+        );
         drop(shard);
         drop(evicted);
-        match new_key? {
-            NewKey::Stored(decision) => Ok(Checked::Done(decision)),
-            NewKey::Checked(checked) => Ok(checked),
-        }
+        checked
     }
 }
 
@@ -291,7 +302,7 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
         let mut shard = self.shard(hash);
         let verdict = match shard.find_mut(hash, key) {
             Some(entry) => algorithm.decide(&entry.value, now_ns, cost)?,
-            None => algorithm.decide(&A::State::default(), now_ns, cost)?,
+            None => decide_fresh(algorithm, now_ns, cost)?,
         };
         Ok(verdict.decision())
     }

@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 use super::mutex::{Entry, Table};
 use super::{
     Checked, Discarded, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind, admit_new_key,
-    resume_first_panic, retry_after_sweep,
+    decide_fresh, rested_at, resume_first_panic, retry_after_sweep,
 };
 use crate::algorithm::Algorithm;
 use crate::cell::{Cell, CellFor, Preferred};
@@ -96,7 +96,7 @@ pub struct PerKeyStore<K, A, C> {
 enum Found<C> {
     Cell(Arc<C>),
     /// The key was absent and the check needs no cell: decided already (a
-    /// new key past the cap), or a sweep comes first.
+    /// new key, stored or past the cap), or a sweep comes first.
     Checked(Checked),
 }
 
@@ -138,25 +138,26 @@ impl<K: Key, A: Algorithm, C: Cell<A>> PerKeyStore<K, A, C> {
         if let Some(entry) = table.find_mut(hash, key) {
             return Ok(Found::Cell(Arc::clone(&entry.value)));
         }
-        let new_key = admit_new_key(&self.population, algorithm, now_ns, cost, swept, |_fresh| {
-            if table.is_full() {
-                let idle_at_ns = now_ns.saturating_sub(algorithm.rest_ns());
-                self.sweep(table, evicted, algorithm, idle_at_ns);
-            }
-            let cell = Arc::new(C::new(algorithm));
-            // `to_owned` is user code: if it panics, nothing is inserted
-            // and the reservation goes back.
-            let entry = Entry {
-                key: key.to_owned(),
-                value: Arc::clone(&cell),
-            };
-            table.insert(hash, entry, &self.hasher);
-            cell
-        });
-        Ok(match new_key? {
-            NewKey::Stored(cell) => Found::Cell(cell),
-            NewKey::Checked(checked) => Found::Checked(checked),
-        })
+        // A new key is decided here, under the lock, on its unshared cell.
+        admit_new_key(
+            &self.population,
+            algorithm,
+            key,
+            now_ns,
+            cost,
+            swept,
+            NewKey::new(
+                (table, evicted),
+                |(table, evicted)| {
+                    table.make_room(&self.hasher, |table| {
+                        self.sweep(table, evicted, algorithm, rested_at(algorithm, now_ns));
+                    });
+                },
+                |state| Arc::new(C::with_state(algorithm, state)),
+                |(table, _), key, value| table.insert(hash, Entry { key, value }, &self.hasher),
+            ),
+        )
+        .map(Found::Checked)
     }
 }
 
@@ -216,9 +217,7 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
             return Ok(decision);
         }
         // Absent, or retired (evicted: idle, so as good as fresh).
-        Ok(algorithm
-            .decide(&A::State::default(), now_ns, cost)?
-            .decision())
+        Ok(decide_fresh(algorithm, now_ns, cost)?.decision())
     }
 
     fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {

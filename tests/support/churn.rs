@@ -37,6 +37,16 @@ pub fn table_for<S: StoreKind<u64, Gcra>>(store: S, quota: Quota, keys: u64) -> 
     settled
 }
 
+/// The heap's peak while `run` runs (on a clock of its own), above the
+/// heap before it, and what it returns.
+fn peak_while<R>(run: impl FnOnce(&ManualClock) -> R) -> (u64, R) {
+    let clock = ManualClock::new();
+    let before = live_bytes();
+    counting_alloc::reset_peak();
+    let result = run(&clock);
+    (counting_alloc::peak() - before, result)
+}
+
 /// A run's heap peak against the live table.
 #[derive(Debug, Clone, Copy)]
 pub struct Peak {
@@ -76,23 +86,21 @@ impl Peak {
 /// its request, so each wave's growth sweeps evict the last wave's).
 pub fn churn_peak<S: StoreKind<u64, Gcra>>(store: S, threads: u64) -> Peak {
     let quota = Quota::per_second(1).expect("valid");
-    let clock = ManualClock::new();
-    let before = live_bytes();
-    counting_alloc::reset_peak();
-    let limiter = Builder::new(quota)
-        .store(store.clone())
-        .clock(clock.clone())
-        .build::<u64>();
-    let mut most_keys = 0;
-    waves(
-        threads,
-        40,
-        &clock,
-        |key| assert!(limiter.check(&key).is_ok()),
-        || most_keys = most_keys.max(limiter.len() as u64),
-    );
-    let peak = counting_alloc::peak() - before;
-    drop(limiter);
+    let (peak, most_keys) = peak_while(|clock| {
+        let limiter = Builder::new(quota)
+            .store(store.clone())
+            .clock(clock.clone())
+            .build::<u64>();
+        let mut most_keys = 0;
+        waves(
+            threads,
+            40,
+            clock,
+            |key| assert!(limiter.check(&key).is_ok()),
+            || most_keys = most_keys.max(limiter.len() as u64),
+        );
+        most_keys
+    });
     Peak {
         peak,
         most_keys,
@@ -116,35 +124,31 @@ pub struct Flood {
 /// its request, so at 2 µs a key about 50 000 are live at once.
 pub fn flood_peak<S: StoreKind<u64, Gcra>>(store: S, threads: u64, keys: u64, cap: u64) -> Flood {
     let quota = Quota::per_second(10).expect("valid");
-    let clock = ManualClock::new();
-    let before = live_bytes();
-    counting_alloc::reset_peak();
-    let limiter = Builder::new(quota)
-        .store(store.clone())
-        .clock(clock.clone())
-        .max_keys(
-            NonZeroUsize::new(usize::try_from(cap).expect("fits")).expect("nonzero"),
-            WhenFull::Reject,
-        )
-        .build::<u64>();
     let (admitted, full) = (AtomicUsize::new(0), AtomicUsize::new(0));
-    flood(threads, keys, &clock, |key| {
-        // Relaxed: read after the scope joins the threads.
-        match limiter.check(&key) {
-            Ok(decision) => {
-                assert!(decision.is_allowed());
-                admitted.fetch_add(1, Ordering::Relaxed);
+    let (peak, ()) = peak_while(|clock| {
+        let limiter = Builder::new(quota)
+            .store(store.clone())
+            .clock(clock.clone())
+            .max_keys(
+                NonZeroUsize::new(usize::try_from(cap).expect("fits")).expect("nonzero"),
+                WhenFull::Reject,
+            )
+            .build::<u64>();
+        flood(threads, keys, clock, |key| {
+            // Relaxed: read after the scope joins the threads.
+            match limiter.check(&key) {
+                Ok(decision) => {
+                    assert!(decision.is_allowed());
+                    admitted.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(CheckError::StoreFull { .. }) => {
+                    full.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(error) => panic!("{error}"),
             }
-            Err(CheckError::StoreFull { .. }) => {
-                full.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(error) => panic!("{error}"),
-        }
+        });
+        assert!(limiter.len() as u64 <= cap);
     });
-    let peak = counting_alloc::peak() - before;
-    let held = limiter.len() as u64;
-    assert!(held <= cap);
-    drop(limiter);
     Flood {
         peak: Peak {
             peak,
