@@ -136,9 +136,13 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     /// their memory back; returns how many. Stores also do this amortized as
     /// they grow; call it to give memory back after a burst of one-off keys.
     ///
-    /// On the lock-free store it also rebuilds smaller a shard left at a
-    /// quarter of its table or less, and returns once the tables it replaced
-    /// are freed: that waits for checks already in flight, not for new ones.
+    /// On the lock-free store it also rebuilds every shard it evicted from,
+    /// smaller when the shard's table has at least four times the buckets
+    /// its remaining keys need (a sixth full or less), and waits until the
+    /// tables it replaced are freed: for checks already in flight, not for
+    /// new ones, and for a bounded number of rounds, so that a check stalled
+    /// inside a table (a key's `Eq` blocked on a lock) cannot hold it. What
+    /// such a check holds back is freed by a later writer of the shard.
     pub fn evict_idle(&self) -> usize {
         self.store.evict_idle(&self.algorithm, self.clock.now_ns())
     }

@@ -35,9 +35,10 @@ use crate::sync::{Arc, AtomicBool, Backoff, Mutex, Ordering, lock, wait_step};
 /// mutex, on a `#[cold]` path: inserting a new key, evicting idle keys, and
 /// rebuilding the table (to grow, to shrink, or to clear evicted slots). A
 /// rebuild runs in two phases. First it hashes and **clones** every live key
-/// into a new table, with placeholder cells; this is the only user code a
-/// rebuild runs, and a panic in it drops the new table and leaves the old
-/// one untouched. Then, with no user code, it **retires** each old cell
+/// into a new table, beside vacant cells (which hold no state, so creating
+/// and dropping them runs no user code); this is the only user code a
+/// rebuild runs, and a panic in it frees the new table, after the lock is
+/// released, and leaves the old one untouched. Then, with no user code, it **retires** each old cell
 /// ([`Cell::retire_into_new`], a swap of the cell's word) into the new
 /// table, and publishes the new table. A check that meets a retired cell,
 /// whether evicted or moved, goes to the slow path, takes the shard's
@@ -62,9 +63,10 @@ use crate::sync::{Arc, AtomicBool, Backoff, Mutex, Ordering, lock, wait_step};
 /// then frees it itself as soon as it can, outside every lock, so a key's
 /// `Drop` never runs under a shard lock, nor inside an unrelated check.
 /// [`evict_idle`](Store::evict_idle) rebuilds every shard it evicted from
-/// (and smaller, when the shard was left at a quarter of its table or
-/// less), so the evicted keys go, and waits, again for a bounded number of
-/// rounds, until the tables it replaced are freed.
+/// (and smaller, when the table has at least four times the buckets its
+/// remaining keys need: a sixth full or less), so the evicted keys go, and
+/// waits, again for a bounded number of rounds, until the tables it
+/// replaced are freed.
 ///
 /// The bound on memory holds while checks pass through the tables: a key's
 /// `Eq` and `Borrow` run inside a check's epoch guard, and a check that

@@ -7,8 +7,8 @@ use std::marker::PhantomData;
 
 use super::mutex::{Entry, Table};
 use super::{
-    Checked, Discarded, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind, admit_new_key,
-    decide_fresh, rested_at, resume_first_panic, retry_after_sweep,
+    Checked, Discarded, Held, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind,
+    admit_new_key, decide_fresh, rested_at, resume_first_panic, retry_after_sweep,
 };
 use crate::algorithm::Algorithm;
 use crate::cell::{Cell, CellFor, Preferred};
@@ -183,12 +183,15 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
                 swept,
             );
             drop(evicted);
-            let cell = match found? {
+            // Held: if an eviction unlinked the cell meanwhile, this may be
+            // its last reference, and dropping it drops the evicted state
+            // (user code), whose panic is the store's to discard.
+            let cell = Held::new(match found? {
                 Found::Cell(cell) => cell,
                 Found::Checked(checked) => return Ok(checked),
-            };
+            });
             // The lock is released: the check runs on the cell alone.
-            if let Some(decision) = cell.check(algorithm, now_ns, cost)? {
+            if let Some(decision) = cell.get().check(algorithm, now_ns, cost)? {
                 return Ok(Checked::Done(decision));
             }
             // Retired by an eviction after we found it: look again.
@@ -206,11 +209,12 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
         cost: u32,
     ) -> Result<Decision, CheckError> {
         let hash = self.hasher.hash_one(key);
+        // Held, as in `check`.
         let cell = lock(&self.table)
             .find_mut(hash, key)
-            .map(|entry| Arc::clone(&entry.value));
+            .map(|entry| Held::new(Arc::clone(&entry.value)));
         if let Some(decision) = cell
-            .map(|cell| cell.peek(algorithm, now_ns, cost))
+            .map(|cell| cell.get().peek(algorithm, now_ns, cost))
             .transpose()?
             .flatten()
         {
