@@ -13,8 +13,10 @@ mod contention;
 use std::num::NonZeroUsize;
 
 use tollgate::algorithm::{
-    Algorithm, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+    Algorithm, FixedWindow, Gcra, GcraState, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+    Verdict,
 };
+use tollgate::cell::{CellFor, Locked, Preferred};
 use tollgate::clock::ManualClock;
 use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded, StoreKind, WhenFull};
 use tollgate::{Builder, CheckError, Quota};
@@ -398,4 +400,84 @@ fn a_check_stalled_in_user_code_blocks_no_writer() {
     assert_eq!(stalled.len(), 200);
     assert_eq!(stalled.evict_idle(), 0);
     assert_eq!(other.len(), 0);
+}
+
+/// GCRA whose keys start drained, as an algorithm defined outside the crate
+/// may: a fresh key is denied until its first unit refills.
+#[derive(Debug)]
+struct StartsDrained(Gcra);
+
+/// A `StartsDrained` key: `None` until something was admitted.
+#[derive(Debug, Default)]
+struct Primed(Option<GcraState>);
+
+impl StartsDrained {
+    /// The state a fresh key has at `now_ns`: the whole burst spent then.
+    fn drained_at(&self, now_ns: u64) -> GcraState {
+        match self
+            .0
+            .decide(&GcraState::default(), now_ns, self.0.capacity())
+        {
+            Ok(Verdict::Allow { admission, .. }) => admission,
+            other => panic!("a fresh GCRA key admits its burst: {other:?}"),
+        }
+    }
+}
+
+impl Algorithm for StartsDrained {
+    type State = Primed;
+    type Admission = GcraState;
+
+    fn from_quota(quota: &Quota) -> Self {
+        Self(Gcra::from_quota(quota))
+    }
+    fn capacity(&self) -> u32 {
+        self.0.capacity()
+    }
+    fn decide(
+        &self,
+        state: &Primed,
+        now_ns: u64,
+        cost: u32,
+    ) -> Result<Verdict<GcraState>, CheckError> {
+        let gcra = state.0.unwrap_or_else(|| self.drained_at(now_ns));
+        self.0.decide(&gcra, now_ns, cost)
+    }
+    fn admit(&self, state: &mut Primed, admission: GcraState) {
+        state.0 = Some(admission);
+    }
+    fn is_idle(&self, state: &Primed, now_ns: u64) -> bool {
+        state.0.is_none_or(|gcra| self.0.is_idle(&gcra, now_ns))
+    }
+    fn rest_ns(&self) -> u64 {
+        self.0.rest_ns()
+    }
+}
+
+impl CellFor<StartsDrained> for Preferred {
+    type Cell = Locked<StartsDrained>;
+}
+
+/// A new key that its fresh state denies is not stored: an absent key
+/// decides the same, so storing it would spend room (and the cap) for
+/// nothing. Denied keys of a flood leave every store empty.
+fn denied_new_keys_are_not_stored<S: StoreKind<u64, StartsDrained>>(store: S) {
+    let limiter = Builder::new(Quota::per_second(1).unwrap())
+        .algorithm::<StartsDrained>()
+        .store(store)
+        .clock(ManualClock::new())
+        .max_keys(NonZeroUsize::new(10).unwrap(), WhenFull::Reject)
+        .build::<u64>();
+    for key in 0..100 {
+        assert!(!limiter.check(&key).unwrap().is_allowed());
+    }
+    assert_eq!(limiter.len(), 0);
+}
+
+#[test]
+fn denied_new_keys_are_not_stored_on_any_store() {
+    denied_new_keys_are_not_stored(LockFree::default());
+    denied_new_keys_are_not_stored(Sharded::default());
+    denied_new_keys_are_not_stored(GlobalMutex);
+    denied_new_keys_are_not_stored(PerKey::new());
 }

@@ -9,8 +9,8 @@ use crossbeam_utils::CachePadded;
 
 use super::table::{MIN_BUCKETS, RawTable, buckets_for, max_used};
 use super::{
-    Checked, Discarded, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind, admit_new_key,
-    decide_fresh, default_shards, rested_at, retry_after_sweep, shard_index,
+    Checked, Discard, Discarded, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind,
+    admit_new_key, decide_fresh, default_shards, rested_at, retry_after_sweep, shard_index,
 };
 use crate::algorithm::Algorithm;
 use crate::cell::{Cell, CellFor, Preferred};
@@ -338,6 +338,14 @@ impl<K, C> Drop for Retired<K, C> {
     }
 }
 
+impl<K, C> Discard for Retired<K, C> {
+    /// Frees the table; its `Drop` discards every panic already.
+    fn discard(self) -> Option<Box<dyn std::any::Any + Send>> {
+        drop(self);
+        None
+    }
+}
+
 impl<K, C> Shard<K, C> {
     fn new() -> Self {
         Self {
@@ -399,7 +407,9 @@ impl<K, C> Shard<K, C> {
         wait_for_grace(rounds, || {
             pending.iter().all(|grace| grace.load(Ordering::Acquire))
         });
-        let graced = Discarded::from(lock(&self.writer).take_graced());
+        // Taken out under the lock, freed after it (the guard is a
+        // temporary of this statement).
+        let graced = lock(&self.writer).take_graced();
         drop(graced);
     }
 }
@@ -589,6 +599,28 @@ where
         released.removed
     }
 
+    /// Rebuilds `shard` without its evicted slots, so that their keys and
+    /// states are freed, and smaller if it is far larger than its keys
+    /// need (`evict_idle`).
+    fn compact(&self, shard: &Shard<K, C>, algorithm: &A) {
+        // Declared before the lock: dropped after it, even if a rebuild's
+        // user code panics.
+        let mut discarded = Discarded::new();
+        let mut writer = lock(&shard.writer);
+        // SAFETY: we hold the lock.
+        let table = unsafe { shard.table_locked() };
+        let needed = buckets_for(writer.live);
+        if table.buckets() >= COMPACT_FACTOR * needed {
+            self.rebuild(shard, &mut writer, &mut discarded, algorithm, needed);
+        } else if writer.used > writer.live {
+            let buckets = table.buckets();
+            self.rebuild(shard, &mut writer, &mut discarded, algorithm, buckets);
+        }
+        discarded.extend(writer.take_graced());
+        drop(writer);
+        drop(discarded);
+    }
+
     /// Makes room for one more key in a full table (lock held). When live
     /// keys (not evicted slots) fill it, first evicts the keys idle for at
     /// least the algorithm's rest time: the amortized eviction, since a
@@ -763,26 +795,21 @@ where
                 self.sweep(table, &mut writer, algorithm, now_ns)
             })
             .sum();
+        // A shard whose rebuild panics (a key's `Hash` or `Clone`) keeps its
+        // evicted slots; the others are still compacted, and the first
+        // panic goes on once every shard was tried.
+        let mut first_panic = None;
         for shard in &*self.shards {
-            // Declared before the lock: dropped after it, even if a
-            // rebuild's user code panics.
-            let mut discarded = Discarded::new();
-            let mut writer = lock(&shard.writer);
-            // SAFETY: we hold the lock.
-            let table = unsafe { shard.table_locked() };
-            // Rebuilt without its evicted slots, so that their keys are
-            // freed, and smaller if far larger than its keys need.
-            let needed = buckets_for(writer.live);
-            if table.buckets() >= COMPACT_FACTOR * needed {
-                self.rebuild(shard, &mut writer, &mut discarded, algorithm, needed);
-            } else if writer.used > writer.live {
-                let buckets = table.buckets();
-                self.rebuild(shard, &mut writer, &mut discarded, algorithm, buckets);
+            let compacted = catch_unwind(AssertUnwindSafe(|| {
+                self.compact(shard, algorithm);
+            }));
+            if let Err(panic) = compacted {
+                first_panic.get_or_insert(panic);
             }
-            discarded.extend(writer.take_graced());
-            drop(writer);
-            drop(discarded);
             shard.reclaim(GRACE_ROUNDS);
+        }
+        if let Some(panic) = first_panic {
+            resume_unwind(panic);
         }
         removed
     }

@@ -358,7 +358,8 @@ impl<S, Space, Value, Insert> NewKey<S, Space, Value, Insert> {
 ///
 /// 1. decide as a fresh key: a fresh state has its whole burst, so a valid
 ///    cost is admitted, and an invalid one returns here, before anything is
-///    stored;
+///    stored, as does a denial (a fresh state an algorithm from outside the
+///    crate makes may deny: an absent key decides the same);
 /// 2. reserve room under the cap, or answer with the cap's policy, or ask
 ///    for a whole-store sweep first (see [`Population::make_room`]);
 /// 3. make space, build the key's first state (the fresh decision applied)
@@ -386,6 +387,12 @@ where
     let mut state = Held::new(A::State::default());
     let fresh = algorithm.decide(state.get(), now_ns, cost)?;
     let decision = fresh.decision();
+    if let Verdict::Deny(_) = fresh {
+        // A fresh state that denies (an algorithm defined outside the
+        // crate may start empty) is what an absent key already decides:
+        // storing it would change nothing but spend room.
+        return Ok(Checked::Done(decision));
+    }
     match population.make_room(swept) {
         Room::Reserved(reservation) => {
             (new_key.make_space)(&mut locked);
@@ -561,15 +568,23 @@ impl Population {
 /// What a store discarded (evicted keys, replaced tables), dropped when this
 /// is, after the store's locks are released: declared before a lock is
 /// taken, it is dropped after the lock's guard even when a panic unwinds.
-/// Each item is dropped on its own, and a panic in its `Drop` is caught and
-/// discarded: the store's state is consistent, the request that triggered
+/// Each item is dropped on its own, in parts ([`Discard`]), and a panic in
+/// a `Drop` is caught and discarded: the store's state is consistent, the request that triggered
 /// the eviction was decided already, and there is no caller the panic
 /// belongs to (see "User code" above). Caught one item at a time, two
 /// panicking `Drop`s, or one during another panic's unwinding, do not abort
 /// the process.
-struct Discarded<T>(Vec<T>);
+struct Discarded<T: Discard>(Vec<T>);
 
-impl<T> Discarded<T> {
+/// Something a store discards: dropped in parts, each under its own
+/// `catch_unwind`, so that two panicking parts (a key's `Drop` and its
+/// state's) cannot abort the process, as drop glue would, dropping the
+/// second while the first unwinds. Returns the first panic.
+trait Discard {
+    fn discard(self) -> Option<Box<dyn std::any::Any + Send>>;
+}
+
+impl<T: Discard> Discarded<T> {
     const fn new() -> Self {
         Self(Vec::new())
     }
@@ -585,20 +600,24 @@ impl<T> Discarded<T> {
     }
 }
 
-impl<T> From<Vec<T>> for Discarded<T> {
-    fn from(items: Vec<T>) -> Self {
-        Self(items)
-    }
-}
-
-impl<T> Drop for Discarded<T> {
+impl<T: Discard> Drop for Discarded<T> {
     fn drop(&mut self) {
         for item in self.0.drain(..) {
             // The payload of a caught panic is dropped here too; a payload
             // whose own `Drop` panics aborts, as a double panic does anywhere.
-            drop(Held::new(item));
+            drop(item.discard());
         }
     }
+}
+
+/// Drops a key and the value stored beside it, each on its own: if the
+/// key's `Drop` panics, the value is still dropped, and a panic in its
+/// `Drop` too cannot abort the process (drop glue would drop the value
+/// while the key's panic unwinds). Returns the first panic.
+fn drop_pair<K, V>(key: K, value: V) -> Option<Box<dyn std::any::Any + Send>> {
+    let key = catch_unwind(AssertUnwindSafe(move || drop(key)));
+    let value = catch_unwind(AssertUnwindSafe(move || drop(value)));
+    key.err().or(value.err())
 }
 
 /// Resumes the first panic a store caught while dropping its keys, once

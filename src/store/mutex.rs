@@ -5,14 +5,14 @@ use std::any::Any;
 use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
 use std::marker::PhantomData;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
 use super::{
-    Checked, Discarded, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind, admit_new_key,
-    decide_fresh, default_shards, rested_at, resume_first_panic, retry_after_sweep, shard_index,
+    Checked, Discard, Discarded, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind,
+    admit_new_key, decide_fresh, default_shards, drop_pair, rested_at, resume_first_panic,
+    retry_after_sweep, shard_index,
 };
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
@@ -75,6 +75,12 @@ pub(super) struct Entry<K, V> {
     pub(super) value: V,
 }
 
+impl<K, V> Discard for Entry<K, V> {
+    fn discard(self) -> Option<Box<dyn Any + Send>> {
+        drop_pair(self.key, self.value)
+    }
+}
+
 /// A hash table of keys and values, used under a mutex, that never loses an
 /// entry to a panicking `Hash`.
 ///
@@ -109,7 +115,7 @@ impl<K, V> Table<K, V> {
     pub(super) fn clear(&mut self) -> Option<Box<dyn Any + Send>> {
         let mut first_panic = None;
         for entry in std::mem::take(&mut self.entries) {
-            if let Err(panic) = catch_unwind(AssertUnwindSafe(move || drop(entry))) {
+            if let Some(panic) = entry.discard() {
                 first_panic.get_or_insert(panic);
             }
         }

@@ -38,9 +38,8 @@
 use std::any::Any;
 use std::fmt;
 use std::mem::MaybeUninit;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use super::Lookup;
+use super::{Lookup, drop_pair};
 use crate::sync::canary::{self, Canary};
 use crate::sync::{AtomicU8, Ordering, UnsafeCell};
 
@@ -251,16 +250,13 @@ impl<K, V> RawTable<K, V> {
             if self.control[index].swap(EMPTY, Ordering::Relaxed) == EMPTY {
                 continue;
             }
-            let slot = &self.slots[index];
-            let dropped = catch_unwind(AssertUnwindSafe(|| {
-                slot.with_mut(|slot| {
-                    // SAFETY: the slot was written (its control byte was not
-                    // EMPTY), is dropped only here, once (the byte is EMPTY
-                    // now), and `&mut self` excludes readers.
-                    unsafe { (*slot).assume_init_drop() };
-                });
-            }));
-            if let Err(panic) = dropped {
+            let (key, value) = self.slots[index].with_mut(|slot| {
+                // SAFETY: the slot was written (its control byte was not
+                // EMPTY), is read out only here, once (the byte is EMPTY
+                // now), and `&mut self` excludes readers.
+                unsafe { (*slot).assume_init_read() }
+            });
+            if let Some(panic) = drop_pair(key, value) {
                 first_panic.get_or_insert(panic);
             }
         }
