@@ -387,18 +387,16 @@ where
     let mut state = Held::new(A::State::default());
     let fresh = algorithm.decide(state.get(), now_ns, cost)?;
     let decision = fresh.decision();
-    if let Verdict::Deny(_) = fresh {
+    let Verdict::Allow { admission, .. } = fresh else {
         // A fresh state that denies (an algorithm defined outside the
         // crate may start empty) is what an absent key already decides:
         // storing it would change nothing but spend room.
         return Ok(Checked::Done(decision));
-    }
+    };
     match population.make_room(swept) {
         Room::Reserved(reservation) => {
             (new_key.make_space)(&mut locked);
-            if let Verdict::Allow { admission, .. } = fresh {
-                algorithm.admit(state.get_mut(), admission);
-            }
+            algorithm.admit(state.get_mut(), admission);
             let value = Held::new((new_key.value)(state.take()));
             let owned = key.to_owned();
             (new_key.insert)(&mut locked, owned, value.take());
