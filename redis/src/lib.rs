@@ -1,5 +1,23 @@
-//! tollgate's contract over Redis (issue 9, in progress): one server-side
-//! script per algorithm, called by hash in one round trip, deciding in
-//! integer microseconds. This first step is the test harness that runs a
-//! real `redis-server`, standalone and as a three-master Cluster, on free
-//! loopback ports (`tests/support/redis.rs`).
+//! tollgate's contract over Redis: every instance of a service shares one
+//! count per key.
+//!
+//! [`RedisLimiter`] decides each check in one round trip, with one
+//! server-side script holding all five of tollgate's algorithms in integer
+//! microseconds ([`SCRIPT`]); it returns the same [`Decision`](tollgate::Decision)
+//! and the same cost errors as the in-process limiters. `notes/10-distributed.md`
+//! in the repository argues the arithmetic, the clock and the key encoding.
+
+#![deny(missing_docs, missing_debug_implementations, unsafe_code)]
+#![warn(clippy::pedantic)]
+#![allow(clippy::module_name_repetitions)]
+
+mod connection;
+mod error;
+mod key;
+mod limiter;
+mod script;
+
+pub use connection::Connection;
+pub use error::{ConfigError, Error};
+pub use limiter::{Decisions, RedisBuilder, RedisLimiter, Request, check_all};
+pub use script::{END_OF_TIME_US, MAX_SPAN_US, SCRIPT, Scripted};

@@ -1,0 +1,506 @@
+//! The limiter: the contract of [`tollgate`]'s limiters, decided by Redis.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::ErrorKind;
+use tollgate::algorithm::{Gcra, validate_cost};
+use tollgate::clock::Clock;
+use tollgate::{Decision, Quota};
+
+use crate::connection::Connection;
+use crate::error::{ConfigError, Error};
+use crate::key::Namespace;
+use crate::script::{END_OF_TIME_US, SCRIPT, ScriptLimit, Scripted};
+
+/// A rate limiter whose state lives in Redis, so that every instance of a
+/// service shares one count per key.
+///
+/// Each check is one round trip: the script (all five algorithms, see
+/// [`SCRIPT`]) is called by its SHA-1 with `EVALSHA`, and sent whole with
+/// `EVAL` only when the server answers that it does not know it (after a
+/// restart or `SCRIPT FLUSH`); no error reaches the caller for that.
+///
+/// # Exact to the microsecond
+///
+/// The script decides in integer microseconds (Lua numbers are doubles,
+/// exact below 2^53: nanoseconds since 1970 do not fit, microseconds do).
+/// The quota's interval or window is rounded **up** to a whole microsecond
+/// and a client time **down**, so the limiter never admits more than the
+/// quota; `retry_after` is actionable (a retry after it succeeds). With the
+/// server's clock (the default) waits are whole microseconds; with a client
+/// clock ([`RedisBuilder::clock`]) they are exact to the nanosecond against
+/// that clock, on a grid of whole microseconds.
+///
+/// ```no_run
+/// use tollgate::Quota;
+/// use tollgate_redis::{Connection, RedisLimiter};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let connection = Connection::open("redis://127.0.0.1:6379/").await?;
+/// let limiter = RedisLimiter::builder("api", Quota::per_minute(100)?).build(connection)?;
+/// let decision = limiter.check("203.0.113.7").await?;
+/// if !decision.is_allowed() {
+///     // 429, with Retry-After: decision.retry_after()
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub struct RedisLimiter<A: Scripted = Gcra> {
+    connection: Connection,
+    namespace: Namespace,
+    limit: ScriptLimit,
+    time: Time,
+    script: Arc<Script>,
+    _algorithm: PhantomData<fn() -> A>,
+}
+
+/// Configures a [`RedisLimiter`]; see [`RedisLimiter::builder`].
+pub struct RedisBuilder<A: Scripted = Gcra> {
+    name: String,
+    quota: Quota,
+    prefix: String,
+    tag: Option<String>,
+    time: Time,
+    script: Option<String>,
+    _algorithm: PhantomData<fn() -> A>,
+}
+
+/// Where a check's "now" comes from.
+#[derive(Clone)]
+enum Time {
+    /// The server's `TIME`, read inside the script: one clock for every
+    /// instance.
+    Server,
+    /// The caller's clock, in nanoseconds from its origin.
+    Client(Arc<dyn Clock>),
+}
+
+/// The script's source and SHA-1.
+#[derive(Debug)]
+struct Script {
+    source: String,
+    sha: String,
+}
+
+impl RedisLimiter<Gcra> {
+    /// Starts configuring a limiter named `name` (its keys are apart from
+    /// every other name's) enforcing `quota` with GCRA.
+    #[must_use]
+    pub fn builder(name: impl Into<String>, quota: Quota) -> RedisBuilder<Gcra> {
+        RedisBuilder {
+            name: name.into(),
+            quota,
+            prefix: "tollgate:".to_owned(),
+            tag: None,
+            time: Time::Server,
+            script: None,
+            _algorithm: PhantomData,
+        }
+    }
+}
+
+impl<A: Scripted> RedisBuilder<A> {
+    /// Another algorithm, for example
+    /// [`FixedWindow`](tollgate::algorithm::FixedWindow).
+    #[must_use]
+    pub fn algorithm<B: Scripted>(self) -> RedisBuilder<B> {
+        RedisBuilder {
+            name: self.name,
+            quota: self.quota,
+            prefix: self.prefix,
+            tag: self.tag,
+            time: self.time,
+            script: self.script,
+            _algorithm: PhantomData,
+        }
+    }
+
+    /// The prefix of every Redis key the limiter writes (`"tollgate:"` by
+    /// default). It must hold no `{` or `}`.
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Places every key of this limiter in one Redis Cluster slot, named by
+    /// `tag`, so that limits sharing the tag can be checked together,
+    /// atomically ([`check_all`]). Without a tag, keys are
+    /// spread over the cluster by a hash of the key.
+    #[must_use]
+    pub fn hash_tag(mut self, tag: impl Into<String>) -> Self {
+        self.tag = Some(tag.into());
+        self
+    }
+
+    /// Decides with the caller's clock instead of the server's `TIME`.
+    ///
+    /// Every instance must then share one clock origin and agree on the
+    /// time; the key's expiry still runs on the server's clock, so the
+    /// clock must not run slower than real time (a
+    /// [`ManualClock`](tollgate::clock::ManualClock) left behind can see
+    /// an idle key expire before it would have refilled on that clock).
+    #[must_use]
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.time = Time::Client(Arc::new(clock));
+        self
+    }
+
+    /// Replaces the script. For the tests that plant bugs in a copy of it
+    /// and show that the differential tests catch them.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn script_source(mut self, source: impl Into<String>) -> Self {
+        self.script = Some(source.into());
+        self
+    }
+
+    /// Builds the limiter over `connection`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::BadKeyPart`] for a prefix or tag with a brace, and
+    /// [`ConfigError::QuotaTooLarge`] for a quota whose spans do not fit
+    /// the script's exact arithmetic.
+    pub fn build(self, connection: Connection) -> Result<RedisLimiter<A>, ConfigError> {
+        let limit = ScriptLimit::new::<A>(&self.quota)?;
+        let namespace = Namespace::new(&self.prefix, &self.name, A::CODE, self.tag.as_deref())?;
+        let source = self.script.unwrap_or_else(|| SCRIPT.to_owned());
+        let sha = redis::Script::new(&source).get_hash().to_owned();
+        Ok(RedisLimiter {
+            connection,
+            namespace,
+            limit,
+            time: self.time,
+            script: Arc::new(Script { source, sha }),
+            _algorithm: PhantomData,
+        })
+    }
+}
+
+impl<A: Scripted> RedisLimiter<A> {
+    /// Checks one unit for `key`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when Redis cannot answer, [`Error::Reply`] for a
+    /// malformed answer.
+    pub async fn check(&self, key: impl AsRef<[u8]>) -> Result<Decision, Error> {
+        self.check_n(key, 1).await
+    }
+
+    /// Checks `cost` units for `key`, all or nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Check`] for a cost of zero or above the burst (no round
+    /// trip), and as [`check`](RedisLimiter::check).
+    pub async fn check_n(&self, key: impl AsRef<[u8]>, cost: u32) -> Result<Decision, Error> {
+        self.decide(key.as_ref(), cost, false).await
+    }
+
+    /// What a unit check would decide now, changing nothing and storing no
+    /// key.
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](RedisLimiter::check).
+    pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<Decision, Error> {
+        self.decide(key.as_ref(), 1, true).await
+    }
+
+    /// The quota's burst: the most unit requests a key admits at once.
+    #[must_use]
+    pub fn capacity(&self) -> u32 {
+        self.limit.burst
+    }
+
+    /// The `SCAN` pattern that matches every key this limiter writes.
+    #[must_use]
+    pub fn key_pattern(&self) -> Vec<u8> {
+        self.namespace.pattern()
+    }
+
+    /// The Redis key that holds `key`'s state.
+    #[must_use]
+    pub fn redis_key(&self, key: impl AsRef<[u8]>) -> Vec<u8> {
+        self.namespace.key(key.as_ref())
+    }
+
+    /// A check of `cost` units for `key` against this limiter, to be
+    /// decided together with others by [`check_all`].
+    #[must_use]
+    pub fn request(&self, key: impl AsRef<[u8]>, cost: u32) -> Request<'_> {
+        Request {
+            limiter: self.erased(),
+            key: self.namespace.key(key.as_ref()),
+            cost,
+        }
+    }
+
+    async fn decide(&self, key: &[u8], cost: u32, peek: bool) -> Result<Decision, Error> {
+        validate_cost(cost, self.limit.burst)?;
+        let now = self.now();
+        let mut call = Call::new(now.arg, peek);
+        call.push(self.namespace.key(key), self.limit, cost);
+        let replies = call.run(&self.connection, &self.script).await?;
+        decision(&replies, self.limit.burst, now.fraction_ns)
+    }
+
+    fn erased(&self) -> Erased<'_> {
+        Erased {
+            connection: &self.connection,
+            namespace: &self.namespace,
+            limit: self.limit,
+            script: &self.script,
+            now: Box::new(|| self.now()),
+        }
+    }
+
+    fn now(&self) -> Now {
+        match &self.time {
+            Time::Server => Now {
+                arg: String::new(),
+                fraction_ns: 0,
+            },
+            Time::Client(clock) => {
+                let now_ns = clock.now_ns();
+                let now_us = now_ns / 1_000;
+                if now_us >= END_OF_TIME_US {
+                    Now {
+                        arg: END_OF_TIME_US.to_string(),
+                        fraction_ns: 0,
+                    }
+                } else {
+                    Now {
+                        arg: now_us.to_string(),
+                        fraction_ns: now_ns % 1_000,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One limit of a request checked against several ([`check_all`]).
+pub struct Request<'a> {
+    limiter: Erased<'a>,
+    key: Vec<u8>,
+    cost: u32,
+}
+
+/// What [`check_all`] needs of a limiter, whatever its algorithm.
+struct Erased<'a> {
+    connection: &'a Connection,
+    namespace: &'a Namespace,
+    limit: ScriptLimit,
+    script: &'a Script,
+    now: Box<dyn Fn() -> Now + Send + Sync + 'a>,
+}
+
+/// The decisions of several limits checked together: admitted only if
+/// every limit admits, and then every limit is charged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "decisions say whether the request may proceed"]
+pub struct Decisions {
+    decisions: Vec<Decision>,
+}
+
+impl Decisions {
+    /// Whether every limit admitted the request (and was charged).
+    #[must_use]
+    pub fn is_allowed(&self) -> bool {
+        self.decisions.iter().all(Decision::is_allowed)
+    }
+
+    /// Each limit's decision, in the order of the requests. When the
+    /// request was denied, nothing was charged anywhere, and the decisions
+    /// that read as allowed say what those limits would have admitted.
+    #[must_use]
+    pub fn decisions(&self) -> &[Decision] {
+        &self.decisions
+    }
+
+    /// The decision a client should be told: when denied, the denial with
+    /// the longest wait; when allowed, the limit with the fewest remaining.
+    /// `None` only for an empty set of requests.
+    #[must_use]
+    pub fn binding(&self) -> Option<&Decision> {
+        if self.is_allowed() {
+            self.decisions
+                .iter()
+                .min_by_key(|decision| decision.remaining())
+        } else {
+            self.decisions
+                .iter()
+                .max_by_key(|decision| decision.retry_after())
+        }
+    }
+}
+
+/// Decides a request against several limits (for example per user and per
+/// IP address) in one script call, all or nothing: either every limit
+/// admits and each is charged its cost, or nothing is charged.
+///
+/// The limiters must share one hash tag ([`RedisBuilder::hash_tag`]), so
+/// that Redis Cluster keeps their keys in one slot; time and connection
+/// are the first request's limiter's.
+///
+/// # Errors
+///
+/// [`Error::Apart`] when the limiters do not share a hash tag,
+/// [`Error::Check`] for an invalid cost (nothing is sent), and as
+/// [`RedisLimiter::check`].
+pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
+    let Some(first) = requests.first() else {
+        return Ok(Decisions {
+            decisions: Vec::new(),
+        });
+    };
+    let tag = first.limiter.namespace.tag();
+    if tag.is_none()
+        || requests
+            .iter()
+            .any(|request| request.limiter.namespace.tag() != tag)
+    {
+        return Err(Error::Apart);
+    }
+    for request in requests {
+        validate_cost(request.cost, request.limiter.limit.burst)?;
+    }
+    let now = (first.limiter.now)();
+    let mut call = Call::new(now.arg, false);
+    for request in requests {
+        call.push(request.key.clone(), request.limiter.limit, request.cost);
+    }
+    let replies = call
+        .run(first.limiter.connection, first.limiter.script)
+        .await?;
+    if replies.len() != 4 * requests.len() {
+        return Err(Error::Reply(format!("{replies:?}")));
+    }
+    let decisions = requests
+        .iter()
+        .zip(replies.chunks(4))
+        .map(|(request, reply)| decision(reply, request.limiter.limit.burst, now.fraction_ns))
+        .collect::<Result<_, _>>()?;
+    Ok(Decisions { decisions })
+}
+
+/// A check's time argument, and how far the client's reading lies past the
+/// microsecond it was rounded down to (so that waits can be told from the
+/// reading itself).
+struct Now {
+    arg: String,
+    fraction_ns: u64,
+}
+
+/// One call of the script: its keys and arguments.
+struct Call {
+    keys: Vec<Vec<u8>>,
+    args: Vec<String>,
+}
+
+impl Call {
+    fn new(now: String, peek: bool) -> Self {
+        Self {
+            keys: Vec::new(),
+            args: vec![now, if peek { "1" } else { "0" }.to_owned()],
+        }
+    }
+
+    fn push(&mut self, key: Vec<u8>, limit: ScriptLimit, cost: u32) {
+        self.keys.push(key);
+        self.args.extend([
+            limit.code.to_owned(),
+            cost.to_string(),
+            limit.span_us.to_string(),
+            limit.burst.to_string(),
+        ]);
+    }
+
+    /// `EVALSHA`, or `EVAL` when the server has not got the script.
+    async fn run(&self, connection: &Connection, script: &Script) -> Result<Vec<i64>, Error> {
+        let command = |name: &str, body: &str| {
+            let mut command = redis::cmd(name);
+            command
+                .arg(body)
+                .arg(self.keys.len())
+                .arg(&self.keys)
+                .arg(&self.args);
+            command
+        };
+        match connection.query(&command("EVALSHA", &script.sha)).await {
+            Err(error) if error.kind() == ErrorKind::NoScriptError => {
+                Ok(connection.query(&command("EVAL", &script.source)).await?)
+            }
+            other => Ok(other?),
+        }
+    }
+}
+
+/// The decision in four integers of the script's reply.
+fn decision(reply: &[i64], limit: u32, fraction_ns: u64) -> Result<Decision, Error> {
+    let malformed = || Error::Reply(format!("{reply:?}"));
+    let &[allowed, remaining, retry_us, reset_us] = reply else {
+        return Err(malformed());
+    };
+    let remaining = u32::try_from(remaining).map_err(|_| malformed())?;
+    let retry_us = u64::try_from(retry_us).map_err(|_| malformed())?;
+    let reset_us = u64::try_from(reset_us).map_err(|_| malformed())?;
+    if (allowed == 1) != (retry_us == 0) {
+        return Err(malformed());
+    }
+    // The client's reading lay `fraction_ns` past the microsecond decided
+    // on, so an instant `us` later on that grid is `us × 1000 − fraction`
+    // from the reading. A denial waits at least 1 µs: it stays positive.
+    let from_reading =
+        |us: u64| Duration::from_nanos(us.saturating_mul(1_000).saturating_sub(fraction_ns));
+    Decision::from_parts(
+        limit,
+        remaining,
+        from_reading(retry_us),
+        from_reading(reset_us),
+    )
+    .ok_or_else(malformed)
+}
+
+impl<A: Scripted> std::fmt::Debug for RedisLimiter<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisLimiter")
+            .field("algorithm", &std::any::type_name::<A>())
+            .field("namespace", &self.namespace)
+            .field("limit", &self.limit)
+            .field(
+                "time",
+                &match self.time {
+                    Time::Server => "server TIME",
+                    Time::Client(_) => "client clock",
+                },
+            )
+            .field("connection", &self.connection)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Request<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("key", &String::from_utf8_lossy(&self.key))
+            .field("cost", &self.cost)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: Scripted> std::fmt::Debug for RedisBuilder<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBuilder")
+            .field("name", &self.name)
+            .field("quota", &self.quota)
+            .field("prefix", &self.prefix)
+            .field("tag", &self.tag)
+            .finish_non_exhaustive()
+    }
+}
