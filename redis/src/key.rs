@@ -60,15 +60,14 @@ impl Namespace {
         let mut encoded = Vec::with_capacity(self.prefix.len() + 10 + self.scope.len() + key.len());
         encoded.extend_from_slice(&self.prefix);
         encoded.push(b'{');
-        match &self.tag {
-            Some(tag) => encoded.extend_from_slice(tag.as_bytes()),
-            None => {
-                let hash = fnv1a(fnv1a(FNV_OFFSET, &self.scope), key);
-                // Eight hex digits of the 64-bit hash's fold: 2^32 tags
-                // spread keys evenly over 16 384 slots.
-                let folded = (hash ^ (hash >> 32)) & 0xffff_ffff;
-                encoded.extend_from_slice(format!("{folded:08x}").as_bytes());
-            }
+        if let Some(tag) = &self.tag {
+            encoded.extend_from_slice(tag.as_bytes());
+        } else {
+            let hash = fnv1a(fnv1a(FNV_OFFSET, &self.scope), key);
+            // Eight hex digits of the 64-bit hash's fold: 2^32 tags spread
+            // keys evenly over 16 384 slots.
+            let folded = (hash ^ (hash >> 32)) & 0xffff_ffff;
+            encoded.extend_from_slice(format!("{folded:08x}").as_bytes());
         }
         encoded.push(b'}');
         encoded.extend_from_slice(&self.scope);

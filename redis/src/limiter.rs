@@ -266,8 +266,8 @@ impl<A: Scripted> RedisLimiter<A> {
                 fraction_ns: 0,
             },
             Time::Client(clock) => {
-                let now_ns = clock.now_ns();
-                let now_us = now_ns / 1_000;
+                let reading_ns = clock.now_ns();
+                let now_us = reading_ns / 1_000;
                 if now_us >= END_OF_TIME_US {
                     Now {
                         arg: END_OF_TIME_US.to_string(),
@@ -276,7 +276,7 @@ impl<A: Scripted> RedisLimiter<A> {
                 } else {
                     Now {
                         arg: now_us.to_string(),
-                        fraction_ns: now_ns % 1_000,
+                        fraction_ns: reading_ns % 1_000,
                     }
                 }
             }
@@ -318,7 +318,6 @@ impl Decisions {
     /// Each limit's decision, in the order of the requests. When the
     /// request was denied, nothing was charged anywhere, and the decisions
     /// that read as allowed say what those limits would have admitted.
-    #[must_use]
     pub fn decisions(&self) -> &[Decision] {
         &self.decisions
     }

@@ -11,6 +11,7 @@ mod contention;
 mod suite;
 mod support {
     pub mod redis;
+    #[allow(dead_code)]
     pub mod target;
 }
 

@@ -1,7 +1,15 @@
 //! The three-instance break (issue 9): three OS processes, each with its own
 //! in-process limiter of 100 per window, driven by one load generator that
 //! spreads 1 000 requests for one key across them, as a round-robin load
-//! balancer would: 300 are admitted, three times the limit.
+//! balancer would: 300 are admitted, three times the limit. The same three
+//! processes on one real Redis admit exactly 100.
+
+mod support {
+    #[allow(dead_code)]
+    pub mod redis;
+}
+
+use support::redis::RedisServer;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, TcpStream};
@@ -15,10 +23,12 @@ struct Instance {
 
 impl Instance {
     /// 100 requests an hour: no unit refills while the test runs, so the
-    /// count is exact however slow the machine.
-    fn start() -> Self {
+    /// count is exact however slow the machine. In-process, or on the Redis
+    /// at `redis_url`.
+    fn start(redis_url: Option<&str>) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate-instance"))
             .args(["100", "3600"])
+            .args(redis_url)
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawning tollgate-instance");
@@ -38,13 +48,12 @@ impl Drop for Instance {
     }
 }
 
-#[test]
-fn three_in_process_limiters_admit_three_times_the_limit() {
-    let instances: Vec<Instance> = (0..3).map(|_| Instance::start()).collect();
+/// Sends 1 000 requests for one user round-robin over `instances`, one
+/// connection per instance, each on its own thread (so the instances are
+/// asked concurrently); returns how many were admitted.
+fn admitted(instances: &[Instance]) -> usize {
     let count = instances.len();
-    // One load generator, one connection per instance, each on its own
-    // thread: 1 000 requests for one user, round-robin.
-    let admitted: usize = std::thread::scope(|scope| {
+    std::thread::scope(|scope| {
         let workers: Vec<_> = instances
             .iter()
             .enumerate()
@@ -69,6 +78,27 @@ fn three_in_process_limiters_admit_three_times_the_limit() {
             .into_iter()
             .map(|worker| worker.join().unwrap())
             .sum()
-    });
-    assert_eq!(admitted, 300, "three instances of a limit of 100");
+    })
+}
+
+#[test]
+fn three_in_process_limiters_admit_three_times_the_limit() {
+    let instances: Vec<Instance> = (0..3).map(|_| Instance::start(None)).collect();
+    assert_eq!(
+        admitted(&instances),
+        300,
+        "three instances of a limit of 100"
+    );
+}
+
+#[test]
+fn three_instances_on_one_redis_admit_exactly_the_limit() {
+    let server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
+    let url = format!("redis://127.0.0.1:{}/", server.port());
+    let instances: Vec<Instance> = (0..3).map(|_| Instance::start(Some(&url))).collect();
+    assert_eq!(
+        admitted(&instances),
+        100,
+        "three instances sharing a limit of 100"
+    );
 }
