@@ -1,38 +1,115 @@
-//! One handle over a standalone server or a Cluster.
+//! One handle over a standalone server or a Cluster, with timeouts and a
+//! circuit breaker.
 
-use redis::aio::MultiplexedConnection;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, FromRedisValue, IntoConnectionInfo, RedisResult};
+use redis::{Cmd, ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError, RedisResult};
+
+use crate::failure::{Breaker, Unavailable};
+
+/// How long to wait, and when to stop asking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Options {
+    /// The longest a (re)connection may take: 1 s by default.
+    pub connect_timeout: Duration,
+    /// The longest a check waits for its reply: 250 ms by default. A reply
+    /// later than this is a failure (and the script may have run).
+    pub call_timeout: Duration,
+    /// Consecutive failures that open the circuit breaker: 3 by default.
+    pub failures_to_open: u32,
+    /// How long an open breaker keeps checks away from Redis before it lets
+    /// one probe through: 500 ms by default.
+    pub cooldown: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(1),
+            call_timeout: Duration::from_millis(250),
+            failures_to_open: 3,
+            cooldown: Duration::from_millis(500),
+        }
+    }
+}
+
+impl Options {
+    /// The defaults, with another per-call timeout.
+    #[must_use]
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// The defaults, with another breaker threshold and cooldown.
+    #[must_use]
+    pub fn breaker(mut self, failures_to_open: u32, cooldown: Duration) -> Self {
+        self.failures_to_open = failures_to_open;
+        self.cooldown = cooldown;
+        self
+    }
+}
 
 /// A cheap-to-clone handle to Redis: one multiplexed connection to a
-/// standalone server (concurrent checks share it, pipelined), or a Cluster
-/// connection that follows `MOVED` and `ASK` redirections.
+/// standalone server that reconnects by itself (concurrent checks share it,
+/// pipelined), or a Cluster connection that follows `MOVED` and `ASK`
+/// redirections. Its limiters share its timeouts and circuit breaker.
+///
+/// A command is never sent twice: a check whose reply is lost is reported
+/// as failed, not retried (at most once; notes/10).
 ///
 /// TLS comes with the `rediss://` scheme when the `redis` crate is built
-/// with one of its TLS features; a password or an ACL user in the URL
-/// (`redis://user:password@host:port`) authenticates the connection.
+/// with one of its TLS features; a password, or an ACL user and password,
+/// in the URL (`redis://user:password@host:port/`) authenticates every
+/// connection, reconnections included.
 #[derive(Clone)]
-pub struct Connection(Inner);
+pub struct Connection {
+    inner: Inner,
+    options: Options,
+    breaker: Arc<Breaker>,
+}
 
 #[derive(Clone)]
 enum Inner {
-    Standalone(MultiplexedConnection),
+    Standalone(ConnectionManager),
     Cluster(ClusterConnection),
 }
 
 impl Connection {
-    /// Connects to a standalone server, for example `redis://127.0.0.1:6379/`.
+    /// Connects to a standalone server, for example `redis://127.0.0.1:6379/`,
+    /// with the default [`Options`].
     ///
     /// # Errors
     ///
-    /// A bad URL, or a server that cannot be reached or refuses the
+    /// A bad URL, or a server that cannot be reached in time or refuses the
     /// credentials.
     pub async fn open(url: impl IntoConnectionInfo) -> RedisResult<Self> {
-        let client = redis::Client::open(url)?;
-        Ok(Self::from(client.get_multiplexed_async_connection().await?))
+        Self::open_with(url, Options::default()).await
     }
 
-    /// Connects to a Redis Cluster through any of its nodes.
+    /// Connects to a standalone server with `options`.
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](Connection::open).
+    pub async fn open_with(url: impl IntoConnectionInfo, options: Options) -> RedisResult<Self> {
+        let client = redis::Client::open(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(options.connect_timeout)
+            .set_response_timeout(options.call_timeout)
+            // Reconnection is retried in the background by the next calls;
+            // a call never waits for more than one attempt.
+            .set_number_of_retries(1);
+        let manager = ConnectionManager::new_with_config(client, config).await?;
+        Ok(Self::new(Inner::Standalone(manager), options))
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes, with the
+    /// default [`Options`].
     ///
     /// # Errors
     ///
@@ -40,35 +117,103 @@ impl Connection {
     pub async fn cluster<I: IntoConnectionInfo>(
         nodes: impl IntoIterator<Item = I>,
     ) -> RedisResult<Self> {
-        let client = redis::cluster::ClusterClient::new(nodes)?;
-        Ok(Self::from(client.get_async_connection().await?))
+        Self::cluster_with(nodes, Options::default()).await
     }
 
-    pub(crate) async fn query<T: FromRedisValue>(&self, command: &Cmd) -> RedisResult<T> {
-        match &self.0 {
-            Inner::Standalone(connection) => command.query_async(&mut connection.clone()).await,
-            Inner::Cluster(connection) => command.query_async(&mut connection.clone()).await,
+    /// Connects to a Redis Cluster with `options`.
+    ///
+    /// # Errors
+    ///
+    /// As [`cluster`](Connection::cluster).
+    pub async fn cluster_with<I: IntoConnectionInfo>(
+        nodes: impl IntoIterator<Item = I>,
+        options: Options,
+    ) -> RedisResult<Self> {
+        let client = redis::cluster::ClusterClientBuilder::new(nodes)
+            .connection_timeout(options.connect_timeout)
+            .response_timeout(options.call_timeout)
+            .build()?;
+        Ok(Self::new(
+            Inner::Cluster(client.get_async_connection().await?),
+            options,
+        ))
+    }
+
+    fn new(inner: Inner, options: Options) -> Self {
+        Self {
+            inner,
+            options,
+            breaker: Arc::new(Breaker::new(options.failures_to_open, options.cooldown)),
+        }
+    }
+
+    pub(crate) fn breaker(&self) -> &Breaker {
+        &self.breaker
+    }
+
+    /// Sends `command` once, within the call timeout. An error that says
+    /// Redis is out of reach is [`Call::Unavailable`]; any other error reply
+    /// is returned as it is.
+    pub(crate) async fn query<T: FromRedisValue>(&self, command: &Cmd) -> Result<T, Call> {
+        let reply = async {
+            match &self.inner {
+                Inner::Standalone(connection) => command.query_async(&mut connection.clone()).await,
+                Inner::Cluster(connection) => command.query_async(&mut connection.clone()).await,
+            }
+        };
+        match tokio::time::timeout(self.options.call_timeout, reply).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) if out_of_reach(&error) => {
+                Err(Call::Unavailable(Unavailable::Redis(error)))
+            }
+            Ok(Err(error)) => Err(Call::Failed(error)),
+            Err(_) => Err(Call::Unavailable(Unavailable::Timeout(
+                self.options.call_timeout,
+            ))),
         }
     }
 }
 
-impl From<MultiplexedConnection> for Connection {
-    fn from(connection: MultiplexedConnection) -> Self {
-        Self(Inner::Standalone(connection))
-    }
+/// A call that returned no value.
+pub(crate) enum Call {
+    /// Redis could not be asked or did not answer.
+    Unavailable(Unavailable),
+    /// Redis answered with an error.
+    Failed(RedisError),
 }
 
-impl From<ClusterConnection> for Connection {
-    fn from(connection: ClusterConnection) -> Self {
-        Self(Inner::Cluster(connection))
-    }
+/// Whether an error means Redis could not decide (as opposed to deciding
+/// that the command was wrong).
+fn out_of_reach(error: &RedisError) -> bool {
+    error.is_io_error()
+        || error.is_connection_refusal()
+        || error.is_connection_dropped()
+        || error.is_timeout()
+        || error.is_cluster_error()
+        || matches!(
+            error.kind(),
+            ErrorKind::AuthenticationFailed
+                | ErrorKind::BusyLoadingError
+                | ErrorKind::TryAgain
+                | ErrorKind::ClusterDown
+                | ErrorKind::MasterDown
+                | ErrorKind::ClusterConnectionNotFound
+        )
+        || matches!(error.code(), Some("NOAUTH" | "WRONGPASS" | "LOADING"))
 }
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self.0 {
-            Inner::Standalone(_) => "Connection::Standalone",
-            Inner::Cluster(_) => "Connection::Cluster",
-        })
+        f.debug_struct("Connection")
+            .field(
+                "kind",
+                &match self.inner {
+                    Inner::Standalone(_) => "standalone",
+                    Inner::Cluster(_) => "cluster",
+                },
+            )
+            .field("options", &self.options)
+            .field("breaker", &self.breaker)
+            .finish()
     }
 }

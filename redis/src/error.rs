@@ -16,6 +16,22 @@ pub enum ConfigError {
         /// The rejected value.
         value: String,
     },
+    /// [`OnFailure::Local`](crate::OnFailure::Local) divides the quota
+    /// into shares too small to admit anything.
+    #[error(
+        "a share of 1/{instances} of a limit of {limit} with a burst of {burst} admits nothing"
+    )]
+    ShareTooSmall {
+        /// The instances sharing the quota.
+        instances: u32,
+        /// The quota's limit.
+        limit: u32,
+        /// The quota's burst.
+        burst: u32,
+    },
+    /// The local share's quota is invalid.
+    #[error("the local share's quota: {0}")]
+    LocalQuota(tollgate::QuotaError),
     /// The quota's spans do not fit the script's exact arithmetic: Lua
     /// numbers are doubles, exact only below 2^53, so every span is held to
     /// 2^51 µs (about 71 years) and, for the sliding window counter, the
@@ -42,14 +58,20 @@ pub enum Error {
     /// the in-process limiters, found before any round trip.
     #[error(transparent)]
     Check(#[from] CheckError),
-    /// Redis could not be reached, or answered with an error.
-    #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
+    /// Redis did not decide (unreachable, timed out, refused, or behind an
+    /// open circuit breaker) and the failure policy is
+    /// [`OnFailure::Error`](crate::OnFailure::Error).
+    #[error("redis unavailable: {0}")]
+    Unavailable(crate::failure::Unavailable),
     /// Limits checked together ([`check_all`](crate::check_all)) that do
     /// not share one hash tag, so Redis Cluster could not decide them in
     /// one script.
     #[error("limits checked together must share one hash tag")]
     Apart,
+    /// The script failed on the server (keys in the limiter's namespace
+    /// written by something else, or a server that cannot run it).
+    #[error("the rate-limit script failed: {0}")]
+    Script(redis::RedisError),
     /// The script's reply was not a well-formed decision (a bug, or keys in
     /// the limiter's namespace written by something else).
     #[error("malformed reply from the rate-limit script: {0}")]

@@ -13,11 +13,13 @@
 
 mod connection;
 mod error;
+mod failure;
 mod key;
 mod limiter;
 mod script;
 
-pub use connection::Connection;
+pub use connection::{Connection, Options};
 pub use error::{ConfigError, Error};
+pub use failure::{OnFailure, Unavailable};
 pub use limiter::{Decisions, RedisBuilder, RedisLimiter, Request, check_all};
 pub use script::{END_OF_TIME_US, MAX_SPAN_US, SCRIPT, Scripted};

@@ -9,8 +9,9 @@ use tollgate::algorithm::{Gcra, validate_cost};
 use tollgate::clock::Clock;
 use tollgate::{Decision, Quota};
 
-use crate::connection::Connection;
+use crate::connection::{Call as Sent, Connection};
 use crate::error::{ConfigError, Error};
+use crate::failure::{Admission, Fallback, OnFailure, Unavailable};
 use crate::key::Namespace;
 use crate::script::{END_OF_TIME_US, SCRIPT, ScriptLimit, Scripted};
 
@@ -53,7 +54,7 @@ pub struct RedisLimiter<A: Scripted = Gcra> {
     limit: ScriptLimit,
     time: Time,
     script: Arc<Script>,
-    _algorithm: PhantomData<fn() -> A>,
+    fallback: Fallback<A>,
 }
 
 /// Configures a [`RedisLimiter`]; see [`RedisLimiter::builder`].
@@ -64,6 +65,7 @@ pub struct RedisBuilder<A: Scripted = Gcra> {
     tag: Option<String>,
     time: Time,
     script: Option<String>,
+    on_failure: OnFailure,
     _algorithm: PhantomData<fn() -> A>,
 }
 
@@ -96,6 +98,7 @@ impl RedisLimiter<Gcra> {
             tag: None,
             time: Time::Server,
             script: None,
+            on_failure: OnFailure::default(),
             _algorithm: PhantomData,
         }
     }
@@ -113,6 +116,7 @@ impl<A: Scripted> RedisBuilder<A> {
             tag: self.tag,
             time: self.time,
             script: self.script,
+            on_failure: self.on_failure,
             _algorithm: PhantomData,
         }
     }
@@ -148,6 +152,14 @@ impl<A: Scripted> RedisBuilder<A> {
         self
     }
 
+    /// What a check returns when Redis cannot decide it (see
+    /// [`OnFailure`]); [`OnFailure::Error`] by default.
+    #[must_use]
+    pub fn on_failure(mut self, policy: OnFailure) -> Self {
+        self.on_failure = policy;
+        self
+    }
+
     /// Replaces the script. For the tests that plant bugs in a copy of it
     /// and show that the differential tests catch them.
     #[doc(hidden)]
@@ -163,9 +175,11 @@ impl<A: Scripted> RedisBuilder<A> {
     ///
     /// [`ConfigError::BadKeyPart`] for a prefix or tag with a brace, and
     /// [`ConfigError::QuotaTooLarge`] for a quota whose spans do not fit
-    /// the script's exact arithmetic.
+    /// the script's exact arithmetic, and [`ConfigError::ShareTooSmall`] for
+    /// a local share that admits nothing.
     pub fn build(self, connection: Connection) -> Result<RedisLimiter<A>, ConfigError> {
         let limit = ScriptLimit::new::<A>(&self.quota)?;
+        let fallback = Fallback::new(self.on_failure, &self.quota)?;
         let namespace = Namespace::new(&self.prefix, &self.name, A::CODE, self.tag.as_deref())?;
         let source = self.script.unwrap_or_else(|| SCRIPT.to_owned());
         let sha = redis::Script::new(&source).get_hash().to_owned();
@@ -175,7 +189,7 @@ impl<A: Scripted> RedisBuilder<A> {
             limit,
             time: self.time,
             script: Arc::new(Script { source, sha }),
-            _algorithm: PhantomData,
+            fallback,
         })
     }
 }
@@ -185,7 +199,9 @@ impl<A: Scripted> RedisLimiter<A> {
     ///
     /// # Errors
     ///
-    /// [`Error::Redis`] when Redis cannot answer, [`Error::Reply`] for a
+    /// [`Error::Unavailable`] when Redis cannot decide and the failure
+    /// policy is [`OnFailure::Error`] (else the policy decides),
+    /// [`Error::Script`] when the script fails, [`Error::Reply`] for a
     /// malformed answer.
     pub async fn check(&self, key: impl AsRef<[u8]>) -> Result<Decision, Error> {
         self.check_n(key, 1).await
@@ -242,11 +258,29 @@ impl<A: Scripted> RedisLimiter<A> {
 
     async fn decide(&self, key: &[u8], cost: u32, peek: bool) -> Result<Decision, Error> {
         validate_cost(cost, self.limit.burst)?;
+        let breaker = self.connection.breaker();
+        if let Admission::Skip(open_for) = breaker.admit() {
+            let cause = Unavailable::BreakerOpen(open_for);
+            return self
+                .fallback
+                .decide(key, cost, self.limit.burst, open_for, cause);
+        }
         let now = self.now();
         let mut call = Call::new(now.arg, peek);
         call.push(self.namespace.key(key), self.limit, cost);
-        let replies = call.run(&self.connection, &self.script).await?;
-        decision(&replies, self.limit.burst, now.fraction_ns)
+        match call.run(&self.connection, &self.script).await {
+            Ok(replies) => {
+                breaker.succeeded();
+                decision(&replies, self.limit.burst, now.fraction_ns)
+            }
+            Err(Sent::Unavailable(cause)) => {
+                breaker.failed();
+                let open_for = breaker.admit_peek().unwrap_or_default();
+                self.fallback
+                    .decide(key, cost, self.limit.burst, open_for, cause)
+            }
+            Err(Sent::Failed(error)) => Err(Error::Script(error)),
+        }
     }
 
     fn erased(&self) -> Erased<'_> {
@@ -349,7 +383,10 @@ impl Decisions {
 ///
 /// # Errors
 ///
-/// [`Error::Apart`] when the limiters do not share a hash tag,
+/// [`Error::Unavailable`] when Redis cannot decide, whatever the limiters'
+/// failure policies (falling back limit by limit would not be all or
+/// nothing: the caller chooses), [`Error::Apart`] when the limiters do not
+/// share a hash tag,
 /// [`Error::Check`] for an invalid cost (nothing is sent), and as
 /// [`RedisLimiter::check`].
 pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
@@ -374,9 +411,24 @@ pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
     for request in requests {
         call.push(request.key.clone(), request.limiter.limit, request.cost);
     }
-    let replies = call
+    let breaker = first.limiter.connection.breaker();
+    if let Admission::Skip(open_for) = breaker.admit() {
+        return Err(Error::Unavailable(Unavailable::BreakerOpen(open_for)));
+    }
+    let replies = match call
         .run(first.limiter.connection, first.limiter.script)
-        .await?;
+        .await
+    {
+        Ok(replies) => {
+            breaker.succeeded();
+            replies
+        }
+        Err(Sent::Unavailable(cause)) => {
+            breaker.failed();
+            return Err(Error::Unavailable(cause));
+        }
+        Err(Sent::Failed(error)) => return Err(Error::Script(error)),
+    };
     if replies.len() != 4 * requests.len() {
         return Err(Error::Reply(format!("{replies:?}")));
     }
@@ -421,7 +473,7 @@ impl Call {
     }
 
     /// `EVALSHA`, or `EVAL` when the server has not got the script.
-    async fn run(&self, connection: &Connection, script: &Script) -> Result<Vec<i64>, Error> {
+    async fn run(&self, connection: &Connection, script: &Script) -> Result<Vec<i64>, Sent> {
         let command = |name: &str, body: &str| {
             let mut command = redis::cmd(name);
             command
@@ -432,10 +484,10 @@ impl Call {
             command
         };
         match connection.query(&command("EVALSHA", &script.sha)).await {
-            Err(error) if error.kind() == ErrorKind::NoScriptError => {
-                Ok(connection.query(&command("EVAL", &script.source)).await?)
+            Err(Sent::Failed(error)) if error.kind() == ErrorKind::NoScriptError => {
+                connection.query(&command("EVAL", &script.source)).await
             }
-            other => Ok(other?),
+            other => other,
         }
     }
 }
@@ -479,6 +531,7 @@ impl<A: Scripted> std::fmt::Debug for RedisLimiter<A> {
                     Time::Client(_) => "client clock",
                 },
             )
+            .field("on_failure", &self.fallback.policy())
             .field("connection", &self.connection)
             .finish_non_exhaustive()
     }

@@ -6,6 +6,7 @@
 mod support {
     #[allow(dead_code)]
     pub mod redis;
+    #[allow(dead_code)]
     pub mod target;
 }
 

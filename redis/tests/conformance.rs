@@ -10,6 +10,7 @@ mod contention;
 #[allow(dead_code)]
 mod suite;
 mod support {
+    #[allow(dead_code)]
     pub mod redis;
     #[allow(dead_code)]
     pub mod target;

@@ -2,6 +2,7 @@
 //! three-master Cluster serves every slot and redirects.
 
 mod support {
+    #[allow(dead_code)]
     pub mod redis;
 }
 

@@ -21,15 +21,16 @@ use tollgate_redis::{Connection, RedisLimiter};
 /// Where decisions come from.
 enum Limiter {
     InProcess(RateLimiter<String>),
-    Redis(tokio::runtime::Runtime, RedisLimiter),
+    Redis(Box<(tokio::runtime::Runtime, RedisLimiter)>),
 }
 
 impl Limiter {
     fn allows(&self, key: &str) -> bool {
         match self {
             Limiter::InProcess(limiter) => limiter.check(key).is_ok_and(|d| d.is_allowed()),
-            Limiter::Redis(runtime, limiter) => runtime
-                .block_on(limiter.check(key))
+            Limiter::Redis(redis) => redis
+                .0
+                .block_on(redis.1.check(key))
                 .is_ok_and(|d| d.is_allowed()),
         }
     }
@@ -49,7 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .build()?;
             let connection = runtime.block_on(Connection::open(url.as_str()))?;
             let limiter = RedisLimiter::builder("instance", quota).build(connection)?;
-            Limiter::Redis(runtime, limiter)
+            Limiter::Redis(Box::new((runtime, limiter)))
         }
     });
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;

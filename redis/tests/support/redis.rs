@@ -104,6 +104,27 @@ pub struct RedisServer {
     port: u16,
     child: Child,
     dir: PathBuf,
+    extra: Vec<String>,
+}
+
+/// Starts `redis-server` on `port` in `dir`, logging to `dir/server.log`.
+fn spawn(port: u16, dir: &Path, extra: &[String]) -> Result<Child, StartError> {
+    let (server, _) = binaries()?;
+    let log = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(dir.join("server.log"))
+        .map_err(|error| StartError(format!("creating the server log: {error}")))?;
+    Command::new(server)
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .args(extra)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|error| StartError(format!("spawning redis-server: {error}")))
 }
 
 impl RedisServer {
@@ -114,37 +135,34 @@ impl RedisServer {
 
     /// A server with `extra` configuration (`--name value` pairs).
     pub fn start_with(extra: &[&str]) -> Result<Self, StartError> {
-        let (server, _) = binaries()?;
         let port = free_port()?;
         let dir =
             std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir)
             .map_err(|error| StartError(format!("creating {}: {error}", dir.display())))?;
-        let log = std::fs::File::create(dir.join("server.log"))
-            .map_err(|error| StartError(format!("creating the server log: {error}")))?;
-        let port_text = port.to_string();
-        let mut args = vec![
-            "--port",
-            &port_text,
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ];
-        args.extend_from_slice(extra);
-        let child = Command::new(server)
-            .args(&args)
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|error| StartError(format!("spawning redis-server: {error}")))?;
-        let mut started = Self { port, child, dir };
+        let extra: Vec<String> = extra.iter().map(|&arg| arg.to_owned()).collect();
+        let child = spawn(port, &dir, &extra)?;
+        let mut started = Self {
+            port,
+            child,
+            dir,
+            extra,
+        };
         started.await_pong()?;
         Ok(started)
+    }
+
+    /// Kills the server (SIGKILL: no goodbye to its clients).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the server again on the same port, empty (nothing persists).
+    pub fn restart(&mut self) -> Result<(), StartError> {
+        self.kill();
+        self.child = spawn(self.port, &self.dir, &self.extra)?;
+        self.await_pong()
     }
 
     fn await_pong(&mut self) -> Result<(), StartError> {
