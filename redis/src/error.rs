@@ -68,6 +68,10 @@ pub enum Error {
     /// one script.
     #[error("limits checked together must share one hash tag")]
     Apart,
+    /// Two requests of one [`check_all`](crate::check_all) name the same
+    /// key of the same limiter; ask once with the summed cost.
+    #[error("one limiter's key appears twice among limits checked together")]
+    SameKeyTwice,
     /// The script failed on the server (keys in the limiter's namespace
     /// written by something else, or a server that cannot run it).
     #[error("the rate-limit script failed: {0}")]

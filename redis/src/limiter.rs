@@ -386,7 +386,8 @@ impl Decisions {
 /// [`Error::Unavailable`] when Redis cannot decide, whatever the limiters'
 /// failure policies (falling back limit by limit would not be all or
 /// nothing: the caller chooses), [`Error::Apart`] when the limiters do not
-/// share a hash tag,
+/// share a hash tag, [`Error::SameKeyTwice`] when two requests name one
+/// limiter's one key (charge it once with their summed cost instead),
 /// [`Error::Check`] for an invalid cost (nothing is sent), and as
 /// [`RedisLimiter::check`].
 pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
@@ -403,8 +404,17 @@ pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
     {
         return Err(Error::Apart);
     }
-    for request in requests {
+    for (index, request) in requests.iter().enumerate() {
         validate_cost(request.cost, request.limiter.limit.burst)?;
+        // The script decides every limit against the state before the call
+        // and then writes each: a key twice would be charged once for two
+        // admissions.
+        if requests[..index]
+            .iter()
+            .any(|earlier| earlier.key == request.key)
+        {
+            return Err(Error::SameKeyTwice);
+        }
     }
     let now = (first.limiter.now)();
     let mut call = Call::new(now.arg, false);

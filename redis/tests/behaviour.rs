@@ -119,6 +119,17 @@ fn limits_together(kind: Kind) {
     assert!(matches!(error, Error::Check(_)), "{error}");
     let carol = target.runtime.block_on(per_user.peek("carol")).unwrap();
     assert_eq!(carol.remaining(), 2);
+    // One key twice would be charged once for two admissions: refused.
+    let error = target
+        .runtime
+        .block_on(check_all(&[
+            per_user.request("erin", 1),
+            per_user.request("erin", 1),
+        ]))
+        .unwrap_err();
+    assert!(matches!(error, Error::SameKeyTwice), "{error}");
+    let erin = target.runtime.block_on(per_user.peek("erin")).unwrap();
+    assert_eq!(erin.remaining(), 2, "nothing charged");
     // Limits in different slots cannot be decided together.
     let spread = RedisLimiter::builder("spread", Quota::per_hour(5).unwrap())
         .build(target.connection.clone())
