@@ -132,6 +132,11 @@ impl Connection {
         let client = redis::cluster::ClusterClientBuilder::new(nodes)
             .connection_timeout(options.connect_timeout)
             .response_timeout(options.call_timeout)
+            // redis-rs retries a command whose connection broke (up to 16
+            // times by default): a script whose reply was lost would run
+            // twice. Never resend; a redirection during resharding then
+            // fails once, as unavailable.
+            .retries(0)
             .build()?;
         Ok(Self::new(
             Inner::Cluster(client.get_async_connection().await?),
