@@ -258,24 +258,16 @@ impl<A: Scripted> RedisLimiter<A> {
 
     async fn decide(&self, key: &[u8], cost: u32, peek: bool) -> Result<Decision, Error> {
         validate_cost(cost, self.limit.burst)?;
-        let breaker = self.connection.breaker();
-        if let Admission::Skip(open_for) = breaker.admit() {
-            let cause = Unavailable::BreakerOpen(open_for);
-            return self
-                .fallback
-                .decide(key, cost, self.limit.burst, open_for, cause);
-        }
         let now = self.now();
         let mut call = Call::new(now.arg, peek);
         call.push(self.namespace.key(key), self.limit, cost);
-        match call.run(&self.connection, &self.script).await {
-            Ok(replies) => {
-                breaker.succeeded();
-                decision(&replies, self.limit.burst, now.fraction_ns)
-            }
+        match call.send(&self.connection, &self.script).await {
+            Ok(replies) => decision(&replies, self.limit.burst, now.fraction_ns),
             Err(Sent::Unavailable(cause)) => {
-                breaker.failed();
-                let open_for = breaker.admit_peek().unwrap_or_default();
+                let open_for = match cause {
+                    Unavailable::BreakerOpen(open_for) => open_for,
+                    _ => self.connection.breaker().admit_peek().unwrap_or_default(),
+                };
                 self.fallback
                     .decide(key, cost, self.limit.burst, open_for, cause)
             }
@@ -421,22 +413,12 @@ pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
     for request in requests {
         call.push(request.key.clone(), request.limiter.limit, request.cost);
     }
-    let breaker = first.limiter.connection.breaker();
-    if let Admission::Skip(open_for) = breaker.admit() {
-        return Err(Error::Unavailable(Unavailable::BreakerOpen(open_for)));
-    }
     let replies = match call
-        .run(first.limiter.connection, first.limiter.script)
+        .send(first.limiter.connection, first.limiter.script)
         .await
     {
-        Ok(replies) => {
-            breaker.succeeded();
-            replies
-        }
-        Err(Sent::Unavailable(cause)) => {
-            breaker.failed();
-            return Err(Error::Unavailable(cause));
-        }
+        Ok(replies) => replies,
+        Err(Sent::Unavailable(cause)) => return Err(Error::Unavailable(cause)),
         Err(Sent::Failed(error)) => return Err(Error::Script(error)),
     };
     if replies.len() != 4 * requests.len() {
@@ -480,6 +462,22 @@ impl Call {
             limit.span_us.to_string(),
             limit.burst.to_string(),
         ]);
+    }
+
+    /// Runs the call unless the connection's breaker is open, and tells
+    /// the breaker how it went.
+    async fn send(&self, connection: &Connection, script: &Script) -> Result<Vec<i64>, Sent> {
+        let breaker = connection.breaker();
+        if let Admission::Skip(open_for) = breaker.admit() {
+            return Err(Sent::Unavailable(Unavailable::BreakerOpen(open_for)));
+        }
+        let result = self.run(connection, script).await;
+        match &result {
+            Ok(_) => breaker.succeeded(),
+            Err(Sent::Unavailable(_)) => breaker.failed(),
+            Err(Sent::Failed(_)) => {}
+        }
+        result
     }
 
     /// `EVALSHA`, or `EVAL` when the server has not got the script.

@@ -93,7 +93,7 @@ fn cases() -> impl Strategy<Value = Case> {
 /// (GCRA, token bucket) or the burst window (the window algorithms) rounded
 /// up to a whole microsecond.
 fn micro_quota<A: Scripted>(quota: &Quota) -> Option<Quota> {
-    let by_interval = matches!(A::CODE, "g" | "t");
+    let by_interval = A::BY_INTERVAL;
     let span = if by_interval {
         quota.emission_interval()
     } else {
@@ -121,7 +121,7 @@ where
         return Ok(());
     };
     let reference_quota = micro_quota::<A>(&quota).expect("a quota of whole microseconds");
-    let span_us = if matches!(A::CODE, "g" | "t") {
+    let span_us = if A::BY_INTERVAL {
         reference_quota.emission_interval()
     } else {
         reference_quota.burst_window()
