@@ -148,7 +148,11 @@ impl Connection {
         Self {
             inner,
             options,
-            breaker: Arc::new(Breaker::new(options.failures_to_open, options.cooldown)),
+            breaker: Arc::new(Breaker::new(
+                options.failures_to_open,
+                options.cooldown,
+                options.call_timeout,
+            )),
         }
     }
 
@@ -156,19 +160,29 @@ impl Connection {
         &self.breaker
     }
 
-    /// Sends `command` once, within the call timeout. An error that says
-    /// Redis is out of reach is [`Call::Unavailable`]; any other error reply
-    /// is returned as it is.
-    pub(crate) async fn query<T: FromRedisValue>(&self, command: &Cmd) -> Result<T, Call> {
-        let reply = async {
-            match &self.inner {
-                Inner::Standalone(connection) => command.query_async(&mut connection.clone()).await,
-                Inner::Cluster(connection) => command.query_async(&mut connection.clone()).await,
-            }
-        };
+    /// Whether `other` is a clone of this handle.
+    pub(crate) fn same_as(&self, other: &Connection) -> bool {
+        Arc::ptr_eq(&self.breaker, &other.breaker)
+    }
+
+    /// Sends `command` once.
+    pub(crate) async fn send<T: FromRedisValue>(&self, command: &Cmd) -> RedisResult<T> {
+        match &self.inner {
+            Inner::Standalone(connection) => command.query_async(&mut connection.clone()).await,
+            Inner::Cluster(connection) => command.query_async(&mut connection.clone()).await,
+        }
+    }
+
+    /// Waits for `reply` (one call, which may send more than one command)
+    /// within the call timeout. An error that says Redis is out of reach is
+    /// [`Call::Unavailable`]; any other error reply is returned as it is.
+    pub(crate) async fn within<T>(
+        &self,
+        reply: impl Future<Output = RedisResult<T>>,
+    ) -> Result<T, Call> {
         match tokio::time::timeout(self.options.call_timeout, reply).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) if out_of_reach(&error) => {
+            Ok(Err(error)) if out_of_reach(&error, matches!(self.inner, Inner::Cluster(_))) => {
                 Err(Call::Unavailable(Unavailable::Redis(error)))
             }
             Ok(Err(error)) => Err(Call::Failed(error)),
@@ -187,24 +201,38 @@ pub(crate) enum Call {
     Failed(RedisError),
 }
 
-/// Whether an error means Redis could not decide (as opposed to deciding
-/// that the command was wrong).
-fn out_of_reach(error: &RedisError) -> bool {
+/// Whether an error means Redis could not decide now, though the same call
+/// may succeed later (the failure policy applies), as opposed to an error
+/// that every retry would meet (a configuration error, returned as it is).
+///
+/// Out of reach: no connection or no reply; a server loading its data, busy
+/// with a script, read-only (a replica after a failover), without its
+/// replicas, or a Cluster that is down or resharding (`MOVED`, `ASK`,
+/// `TRYAGAIN` on a Cluster connection, which never resends a command); and
+/// refused credentials (`NOAUTH`, `WRONGPASS`), which a password rotated
+/// while the service runs produces, and which must then fall under the
+/// policy like any outage. Not out of reach: `MOVED` or `ASK` on a
+/// standalone connection (the URL names a Cluster node), a command or key
+/// the ACL does not permit (`NOPERM`), and the script's own errors.
+fn out_of_reach(error: &RedisError, cluster: bool) -> bool {
     error.is_io_error()
         || error.is_connection_refusal()
         || error.is_connection_dropped()
         || error.is_timeout()
-        || error.is_cluster_error()
+        || (cluster && error.is_cluster_error())
         || matches!(
             error.kind(),
             ErrorKind::AuthenticationFailed
                 | ErrorKind::BusyLoadingError
-                | ErrorKind::TryAgain
                 | ErrorKind::ClusterDown
                 | ErrorKind::MasterDown
+                | ErrorKind::ReadOnly
                 | ErrorKind::ClusterConnectionNotFound
         )
-        || matches!(error.code(), Some("NOAUTH" | "WRONGPASS" | "LOADING"))
+        || matches!(
+            error.code(),
+            Some("NOAUTH" | "WRONGPASS" | "LOADING" | "BUSY" | "NOREPLICAS")
+        )
 }
 
 impl std::fmt::Debug for Connection {

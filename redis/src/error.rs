@@ -64,9 +64,10 @@ pub enum Error {
     #[error("redis unavailable: {0}")]
     Unavailable(crate::failure::Unavailable),
     /// Limits checked together ([`check_all`](crate::check_all)) that do
-    /// not share one hash tag, so Redis Cluster could not decide them in
-    /// one script.
-    #[error("limits checked together must share one hash tag")]
+    /// not share one hash tag (Redis Cluster could not decide them in one
+    /// script) or one [`Connection`](crate::Connection) (they may live on
+    /// different servers).
+    #[error("limits checked together must share one hash tag and one connection")]
     Apart,
     /// Two requests of one [`check_all`](crate::check_all) name the same
     /// key of the same limiter; ask once with the summed cost.

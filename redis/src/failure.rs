@@ -39,7 +39,9 @@ pub enum OnFailure {
 
 /// Counts consecutive failures; after `threshold` of them, sends no check
 /// to Redis for `cooldown`, then lets one probe through (half-open): its
-/// success closes the breaker, its failure opens it again.
+/// success closes the breaker, its failure opens it again. While the probe
+/// is out (at most a call timeout) no other check goes through, however
+/// short the cooldown.
 ///
 /// Lock-free: a check reads one word when closed; only failures and probes
 /// write.
@@ -47,6 +49,8 @@ pub enum OnFailure {
 pub(crate) struct Breaker {
     threshold: u32,
     cooldown: Duration,
+    /// How long a probe may take: the call timeout.
+    probe: Duration,
     failures: AtomicU32,
     /// Nanoseconds since `origin` until which checks skip Redis; 0: closed.
     open_until_ns: AtomicU64,
@@ -62,10 +66,11 @@ pub(crate) enum Admission {
 }
 
 impl Breaker {
-    pub(crate) fn new(threshold: u32, cooldown: Duration) -> Self {
+    pub(crate) fn new(threshold: u32, cooldown: Duration, probe: Duration) -> Self {
         Self {
             threshold: threshold.max(1),
             cooldown,
+            probe,
             failures: AtomicU32::new(0),
             open_until_ns: AtomicU64::new(0),
             origin: Instant::now(),
@@ -89,8 +94,11 @@ impl Breaker {
             return Admission::Skip(Duration::from_nanos(open_until_ns - now_ns));
         }
         // Half-open: the one check that moves the deadline on is the probe;
-        // the others wait for its outcome as if the breaker were open.
-        let probe_until = now_ns.saturating_add(duration_ns(self.cooldown)).max(1);
+        // the others wait for its outcome (it fails or succeeds within the
+        // call timeout) as if the breaker were open.
+        let probe_until = now_ns
+            .saturating_add(duration_ns(self.cooldown.saturating_add(self.probe)))
+            .max(1);
         match self.open_until_ns.compare_exchange(
             open_until_ns,
             probe_until,
@@ -183,20 +191,25 @@ impl<A: Scripted> Fallback<A> {
         self.policy
     }
 
-    /// The policy's decision for a check Redis did not decide, or the error
-    /// to return. `open_for` is how long the breaker keeps Redis out of
-    /// reach (zero when it is closed).
+    /// The policy's decision for a check (or a `peek`) Redis did not
+    /// decide, or the error to return. `open_for` is how long the breaker
+    /// keeps Redis out of reach (zero when it is closed).
     pub(crate) fn decide(
         &self,
         key: &[u8],
         cost: u32,
+        peek: bool,
         limit: u32,
         open_for: Duration,
         cause: Unavailable,
     ) -> Result<Decision, Error> {
         let wait = open_for.max(Duration::from_nanos(1));
         let decision = match (&self.local, self.policy) {
-            (Some(local), _) => match local.check_n(key, cost) {
+            (Some(local), _) => match if peek {
+                local.peek(key)
+            } else {
+                local.check_n(key, cost)
+            } {
                 Ok(decision) => Some(decision),
                 // A new key beyond the local cap: denied until Redis is back.
                 Err(_) => Decision::from_parts(limit, 0, wait, wait),
@@ -227,4 +240,50 @@ pub enum Unavailable {
     /// made.
     #[error("circuit breaker open for another {0:?}")]
     BreakerOpen(Duration),
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Barrier;
+    use std::time::Duration;
+
+    use super::{Admission, Breaker};
+
+    #[test]
+    fn a_half_open_breaker_lets_exactly_one_probe_through() {
+        let breaker = Breaker::new(2, Duration::from_millis(20), Duration::from_secs(30));
+        breaker.failed();
+        assert!(
+            matches!(breaker.admit(), Admission::Send),
+            "one failure of two"
+        );
+        breaker.failed();
+        assert!(matches!(breaker.admit(), Admission::Skip(_)), "open");
+        std::thread::sleep(Duration::from_millis(30));
+        // Cooled down: of eight concurrent checks, one probes; the others
+        // wait for its outcome, however long the cooldown has been over.
+        let barrier = Barrier::new(8);
+        let probes = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| {
+                    scope.spawn(|| {
+                        barrier.wait();
+                        matches!(breaker.admit(), Admission::Send)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| usize::from(handle.join().expect("no panic")))
+                .sum::<usize>()
+        });
+        assert_eq!(probes, 1);
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(
+            matches!(breaker.admit(), Admission::Skip(_)),
+            "the probe is still out"
+        );
+        breaker.succeeded();
+        assert!(matches!(breaker.admit(), Admission::Send), "closed");
+    }
 }

@@ -180,7 +180,7 @@ impl<A: Scripted> RedisBuilder<A> {
     pub fn build(self, connection: Connection) -> Result<RedisLimiter<A>, ConfigError> {
         let limit = ScriptLimit::new::<A>(&self.quota)?;
         let fallback = Fallback::new(self.on_failure, &self.quota)?;
-        let namespace = Namespace::new(&self.prefix, &self.name, A::CODE, self.tag.as_deref())?;
+        let namespace = Namespace::new(&self.prefix, &self.name, &limit, self.tag.as_deref())?;
         let source = self.script.unwrap_or_else(|| SCRIPT.to_owned());
         let sha = redis::Script::new(&source).get_hash().to_owned();
         Ok(RedisLimiter {
@@ -258,9 +258,9 @@ impl<A: Scripted> RedisLimiter<A> {
 
     async fn decide(&self, key: &[u8], cost: u32, peek: bool) -> Result<Decision, Error> {
         validate_cost(cost, self.limit.burst)?;
-        let now = self.now();
-        let mut call = Call::new(now.arg, peek);
-        call.push(self.namespace.key(key), self.limit, cost);
+        let now = self.time.now();
+        let mut call = Call::new(peek);
+        call.push(self.namespace.key(key), self.limit, cost, &now);
         match call.send(&self.connection, &self.script).await {
             Ok(replies) => decision(&replies, self.limit.burst, now.fraction_ns),
             Err(Sent::Unavailable(cause)) => {
@@ -269,7 +269,7 @@ impl<A: Scripted> RedisLimiter<A> {
                     _ => self.connection.breaker().admit_peek().unwrap_or_default(),
                 };
                 self.fallback
-                    .decide(key, cost, self.limit.burst, open_for, cause)
+                    .decide(key, cost, peek, self.limit.burst, open_for, cause)
             }
             Err(Sent::Failed(error)) => Err(Error::Script(error)),
         }
@@ -281,12 +281,15 @@ impl<A: Scripted> RedisLimiter<A> {
             namespace: &self.namespace,
             limit: self.limit,
             script: &self.script,
-            now: Box::new(|| self.now()),
+            time: &self.time,
         }
     }
+}
 
+impl Time {
+    /// The time argument for a check now.
     fn now(&self) -> Now {
-        match &self.time {
+        match self {
             Time::Server => Now {
                 arg: String::new(),
                 fraction_ns: 0,
@@ -323,7 +326,7 @@ struct Erased<'a> {
     namespace: &'a Namespace,
     limit: ScriptLimit,
     script: &'a Script,
-    now: Box<dyn Fn() -> Now + Send + Sync + 'a>,
+    time: &'a Time,
 }
 
 /// The decisions of several limits checked together: admitted only if
@@ -370,15 +373,16 @@ impl Decisions {
 /// admits and each is charged its cost, or nothing is charged.
 ///
 /// The limiters must share one hash tag ([`RedisBuilder::hash_tag`]), so
-/// that Redis Cluster keeps their keys in one slot; time and connection
-/// are the first request's limiter's.
+/// that Redis Cluster keeps their keys in one slot, and one [`Connection`]
+/// (clones of one handle). Each limit is decided at its own limiter's time
+/// (the server's, or its clock's).
 ///
 /// # Errors
 ///
 /// [`Error::Unavailable`] when Redis cannot decide, whatever the limiters'
 /// failure policies (falling back limit by limit would not be all or
 /// nothing: the caller chooses), [`Error::Apart`] when the limiters do not
-/// share a hash tag, [`Error::SameKeyTwice`] when two requests name one
+/// share a hash tag and a connection, [`Error::SameKeyTwice`] when two requests name one
 /// limiter's one key (charge it once with their summed cost instead),
 /// [`Error::Check`] for an invalid cost (nothing is sent), and as
 /// [`RedisLimiter::check`].
@@ -390,9 +394,10 @@ pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
     };
     let tag = first.limiter.namespace.tag();
     if tag.is_none()
-        || requests
-            .iter()
-            .any(|request| request.limiter.namespace.tag() != tag)
+        || requests.iter().any(|request| {
+            request.limiter.namespace.tag() != tag
+                || !request.limiter.connection.same_as(first.limiter.connection)
+        })
     {
         return Err(Error::Apart);
     }
@@ -408,10 +413,18 @@ pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
             return Err(Error::SameKeyTwice);
         }
     }
-    let now = (first.limiter.now)();
-    let mut call = Call::new(now.arg, false);
-    for request in requests {
-        call.push(request.key.clone(), request.limiter.limit, request.cost);
+    let times: Vec<Now> = requests
+        .iter()
+        .map(|request| request.limiter.time.now())
+        .collect();
+    let mut call = Call::new(false);
+    for (request, now) in requests.iter().zip(&times) {
+        call.push(
+            request.key.clone(),
+            request.limiter.limit,
+            request.cost,
+            now,
+        );
     }
     let replies = match call
         .send(first.limiter.connection, first.limiter.script)
@@ -426,8 +439,11 @@ pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
     }
     let decisions = requests
         .iter()
+        .zip(&times)
         .zip(replies.chunks(4))
-        .map(|(request, reply)| decision(reply, request.limiter.limit.burst, now.fraction_ns))
+        .map(|((request, now), reply)| {
+            decision(reply, request.limiter.limit.burst, now.fraction_ns)
+        })
         .collect::<Result<_, _>>()?;
     Ok(Decisions { decisions })
 }
@@ -447,16 +463,17 @@ struct Call {
 }
 
 impl Call {
-    fn new(now: String, peek: bool) -> Self {
+    fn new(peek: bool) -> Self {
         Self {
             keys: Vec::new(),
-            args: vec![now, if peek { "1" } else { "0" }.to_owned()],
+            args: vec![if peek { "1" } else { "0" }.to_owned()],
         }
     }
 
-    fn push(&mut self, key: Vec<u8>, limit: ScriptLimit, cost: u32) {
+    fn push(&mut self, key: Vec<u8>, limit: ScriptLimit, cost: u32, now: &Now) {
         self.keys.push(key);
         self.args.extend([
+            now.arg.clone(),
             limit.code.to_owned(),
             cost.to_string(),
             limit.span_us.to_string(),
@@ -491,12 +508,17 @@ impl Call {
                 .arg(&self.args);
             command
         };
-        match connection.query(&command("EVALSHA", &script.sha)).await {
-            Err(Sent::Failed(error)) if error.kind() == ErrorKind::NoScriptError => {
-                connection.query(&command("EVAL", &script.source)).await
-            }
-            other => other,
-        }
+        // Both commands within one call timeout.
+        connection
+            .within(async {
+                match connection.send(&command("EVALSHA", &script.sha)).await {
+                    Err(error) if error.kind() == ErrorKind::NoScriptError => {
+                        connection.send(&command("EVAL", &script.source)).await
+                    }
+                    other => other,
+                }
+            })
+            .await
     }
 }
 

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use tollgate::Quota;
 use tollgate::algorithm::{FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
+use tollgate::clock::ManualClock;
 use tollgate_redis::{Error, RedisLimiter, Scripted, check_all};
 
 use support::redis::command;
@@ -142,6 +143,44 @@ fn limits_together(kind: Kind) {
         ]))
         .unwrap_err();
     assert!(matches!(error, Error::Apart), "{error}");
+    // One tag on another connection (perhaps another server): apart too.
+    let elsewhere = target.runtime.block_on(target.reconnect());
+    let far = RedisLimiter::builder("far", Quota::per_hour(5).unwrap())
+        .hash_tag("request")
+        .build(elsewhere)
+        .unwrap();
+    let error = target
+        .runtime
+        .block_on(check_all(&[
+            per_user.request("frank", 1),
+            far.request("frank", 1),
+        ]))
+        .unwrap_err();
+    assert!(matches!(error, Error::Apart), "{error}");
+    // Limiters on different clocks: each limit is decided at its own
+    // limiter's time. A client clock at 1 000 s stores a TAT of 1 000 s and
+    // one interval, whatever the server's time.
+    let clock = ManualClock::new();
+    clock.set_ns(1_000_000_000_000);
+    let clocked = RedisLimiter::builder("clocked", Quota::per_second(4).unwrap())
+        .hash_tag("request")
+        .clock(clock)
+        .build(target.connection.clone())
+        .unwrap();
+    let both = target
+        .runtime
+        .block_on(check_all(&[
+            per_user.request("grace", 1),
+            clocked.request("grace", 1),
+        ]))
+        .unwrap();
+    assert!(both.is_allowed());
+    let tat = target.get(&clocked.redis_key("grace"));
+    assert_eq!(
+        tat.as_deref(),
+        Some("1000250000"),
+        "µs: the clock's now plus 1/4 s"
+    );
 }
 
 #[test]
@@ -154,13 +193,93 @@ fn limits_checked_together_are_all_or_nothing_cluster() {
     limits_together(Kind::Cluster);
 }
 
-/// After an admission the key expires when it would decide as a fresh key:
-/// its PTTL is the rest time in milliseconds, rounded up.
-fn expires<A: Scripted>(target: &Target, quota: Quota, rest: Duration) {
-    let limiter = RedisLimiter::builder(format!("expiry-{}", A::CODE), quota)
-        .algorithm::<A>()
+fn pttl(target: &Target, key: &[u8]) -> i64 {
+    let port = target.ports()[0];
+    redis::cmd("PTTL")
+        .arg(key)
+        .query(&mut redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap())
+        .unwrap()
+}
+
+/// After each admission the key expires exactly when it would decide as a
+/// fresh key, on the clock that decided it, also when that clock stepped
+/// back behind the stored state: the PTTL is the time until then, in
+/// milliseconds rounded up, plus one (PX counts from a millisecond clock).
+/// The expected figures are worked out by hand for 10 per 10 s (interval
+/// 1 s, window 10 s): a first unit at 105 s, a second after the clock
+/// stepped back to `back_s`.
+fn expires<A: Scripted>(target: &Target, back_s: u64, first_ms: i64, second_ms: i64) {
+    let clock = ManualClock::new();
+    clock.set_ns(105_000_000_000);
+    let limiter = target.limiter::<A>(
+        Quota::new(10, Duration::from_secs(10)).unwrap(),
+        clock.clone(),
+    );
+    let key = limiter.redis_key("k");
+    for (now_s, expected_ms) in [(105, first_ms), (back_s, second_ms)] {
+        clock.set_ns(now_s * 1_000_000_000);
+        assert!(
+            target
+                .runtime
+                .block_on(limiter.check("k"))
+                .unwrap()
+                .is_allowed()
+        );
+        // Real time passes between the script and PTTL: a few ms at most.
+        let pttl = pttl(target, &key);
+        assert!(
+            pttl <= expected_ms && pttl > expected_ms - 250,
+            "{} at {now_s} s: PTTL {pttl} ms, fresh in {expected_ms} ms",
+            A::CODE
+        );
+    }
+}
+
+#[test]
+fn every_key_expires_when_it_would_be_fresh() {
+    let target = Target::start(Kind::Standalone);
+    // GCRA: TAT 106 s; at 97 s the debt is 9 s, one more unit fits and
+    // moves the TAT to 107 s.
+    expires::<Gcra>(&target, 97, 1_001, 10_001);
+    // Token bucket: 1 s owed at 105 s; a reading at 91 s is read as 105 s,
+    // 2 s owed: fresh at 107 s, 16 s after 91 s.
+    expires::<TokenBucket>(&target, 91, 1_001, 16_001);
+    // Fixed window: window [100, 110); 91 s reads as its first instant.
+    expires::<FixedWindow>(&target, 91, 5_001, 19_001);
+    // Counter: its count slides out at the end of the next window, 120 s.
+    expires::<SlidingWindowCounter>(&target, 91, 15_001, 29_001);
+    // Log: the units of 105 s leave at 115 s.
+    expires::<SlidingWindowLog>(&target, 91, 10_001, 24_001);
+}
+
+/// The default clock is the server's `TIME` in microseconds: a denial's
+/// wait is the exact rest of the interval (a server time read in seconds
+/// or milliseconds would report the whole interval), and a retry after it
+/// is admitted.
+#[test]
+fn server_time_gives_actionable_waits() {
+    let target = Target::start(Kind::Standalone);
+    let interval = Duration::from_millis(100);
+    let limiter = RedisLimiter::builder("server-time", Quota::new(5, 5 * interval).unwrap())
         .build(target.connection.clone())
         .unwrap();
+    for _ in 0..5 {
+        assert!(
+            target
+                .runtime
+                .block_on(limiter.check("k"))
+                .unwrap()
+                .is_allowed()
+        );
+    }
+    let denied = target.runtime.block_on(limiter.check("k")).unwrap();
+    let wait = denied.retry_after();
+    assert!(
+        !denied.is_allowed() && wait > Duration::ZERO && wait < interval,
+        "{denied:?}"
+    );
+    assert_eq!(wait.subsec_nanos() % 1_000, 0, "whole microseconds");
+    std::thread::sleep(wait);
     assert!(
         target
             .runtime
@@ -168,63 +287,36 @@ fn expires<A: Scripted>(target: &Target, quota: Quota, rest: Duration) {
             .unwrap()
             .is_allowed()
     );
-    let key = limiter.redis_key("k");
-    let port = target.ports()[0];
-    let pttl: i64 = redis::cmd("PTTL")
-        .arg(&key)
-        .query(&mut redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap())
-        .unwrap();
-    let rest_ms = i64::try_from(rest.as_millis()).unwrap();
-    assert!(
-        pttl > rest_ms - 1_000 && pttl <= rest_ms,
-        "{}: PTTL {pttl} ms against a rest of {rest_ms} ms",
-        A::CODE
-    );
 }
 
+/// A `SCAN` with a limiter's pattern finds its keys and no other's, even a
+/// key another limiter was given to look like them.
 #[test]
-fn every_key_expires_when_it_would_be_fresh() {
+fn the_key_pattern_matches_only_the_limiters_keys() {
     let target = Target::start(Kind::Standalone);
-    let quota = Quota::per_minute(60).unwrap();
-    // One unit of a 1-a-second quota: rested in 1 s.
-    expires::<Gcra>(&target, quota, Duration::from_secs(1));
-    expires::<TokenBucket>(&target, quota, Duration::from_secs(1));
-    // The window algorithms: at the window's end (fixed) or once the
-    // count has slid out (within two windows; the log: one window).
-    expires::<SlidingWindowLog>(&target, quota, Duration::from_secs(60));
-    let window = Quota::new(60, Duration::from_secs(3_600)).unwrap();
-    let limiter = RedisLimiter::builder("expiry-window", window)
-        .algorithm::<FixedWindow>()
+    let quota = Quota::per_hour(5).unwrap();
+    let victim = RedisLimiter::builder("victim", quota)
         .build(target.connection.clone())
         .unwrap();
-    let decision = target.runtime.block_on(limiter.check("k")).unwrap();
-    // The fixed window's key lives exactly until the window ends, which the
-    // decision's reset_after reports.
-    let port = target.ports()[0];
-    let mut connection = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
-    let pttl: u64 = redis::cmd("PTTL")
-        .arg(limiter.redis_key("k"))
-        .query(&mut connection)
-        .unwrap();
-    let reset_ms = u64::try_from(decision.reset_after().as_millis()).unwrap();
-    assert!(
-        pttl <= reset_ms + 1 && pttl + 1_000 > reset_ms,
-        "{pttl} vs {reset_ms}"
-    );
-    let limiter = RedisLimiter::builder("expiry-counter", window)
-        .algorithm::<SlidingWindowCounter>()
+    let other = RedisLimiter::builder("o", quota)
         .build(target.connection.clone())
         .unwrap();
-    let decision = target.runtime.block_on(limiter.check("k")).unwrap();
-    let pttl: u64 = redis::cmd("PTTL")
-        .arg(limiter.redis_key("k"))
-        .query(&mut connection)
-        .unwrap();
-    let reset_ms = u64::try_from(decision.reset_after().as_millis()).unwrap();
-    assert!(
-        pttl <= reset_ms + 1 && pttl + 1_000 > reset_ms,
-        "{pttl} vs {reset_ms}"
-    );
+    let victim_key = victim.redis_key("k");
+    let tag_end = victim_key.iter().position(|&b| b == b'}').unwrap();
+    // "}<victim's scope>z": with a `{*}` pattern the other key would match.
+    let mut crafted = victim_key[tag_end..victim_key.len() - 1].to_vec();
+    crafted.push(b'z');
+    for (limiter, key) in [(&victim, b"k".as_slice()), (&other, crafted.as_slice())] {
+        assert!(
+            target
+                .runtime
+                .block_on(limiter.check(key))
+                .unwrap()
+                .is_allowed()
+        );
+    }
+    assert_eq!(target.count_keys(&victim.key_pattern()), 1);
+    assert_eq!(target.count_keys(&other.key_pattern()), 1);
 }
 
 #[test]

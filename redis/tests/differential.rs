@@ -3,7 +3,9 @@
 //! Random quotas (intervals and windows in nanoseconds, most of them not
 //! whole microseconds) and random traces of (time step, key, cost, peek),
 //! with steps backwards as well as forwards, run through the Redis limiter
-//! with a client clock on microsecond instants, and through the in-process
+//! with a client clock on microsecond instants (the trace's time plus the
+//! real time elapsed, so that a key's expiry on the server's clock is part
+//! of what is compared), and through the in-process
 //! limiter of the same algorithm whose quota is the Redis one's: interval or
 //! window rounded up to the microsecond, computed here independently of the
 //! crate. Every step's result (decision or error) must be equal, once the
@@ -22,7 +24,7 @@ mod support {
     pub mod target;
 }
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
@@ -140,9 +142,17 @@ where
         builder = builder.script_source(script);
     }
     let limiter = builder.build(target.connection.clone()).unwrap();
-    let mut now_us = START_US as i64;
+    // The clock is the trace's time plus the real time elapsed since the
+    // case began: keys expire on the server's clock, and a client clock
+    // that stood still while real time passed would see them vanish before
+    // they would be fresh on it (RedisBuilder::clock). Both limiters read
+    // the same instant at every step.
+    let began = Instant::now();
+    let mut trace_us = START_US as i64;
     for (index, step) in case.steps.iter().enumerate() {
-        now_us = (now_us + step.per_mille * span_us / 1_000).max(START_US as i64 - 10 * span_us);
+        trace_us =
+            (trace_us + step.per_mille * span_us / 1_000).max(START_US as i64 - 10 * span_us);
+        let now_us = trace_us + began.elapsed().as_micros() as i64;
         clock.set_ns(now_us as u64 * 1_000);
         let key = [step.key];
         let (expected, actual) = if step.peek {

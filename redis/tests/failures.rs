@@ -13,7 +13,7 @@ use std::time::Duration;
 use tollgate::Quota;
 use tollgate_redis::{Connection, Error, OnFailure, Options, RedisLimiter, Unavailable};
 
-use support::redis::{RedisServer, command};
+use support::redis::{RedisCluster, RedisServer, command};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -77,12 +77,23 @@ fn a_killed_server_trips_the_breaker_and_a_restarted_one_is_used_again() {
             other => panic!("{other:?}"),
         }
     }
-    // The policies, while the breaker is open.
-    let denied = runtime.block_on(closed.check("k")).unwrap();
-    assert!(!denied.is_allowed());
-    assert!(denied.retry_after() > Duration::ZERO);
+    // The policies, while the breaker is open, for checks and peeks.
+    for denied in [
+        runtime.block_on(closed.check("k")).unwrap(),
+        runtime.block_on(closed.peek("k")).unwrap(),
+    ] {
+        assert!(!denied.is_allowed());
+        assert!(denied.retry_after() > Duration::ZERO);
+    }
     assert!(runtime.block_on(open.check("k")).unwrap().is_allowed());
-    // Half the quota locally: exactly 5 of 8 for one key.
+    assert!(runtime.block_on(open.peek("k")).unwrap().is_allowed());
+    // A peek asks the local share and takes nothing from it...
+    for _ in 0..3 {
+        let peeked = runtime.block_on(local.peek("k")).unwrap();
+        assert!(peeked.is_allowed());
+        assert_eq!(peeked.remaining(), 4, "after the unit it would take");
+    }
+    // ...and half the quota is there: exactly 5 of 8 for one key.
     let admitted = (0..8)
         .filter(|_| runtime.block_on(local.check("k")).unwrap().is_allowed())
         .count();
@@ -137,6 +148,44 @@ fn a_paused_server_times_out_and_the_late_script_still_counts_once() {
     assert_eq!(peeked.remaining(), 7);
 }
 
+/// The same on a Cluster: the client never resends a command whose reply
+/// it did not get (redis-rs would, by default), so the late script counts
+/// once.
+#[test]
+fn a_paused_cluster_times_out_and_the_late_script_still_counts_once() {
+    let runtime = runtime();
+    let cluster = RedisCluster::start().unwrap_or_else(|error| panic!("{error}"));
+    let urls: Vec<String> = cluster
+        .ports()
+        .iter()
+        .map(|port| format!("redis://127.0.0.1:{port}/"))
+        .collect();
+    let connection = runtime
+        .block_on(Connection::cluster_with(
+            urls.iter().map(String::as_str),
+            options(),
+        ))
+        .unwrap();
+    let limiter = RedisLimiter::builder("paused", Quota::per_hour(10).unwrap())
+        .on_failure(OnFailure::Deny)
+        .build(connection)
+        .unwrap();
+    assert!(runtime.block_on(limiter.check("k")).unwrap().is_allowed());
+    for port in cluster.ports() {
+        assert_eq!(
+            command(port, &["CLIENT", "PAUSE", "1000", "ALL"])
+                .unwrap()
+                .trim(),
+            "+OK"
+        );
+    }
+    let denied = runtime.block_on(limiter.check("k")).unwrap();
+    assert!(!denied.is_allowed());
+    std::thread::sleep(Duration::from_millis(1_200));
+    let peeked = runtime.block_on(limiter.peek("k")).unwrap();
+    assert_eq!(peeked.remaining(), 7);
+}
+
 #[test]
 fn credentials_are_required_and_checked() {
     let runtime = runtime();
@@ -157,6 +206,7 @@ fn credentials_are_required_and_checked() {
             "+get",
             "+set",
             "+lrange",
+            "+lindex",
             "+ltrim",
             "+lset",
             "+rpush",

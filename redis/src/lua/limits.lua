@@ -14,9 +14,9 @@
 --   through string.format("%d").
 --
 -- KEYS[i]            the Redis key of limit i
--- ARGV[1]            now in microseconds, or "" for the server's TIME
--- ARGV[2]            "1" to decide without writing (peek), else "0"
--- ARGV[3 + 4(i-1)..] limit i: algorithm, cost, constant a, constant b
+-- ARGV[1]            "1" to decide without writing (peek), else "0"
+-- ARGV[2 + 5(i-1)..] limit i: now in microseconds (or "" for the server's
+--                    TIME), algorithm, cost, constant a, constant b
 --   algorithm "g" GCRA and "t" token bucket: a = emission interval, b = burst
 --   algorithm "f" fixed window, "c" sliding window counter, "l" sliding
 --   log: a = window, b = burst
@@ -25,14 +25,19 @@
 -- (all or nothing). Returns four integers per limit: allowed (1 or 0),
 -- remaining, retry_after_us, reset_after_us.
 
-local now
-if ARGV[1] == "" then
-  local time = redis.call("TIME")
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-else
-  now = tonumber(ARGV[1])
+local peek = ARGV[1] == "1"
+
+local server_now
+local function now_of(arg)
+  if arg ~= "" then
+    return tonumber(arg)
+  end
+  if not server_now then
+    local time = redis.call("TIME")
+    server_now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  end
+  return server_now
 end
-local peek = ARGV[2] == "1"
 
 local function idiv(a, b)
   return math.floor(a / b)
@@ -46,10 +51,17 @@ local function int(n)
   return string.format("%d", n)
 end
 
--- A key expires when it would decide as a fresh key, `us` from now; PX
--- counts milliseconds, so round up.
-local function store(key, value, us)
-  redis.call("SET", key, value, "PX", ceil_div(us, 1000))
+-- A key expires when it would decide as a fresh key: at the instant
+-- `fresh`, which a state dated after now (the clock stepped back) puts
+-- later than the state's own rest time. PX counts whole milliseconds from
+-- a millisecond clock that can lag the microsecond now by up to 1 ms: round
+-- up and add one.
+local function ttl_ms(now, fresh)
+  return ceil_div(math.max(fresh - now, 0), 1000) + 1
+end
+
+local function store(key, value, now, fresh)
+  redis.call("SET", key, value, "PX", ttl_ms(now, fresh))
 end
 
 local function numbers(value)
@@ -84,19 +96,19 @@ end
 local decide = {}
 
 -- GCRA: the value is the theoretical arrival time (TAT).
-decide.g = function(key, cost, interval, burst)
+decide.g = function(key, now, cost, interval, burst)
   local tat = tonumber(redis.call("GET", key) or "0")
   local debt = 0
   if tat > now then
     debt = tat - now
   end
   return debt_decision(debt, cost, interval, burst, function(new_debt)
-    store(key, int(now + new_debt), new_debt)
+    store(key, int(now + new_debt), now, now + new_debt)
   end)
 end
 
 -- Token bucket: the value is "deficit last".
-decide.t = function(key, cost, interval, burst)
+decide.t = function(key, now, cost, interval, burst)
   local state = numbers(redis.call("GET", key))
   local deficit, last = state[1] or 0, state[2] or 0
   local at = now
@@ -108,13 +120,13 @@ decide.t = function(key, cost, interval, burst)
     deficit = 0
   end
   return debt_decision(deficit, cost, interval, burst, function(new_deficit)
-    store(key, int(new_deficit) .. " " .. int(at), new_deficit)
+    store(key, int(new_deficit) .. " " .. int(at), now, at + new_deficit)
   end)
 end
 
 -- Fixed window: the value is "window_index count". A reading from before
 -- the stored window is that window's first instant.
-decide.f = function(key, cost, window, burst)
+decide.f = function(key, now, cost, window, burst)
   local state = numbers(redis.call("GET", key))
   local stored_index, count = state[1] or 0, state[2] or 0
   local index = idiv(now, window)
@@ -128,7 +140,7 @@ decide.f = function(key, cost, window, burst)
   local free = math.max(burst - count, 0)
   if cost <= free then
     return { 1, free - cost, 0, ends_in }, function()
-      store(key, int(index) .. " " .. int(count + cost), ends_in)
+      store(key, int(index) .. " " .. int(count + cost), now, (index + 1) * window)
     end
   end
   return { 0, free, ends_in, ends_in }
@@ -137,7 +149,7 @@ end
 -- Sliding window counter: the value is "window_index previous current";
 -- the previous window's count weighs by the part of it still inside the
 -- sliding window, in exact integers scaled by the window.
-decide.c = function(key, cost, window, burst)
+decide.c = function(key, now, cost, window, burst)
   local state = numbers(redis.call("GET", key))
   local stored_index, previous, current = state[1] or 0, state[2] or 0, state[3] or 0
   local index = idiv(now, window)
@@ -170,7 +182,9 @@ decide.c = function(key, cost, window, burst)
   if cost <= free then
     local reset = reset_after(previous, current + cost)
     return { 1, free - cost, 0, reset }, function()
-      store(key, int(index) .. " " .. int(previous) .. " " .. int(current + cost), reset)
+      -- Fresh once the current count has slid out: two windows on.
+      store(key, int(index) .. " " .. int(previous) .. " " .. int(current + cost),
+        now, (index + 2) * window)
     end
   end
   local room_now = math.max(burst - current, 0)
@@ -183,63 +197,90 @@ decide.c = function(key, cost, window, burst)
   return { 0, free, retry, reset_after(previous, current) }
 end
 
--- Sliding log: a list of runs "stamp count", oldest first; a unit leaves
--- the window `window` after its stamp. A reading older than the newest
--- stamp is the newest stamp's instant.
-decide.l = function(key, cost, window, burst)
-  local runs = redis.call("LRANGE", key, 0, -1)
-  local stamps, counts = {}, {}
-  for i, run in ipairs(runs) do
-    local parsed = numbers(run)
-    stamps[i], counts[i] = parsed[1], parsed[2]
-  end
-  local newest = stamps[#stamps]
+-- Sliding log: a list of runs "stamp count", oldest first, whose newest
+-- run also holds the units of the whole list ("stamp count total"); a unit
+-- leaves the window `window` after its stamp, and a reading older than the
+-- newest stamp is that stamp's instant. With the total, a check reads only
+-- the runs that have left the window (an admission trims them, so each is
+-- read about once) and, to deny, the runs that must leave for the cost to
+-- fit: O(expired + cost) runs, never the whole list of up to `burst`.
+decide.l = function(key, now, cost, window, burst)
+  local newest = numbers(redis.call("LINDEX", key, -1))
+  local newest_stamp, newest_count, total = newest[1], newest[2], newest[3] or 0
   local at = now
-  if newest and at < newest then
-    at = newest
+  if newest_stamp and at < newest_stamp then
+    at = newest_stamp
   end
-  local first_live, live = #stamps + 1, 0
-  for i = #stamps, 1, -1 do
-    if stamps[i] + window <= at then
+  -- Run i (from 0, oldest first), fetched in doubling chunks: LRANGE walks
+  -- from the head, so reading n runs costs O(n).
+  local fetched, next_index, chunk = {}, 0, 8
+  local function run(i)
+    while i >= next_index do
+      local more = redis.call("LRANGE", key, next_index, next_index + chunk - 1)
+      if #more == 0 then
+        return nil
+      end
+      for j, value in ipairs(more) do
+        fetched[next_index + j - 1] = numbers(value)
+      end
+      next_index, chunk = next_index + #more, chunk * 2
+    end
+    return fetched[i]
+  end
+  local first_live, expired = 0, 0
+  while true do
+    local oldest = run(first_live)
+    if not oldest or oldest[1] + window > at then
       break
     end
-    first_live, live = i, live + counts[i]
+    first_live, expired = first_live + 1, expired + oldest[2]
   end
+  local live = total - expired
   local free = math.max(burst - live, 0)
   if cost <= free then
     return { 1, free - cost, 0, window }, function()
-      if first_live > 1 then
-        redis.call("LTRIM", key, first_live - 1, -1)
+      if first_live > 0 then
+        redis.call("LTRIM", key, first_live, -1)
       end
-      if newest == at and first_live <= #stamps then
-        redis.call("LSET", key, -1, int(at) .. " " .. int(counts[#stamps] + cost))
-      else
-        redis.call("RPUSH", key, int(at) .. " " .. int(cost))
+      local units = int(live + cost)
+      if newest_stamp and newest_stamp + window > at then
+        if newest_stamp == at then
+          redis.call("LSET", key, -1, int(at) .. " " .. int(newest_count + cost) .. " " .. units)
+          units = nil
+        else
+          redis.call("LSET", key, -1, int(newest_stamp) .. " " .. int(newest_count))
+        end
       end
-      redis.call("PEXPIRE", key, ceil_div(window, 1000))
+      if units then
+        redis.call("RPUSH", key, int(at) .. " " .. int(cost) .. " " .. units)
+      end
+      redis.call("PEXPIRE", key, ttl_ms(now, at + window))
     end
   end
   -- The stamp of the last unit that must leave for `cost` to fit.
-  local must_leave, deciding = live + cost - burst, at
-  for i = first_live, #stamps do
-    must_leave = must_leave - counts[i]
-    if must_leave <= 0 then
-      deciding = stamps[i]
+  local must_leave, deciding, i = live + cost - burst, at, first_live
+  while must_leave > 0 do
+    local oldest = run(i)
+    if not oldest then
       break
+    end
+    must_leave, i = must_leave - oldest[2], i + 1
+    if must_leave <= 0 then
+      deciding = oldest[1]
     end
   end
   local reset = 0
-  if newest then
-    reset = math.max(newest + window - at, 0)
+  if newest_stamp then
+    reset = math.max(newest_stamp + window - at, 0)
   end
   return { 0, free, deciding + window - at, reset }
 end
 
 local replies, commits, all_allowed = {}, {}, true
 for i = 1, #KEYS do
-  local at = 3 + 4 * (i - 1)
-  local reply, commit = decide[ARGV[at]](KEYS[i], tonumber(ARGV[at + 1]),
-    tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]))
+  local at = 2 + 5 * (i - 1)
+  local reply, commit = decide[ARGV[at + 1]](KEYS[i], now_of(ARGV[at]),
+    tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]))
   all_allowed = all_allowed and reply[1] == 1
   commits[i] = commit
   for j = 1, 4 do

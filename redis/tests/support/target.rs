@@ -27,6 +27,8 @@ enum Servers {
 pub struct Target {
     pub runtime: tokio::runtime::Runtime,
     pub connection: Connection,
+    kind: Kind,
+    urls: Vec<String>,
     ports: Vec<u16>,
     next_name: AtomicU32,
     _servers: Servers,
@@ -55,21 +57,34 @@ impl Target {
             .iter()
             .map(|port| format!("redis://127.0.0.1:{port}/"))
             .collect();
-        let connection = runtime
-            .block_on(async {
-                match kind {
-                    Kind::Standalone => Connection::open(urls[0].as_str()).await,
-                    Kind::Cluster => Connection::cluster(urls.iter().map(String::as_str)).await,
-                }
-            })
-            .unwrap_or_else(|error| panic!("connecting to {urls:?}: {error}"));
+        let connection = runtime.block_on(connect(kind, &urls));
         Self {
             runtime,
             connection,
+            kind,
+            urls,
             ports,
             next_name: AtomicU32::new(0),
             _servers: servers,
         }
+    }
+
+    /// A second connection to the same servers, apart from the first.
+    pub async fn reconnect(&self) -> Connection {
+        connect(self.kind, &self.urls).await
+    }
+
+    /// The string value of a Redis key, read from whichever master holds
+    /// it.
+    pub fn get(&self, key: &[u8]) -> Option<String> {
+        self.ports.iter().find_map(|port| {
+            let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+            redis::cmd("GET")
+                .arg(key)
+                .query::<Option<String>>(&mut client.get_connection().unwrap())
+                .ok()
+                .flatten()
+        })
     }
 
     /// The servers' ports (the masters', for a Cluster).
@@ -113,4 +128,12 @@ impl Target {
         }
         count
     }
+}
+
+async fn connect(kind: Kind, urls: &[String]) -> Connection {
+    match kind {
+        Kind::Standalone => Connection::open(urls[0].as_str()).await,
+        Kind::Cluster => Connection::cluster(urls.iter().map(String::as_str)).await,
+    }
+    .unwrap_or_else(|error| panic!("connecting to {urls:?}: {error}"))
 }
