@@ -100,9 +100,9 @@ impl Connection {
         let client = redis::Client::open(url)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(options.connect_timeout)
-            .set_response_timeout(options.call_timeout)
             // Reconnection is retried in the background by the next calls;
-            // a call never waits for more than one attempt.
+            // a call never waits for more than one attempt. No response
+            // timeout here: `within` times the whole call (one timer).
             .set_number_of_retries(1);
         let manager = ConnectionManager::new_with_config(client, config).await?;
         Ok(Self::new(Inner::Standalone(manager), options))

@@ -80,7 +80,11 @@ impl Namespace {
             // Eight hex digits of the 64-bit hash's fold: 2^32 tags spread
             // keys evenly over 16 384 slots.
             let folded = (hash ^ (hash >> 32)) & 0xffff_ffff;
-            encoded.extend_from_slice(format!("{folded:08x}").as_bytes());
+            encoded.extend(
+                (0..8)
+                    .rev()
+                    .map(|digit| HEX[(folded >> (4 * digit)) as usize & 0xf]),
+            );
         }
         encoded.push(b'}');
         encoded.extend_from_slice(&self.scope);
@@ -122,6 +126,8 @@ impl Namespace {
         pattern
     }
 }
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 

@@ -291,7 +291,7 @@ impl Time {
     fn now(&self) -> Now {
         match self {
             Time::Server => Now {
-                arg: String::new(),
+                us: None,
                 fraction_ns: 0,
             },
             Time::Client(clock) => {
@@ -299,12 +299,12 @@ impl Time {
                 let now_us = reading_ns / 1_000;
                 if now_us >= END_OF_TIME_US {
                     Now {
-                        arg: END_OF_TIME_US.to_string(),
+                        us: Some(END_OF_TIME_US),
                         fraction_ns: 0,
                     }
                 } else {
                     Now {
-                        arg: now_us.to_string(),
+                        us: Some(now_us),
                         fraction_ns: reading_ns % 1_000,
                     }
                 }
@@ -452,33 +452,50 @@ pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
 /// microsecond it was rounded down to (so that waits can be told from the
 /// reading itself).
 struct Now {
-    arg: String,
+    /// Microseconds, or `None` for the server's `TIME`.
+    us: Option<u64>,
     fraction_ns: u64,
 }
 
-/// One call of the script: its keys and arguments.
-struct Call {
-    keys: Vec<Vec<u8>>,
-    args: Vec<String>,
+/// One call of the script: its keys and arguments, written straight into
+/// the command (the `EVAL` fallback writes them again).
+struct Call<'a> {
+    peek: bool,
+    limits: Vec<(Vec<u8>, ScriptLimit, u32, &'a Now)>,
 }
 
-impl Call {
+impl<'a> Call<'a> {
     fn new(peek: bool) -> Self {
         Self {
-            keys: Vec::new(),
-            args: vec![if peek { "1" } else { "0" }.to_owned()],
+            peek,
+            limits: Vec::new(),
         }
     }
 
-    fn push(&mut self, key: Vec<u8>, limit: ScriptLimit, cost: u32, now: &Now) {
-        self.keys.push(key);
-        self.args.extend([
-            now.arg.clone(),
-            limit.code.to_owned(),
-            cost.to_string(),
-            limit.span_us.to_string(),
-            limit.burst.to_string(),
-        ]);
+    fn push(&mut self, key: Vec<u8>, limit: ScriptLimit, cost: u32, now: &'a Now) {
+        self.limits.push((key, limit, cost, now));
+    }
+
+    /// `EVALSHA` or `EVAL` (`name`) of `body`, with the keys and arguments.
+    fn command(&self, name: &str, body: &str) -> redis::Cmd {
+        let mut command = redis::cmd(name);
+        command.arg(body).arg(self.limits.len());
+        for (key, ..) in &self.limits {
+            command.arg(key);
+        }
+        command.arg(if self.peek { "1" } else { "0" });
+        for (_, limit, cost, now) in &self.limits {
+            match now.us {
+                Some(us) => command.arg(us),
+                None => command.arg(""),
+            };
+            command
+                .arg(limit.code)
+                .arg(cost)
+                .arg(limit.span_us)
+                .arg(limit.burst);
+        }
+        command
     }
 
     /// Runs the call unless the connection's breaker is open, and tells
@@ -499,21 +516,12 @@ impl Call {
 
     /// `EVALSHA`, or `EVAL` when the server has not got the script.
     async fn run(&self, connection: &Connection, script: &Script) -> Result<Vec<i64>, Sent> {
-        let command = |name: &str, body: &str| {
-            let mut command = redis::cmd(name);
-            command
-                .arg(body)
-                .arg(self.keys.len())
-                .arg(&self.keys)
-                .arg(&self.args);
-            command
-        };
         // Both commands within one call timeout.
         connection
             .within(async {
-                match connection.send(&command("EVALSHA", &script.sha)).await {
+                match connection.send(&self.command("EVALSHA", &script.sha)).await {
                     Err(error) if error.kind() == ErrorKind::NoScriptError => {
-                        connection.send(&command("EVAL", &script.source)).await
+                        connection.send(&self.command("EVAL", &script.source)).await
                     }
                     other => other,
                 }

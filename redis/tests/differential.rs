@@ -293,8 +293,8 @@ fn canary_truncation_where_the_wait_rounds_up_is_caught() {
 #[test]
 fn canary_a_float_division_is_caught() {
     let script = planted(
-        "local stored_index, count = state[1] or 0, state[2] or 0\n  local index = idiv(now, window)",
-        "local stored_index, count = state[1] or 0, state[2] or 0\n  local index = now / window",
+        "local stored_index, count = state[1] or 0, state[2] or 0\n    local index = idiv(now, window)",
+        "local stored_index, count = state[1] or 0, state[2] or 0\n    local index = now / window",
     );
     assert_caught::<FixedWindow>(&script, "float division");
 }

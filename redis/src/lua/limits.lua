@@ -24,23 +24,16 @@
 -- All limits are decided first; only if every one admits are they written
 -- (all or nothing). Returns four integers per limit: allowed (1 or 0),
 -- remaining, retry_after_us, reset_after_us.
+--
+-- The whole chunk runs on every call, so it creates few closures (each is
+-- an allocation): the algorithms are branches of one loop, and a limit's
+-- writes are recorded as commands, run at the end if all admit.
 
 local peek = ARGV[1] == "1"
-
-local server_now
-local function now_of(arg)
-  if arg ~= "" then
-    return tonumber(arg)
-  end
-  if not server_now then
-    local time = redis.call("TIME")
-    server_now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-  end
-  return server_now
-end
+local floor = math.floor
 
 local function idiv(a, b)
-  return math.floor(a / b)
+  return floor(a / b)
 end
 
 local function ceil_div(a, b)
@@ -49,6 +42,15 @@ end
 
 local function int(n)
   return string.format("%d", n)
+end
+
+-- The integers of a stored value, in order.
+local function numbers(value)
+  local parsed = {}
+  for word in string.gmatch(value or "", "%d+") do
+    parsed[#parsed + 1] = tonumber(word)
+  end
+  return parsed
 end
 
 -- A key expires when it would decide as a fresh key: at the instant
@@ -60,236 +62,232 @@ local function ttl_ms(now, fresh)
   return ceil_div(math.max(fresh - now, 0), 1000) + 1
 end
 
-local function store(key, value, now, fresh)
-  redis.call("SET", key, value, "PX", ttl_ms(now, fresh))
-end
-
-local function numbers(value)
-  local parsed = {}
-  for word in string.gmatch(value or "", "%d+") do
-    parsed[#parsed + 1] = tonumber(word)
-  end
-  return parsed
-end
-
--- GCRA and the token bucket: a key owes `debt` microseconds of refill; a
--- cost fits while debt + cost * interval <= burst * interval.
-local function debt_decision(debt, cost, interval, burst, write)
-  local tolerance = burst * interval
-  local cost_us = cost * interval
-  local max_debt = tolerance - cost_us
-  local function units_free(d)
-    if tolerance - d < interval then
-      return 0
-    end
-    return idiv(tolerance - d, interval)
-  end
-  if debt <= max_debt then
-    local new_debt = debt + cost_us
-    return { 1, units_free(new_debt), 0, new_debt }, function()
-      write(new_debt)
-    end
-  end
-  return { 0, units_free(debt), debt - max_debt, debt }
-end
-
-local decide = {}
-
--- GCRA: the value is the theoretical arrival time (TAT).
-decide.g = function(key, now, cost, interval, burst)
-  local tat = tonumber(redis.call("GET", key) or "0")
-  local debt = 0
-  if tat > now then
-    debt = tat - now
-  end
-  return debt_decision(debt, cost, interval, burst, function(new_debt)
-    store(key, int(now + new_debt), now, now + new_debt)
-  end)
-end
-
--- Token bucket: the value is "deficit last".
-decide.t = function(key, now, cost, interval, burst)
-  local state = numbers(redis.call("GET", key))
-  local deficit, last = state[1] or 0, state[2] or 0
-  local at = now
-  if at < last then
-    at = last
-  end
-  deficit = deficit - (at - last)
-  if deficit < 0 then
-    deficit = 0
-  end
-  return debt_decision(deficit, cost, interval, burst, function(new_deficit)
-    store(key, int(new_deficit) .. " " .. int(at), now, at + new_deficit)
-  end)
-end
-
--- Fixed window: the value is "window_index count". A reading from before
--- the stored window is that window's first instant.
-decide.f = function(key, now, cost, window, burst)
-  local state = numbers(redis.call("GET", key))
-  local stored_index, count = state[1] or 0, state[2] or 0
-  local index = idiv(now, window)
-  local elapsed = now - index * window
-  if index < stored_index then
-    index, elapsed = stored_index, 0
-  elseif index > stored_index then
-    count = 0
-  end
-  local ends_in = window - elapsed
-  local free = math.max(burst - count, 0)
-  if cost <= free then
-    return { 1, free - cost, 0, ends_in }, function()
-      store(key, int(index) .. " " .. int(count + cost), now, (index + 1) * window)
-    end
-  end
-  return { 0, free, ends_in, ends_in }
-end
-
--- Sliding window counter: the value is "window_index previous current";
--- the previous window's count weighs by the part of it still inside the
--- sliding window, in exact integers scaled by the window.
-decide.c = function(key, now, cost, window, burst)
-  local state = numbers(redis.call("GET", key))
-  local stored_index, previous, current = state[1] or 0, state[2] or 0, state[3] or 0
-  local index = idiv(now, window)
-  local elapsed = now - index * window
-  if index < stored_index then
-    index, elapsed = stored_index, 0
-  elseif index == stored_index + 1 then
-    previous, current = current, 0
-  elseif index > stored_index then
-    previous, current = 0, 0
-  end
-  local carried = previous * (window - elapsed)
-  local free = math.max(idiv(math.max(burst * window - carried, 0), window) - current, 0)
-  -- How far into the window the previous count has slid out enough to
-  -- leave `room` units: window * (previous - room) / previous, rounded up.
-  local function earliest_offset(count, room)
-    if count == 0 or room >= count then
-      return 0
-    end
-    return ceil_div(window * (count - room), count)
-  end
-  local function reset_after(prev, cur)
-    if cur > 0 then
-      return 2 * window - elapsed
-    elseif prev > 0 then
-      return window - elapsed
-    end
-    return 0
-  end
-  if cost <= free then
-    local reset = reset_after(previous, current + cost)
-    return { 1, free - cost, 0, reset }, function()
-      -- Fresh once the current count has slid out: two windows on.
-      store(key, int(index) .. " " .. int(previous) .. " " .. int(current + cost),
-        now, (index + 2) * window)
-    end
-  end
-  local room_now = math.max(burst - current, 0)
-  local retry
-  if cost <= room_now then
-    retry = earliest_offset(previous, room_now - cost) - elapsed
+local server_now
+local replies, writes, all_allowed = {}, {}, true
+for i = 1, #KEYS do
+  local key, at = KEYS[i], 2 + 5 * (i - 1)
+  local now = ARGV[at]
+  if now ~= "" then
+    now = tonumber(now)
   else
-    retry = (window - elapsed) + earliest_offset(current, burst - cost)
+    if not server_now then
+      local time = redis.call("TIME")
+      server_now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    end
+    now = server_now
   end
-  return { 0, free, retry, reset_after(previous, current) }
-end
+  local code = ARGV[at + 1]
+  local cost, a, b = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
+  local allowed, remaining, retry, reset
 
--- Sliding log: a list of runs "stamp count", oldest first, whose newest
--- run also holds the units of the whole list ("stamp count total"); a unit
--- leaves the window `window` after its stamp, and a reading older than the
--- newest stamp is that stamp's instant. With the total, a check reads only
--- the runs that have left the window (an admission trims them, so each is
--- read about once) and, to deny, the runs that must leave for the cost to
--- fit: O(expired + cost) runs, never the whole list of up to `burst`.
-decide.l = function(key, now, cost, window, burst)
-  local newest = numbers(redis.call("LINDEX", key, -1))
-  local newest_stamp, newest_count, total = newest[1], newest[2], newest[3] or 0
-  local at = now
-  if newest_stamp and at < newest_stamp then
-    at = newest_stamp
-  end
-  -- Run i (from 0, oldest first), fetched in doubling chunks: LRANGE walks
-  -- from the head, so reading n runs costs O(n).
-  local fetched, next_index, chunk = {}, 0, 8
-  local function run(i)
-    while i >= next_index do
-      local more = redis.call("LRANGE", key, next_index, next_index + chunk - 1)
-      if #more == 0 then
-        return nil
+  if code == "g" or code == "t" then
+    -- GCRA and the token bucket: a key owes `debt` microseconds of refill
+    -- (a = interval, b = burst); a cost fits while
+    -- debt + cost * interval <= burst * interval.
+    local interval, burst = a, b
+    local debt, last_at = 0, now
+    if code == "g" then
+      -- The value is the theoretical arrival time (TAT).
+      local tat = tonumber(redis.call("GET", key) or "0")
+      if tat > now then
+        debt = tat - now
       end
-      for j, value in ipairs(more) do
-        fetched[next_index + j - 1] = numbers(value)
+    else
+      -- The value is "deficit last"; a reading before `last` is `last`.
+      local state = numbers(redis.call("GET", key))
+      local deficit, last = state[1] or 0, state[2] or 0
+      if last_at < last then
+        last_at = last
       end
-      next_index, chunk = next_index + #more, chunk * 2
+      debt = math.max(deficit - (last_at - last), 0)
     end
-    return fetched[i]
-  end
-  local first_live, expired = 0, 0
-  while true do
-    local oldest = run(first_live)
-    if not oldest or oldest[1] + window > at then
-      break
+    local tolerance = burst * interval
+    local max_debt = tolerance - cost * interval
+    if debt <= max_debt then
+      allowed, retry = 1, 0
+      debt = debt + cost * interval
+      if code == "g" then
+        writes[#writes + 1] = { "SET", key, int(now + debt), "PX", ttl_ms(now, now + debt) }
+      else
+        writes[#writes + 1] = { "SET", key, int(debt) .. " " .. int(last_at), "PX",
+          ttl_ms(now, last_at + debt) }
+      end
+    else
+      allowed, retry = 0, debt - max_debt
     end
-    first_live, expired = first_live + 1, expired + oldest[2]
-  end
-  local live = total - expired
-  local free = math.max(burst - live, 0)
-  if cost <= free then
-    return { 1, free - cost, 0, window }, function()
+    remaining, reset = 0, debt
+    if tolerance - debt >= interval then
+      remaining = idiv(tolerance - debt, interval)
+    end
+
+  elseif code == "f" then
+    -- Fixed window: the value is "window_index count" (a = window, b =
+    -- burst). A reading from before the stored window is that window's
+    -- first instant.
+    local window, burst = a, b
+    local state = numbers(redis.call("GET", key))
+    local stored_index, count = state[1] or 0, state[2] or 0
+    local index = idiv(now, window)
+    local elapsed = now - index * window
+    if index < stored_index then
+      index, elapsed = stored_index, 0
+    elseif index > stored_index then
+      count = 0
+    end
+    local free = math.max(burst - count, 0)
+    reset = window - elapsed
+    if cost <= free then
+      allowed, remaining, retry = 1, free - cost, 0
+      writes[#writes + 1] = { "SET", key, int(index) .. " " .. int(count + cost), "PX",
+        ttl_ms(now, (index + 1) * window) }
+    else
+      allowed, remaining, retry = 0, free, reset
+    end
+
+  elseif code == "c" then
+    -- Sliding window counter: the value is "window_index previous
+    -- current"; the previous window's count weighs by the part of it still
+    -- inside the sliding window, in exact integers scaled by the window.
+    local window, burst = a, b
+    local state = numbers(redis.call("GET", key))
+    local stored_index, previous, current = state[1] or 0, state[2] or 0, state[3] or 0
+    local index = idiv(now, window)
+    local elapsed = now - index * window
+    if index < stored_index then
+      index, elapsed = stored_index, 0
+    elseif index == stored_index + 1 then
+      previous, current = current, 0
+    elseif index > stored_index then
+      previous, current = 0, 0
+    end
+    local carried = previous * (window - elapsed)
+    local free = math.max(idiv(math.max(burst * window - carried, 0), window) - current, 0)
+    if cost <= free then
+      allowed, remaining, retry = 1, free - cost, 0
+      -- Fresh once the current count has slid out: two windows on.
+      reset = 2 * window - elapsed
+      writes[#writes + 1] = { "SET", key,
+        int(index) .. " " .. int(previous) .. " " .. int(current + cost), "PX",
+        ttl_ms(now, (index + 2) * window) }
+    else
+      allowed, remaining = 0, free
+      -- How far into the window `count` has slid out enough to leave
+      -- `room` units: window * (count - room) / count, rounded up.
+      local function earliest_offset(count, room)
+        if count == 0 or room >= count then
+          return 0
+        end
+        return ceil_div(window * (count - room), count)
+      end
+      local room_now = math.max(burst - current, 0)
+      if cost <= room_now then
+        retry = earliest_offset(previous, room_now - cost) - elapsed
+      else
+        retry = (window - elapsed) + earliest_offset(current, burst - cost)
+      end
+      if current > 0 then
+        reset = 2 * window - elapsed
+      elseif previous > 0 then
+        reset = window - elapsed
+      else
+        reset = 0
+      end
+    end
+
+  elseif code == "l" then
+    -- Sliding log: a list of runs "stamp count", oldest first, whose
+    -- newest run also holds the units of the whole list ("stamp count
+    -- total"); a unit leaves the window `window` (a) after its stamp, and a
+    -- reading older than the newest stamp is that stamp's instant. With the
+    -- total, a check reads only the runs that have left the window (an
+    -- admission trims them, so each is read about once) and, to deny, the
+    -- runs that must leave for the cost to fit: O(expired + cost) runs,
+    -- never the whole list of up to `burst`.
+    local window, burst = a, b
+    local newest = numbers(redis.call("LINDEX", key, -1))
+    local newest_stamp, newest_count, total = newest[1], newest[2], newest[3] or 0
+    local stamp = now
+    if newest_stamp and stamp < newest_stamp then
+      stamp = newest_stamp
+    end
+    -- Run j (from 0, oldest first), fetched in doubling chunks: LRANGE
+    -- walks from the head, so reading n runs costs O(n).
+    local fetched, next_index, chunk = {}, 0, 8
+    local function run(j)
+      while j >= next_index do
+        local more = redis.call("LRANGE", key, next_index, next_index + chunk - 1)
+        if #more == 0 then
+          return nil
+        end
+        for k, value in ipairs(more) do
+          fetched[next_index + k - 1] = numbers(value)
+        end
+        next_index, chunk = next_index + #more, chunk * 2
+      end
+      return fetched[j]
+    end
+    local first_live, expired = 0, 0
+    while true do
+      local oldest = run(first_live)
+      if not oldest or oldest[1] + window > stamp then
+        break
+      end
+      first_live, expired = first_live + 1, expired + oldest[2]
+    end
+    local live = total - expired
+    local free = math.max(burst - live, 0)
+    if cost <= free then
+      allowed, remaining, retry, reset = 1, free - cost, 0, window
       if first_live > 0 then
-        redis.call("LTRIM", key, first_live, -1)
+        writes[#writes + 1] = { "LTRIM", key, first_live, -1 }
       end
       local units = int(live + cost)
-      if newest_stamp and newest_stamp + window > at then
-        if newest_stamp == at then
-          redis.call("LSET", key, -1, int(at) .. " " .. int(newest_count + cost) .. " " .. units)
+      if newest_stamp and newest_stamp + window > stamp then
+        if newest_stamp == stamp then
+          writes[#writes + 1] = { "LSET", key, -1,
+            int(stamp) .. " " .. int(newest_count + cost) .. " " .. units }
           units = nil
         else
-          redis.call("LSET", key, -1, int(newest_stamp) .. " " .. int(newest_count))
+          writes[#writes + 1] = { "LSET", key, -1, int(newest_stamp) .. " " .. int(newest_count) }
         end
       end
       if units then
-        redis.call("RPUSH", key, int(at) .. " " .. int(cost) .. " " .. units)
+        writes[#writes + 1] = { "RPUSH", key, int(stamp) .. " " .. int(cost) .. " " .. units }
       end
-      redis.call("PEXPIRE", key, ttl_ms(now, at + window))
+      writes[#writes + 1] = { "PEXPIRE", key, ttl_ms(now, stamp + window) }
+    else
+      -- The stamp of the last unit that must leave for `cost` to fit.
+      local must_leave, deciding, j = live + cost - burst, stamp, first_live
+      while must_leave > 0 do
+        local oldest = run(j)
+        if not oldest then
+          break
+        end
+        must_leave, j = must_leave - oldest[2], j + 1
+        if must_leave <= 0 then
+          deciding = oldest[1]
+        end
+      end
+      allowed, remaining, retry, reset = 0, free, deciding + window - stamp, 0
+      if newest_stamp then
+        reset = math.max(newest_stamp + window - stamp, 0)
+      end
     end
+
+  else
+    return redis.error_reply("tollgate: unknown algorithm " .. tostring(code))
   end
-  -- The stamp of the last unit that must leave for `cost` to fit.
-  local must_leave, deciding, i = live + cost - burst, at, first_live
-  while must_leave > 0 do
-    local oldest = run(i)
-    if not oldest then
-      break
-    end
-    must_leave, i = must_leave - oldest[2], i + 1
-    if must_leave <= 0 then
-      deciding = oldest[1]
-    end
-  end
-  local reset = 0
-  if newest_stamp then
-    reset = math.max(newest_stamp + window - at, 0)
-  end
-  return { 0, free, deciding + window - at, reset }
+
+  all_allowed = all_allowed and allowed == 1
+  replies[#replies + 1] = allowed
+  replies[#replies + 1] = remaining
+  replies[#replies + 1] = retry
+  replies[#replies + 1] = reset
 end
 
-local replies, commits, all_allowed = {}, {}, true
-for i = 1, #KEYS do
-  local at = 2 + 5 * (i - 1)
-  local reply, commit = decide[ARGV[at + 1]](KEYS[i], now_of(ARGV[at]),
-    tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]))
-  all_allowed = all_allowed and reply[1] == 1
-  commits[i] = commit
-  for j = 1, 4 do
-    replies[#replies + 1] = reply[j]
-  end
-end
 if all_allowed and not peek then
-  for i = 1, #KEYS do
-    commits[i]()
+  for _, command in ipairs(writes) do
+    redis.call(unpack(command))
   end
 end
 return replies

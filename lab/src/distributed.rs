@@ -1,0 +1,455 @@
+//! The distributed sections (issue 9), on a `redis-server` the lab starts
+//! itself on a free loopback port: the three-instance break with real
+//! processes, checks per second against redis_rate's GCRA and a plain `SET`
+//! through one client, and Redis's memory per key.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use redis::aio::ConnectionManager;
+use tollgate::Quota;
+use tollgate_redis::{Connection, RedisLimiter};
+
+use crate::for_each_algorithm;
+use crate::instances::{Instance, admitted};
+use crate::redis_server::RedisServer;
+use tollgate::algorithm::{FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
+
+/// The baseline script: redis_rate's algorithm (see the file).
+const REDIS_RATE: &str = include_str!("redis_rate.lua");
+
+/// Distinct keys the throughput cells cycle through: every check admits
+/// (5 000 per second per key at most, against a quota of 1 000 000 per
+/// second), so every call writes, for each subject alike.
+const KEYS: usize = 10_000;
+
+/// Keys for the memory table.
+const MEMORY_KEYS: usize = 100_000;
+
+/// How long each throughput cell runs, and how many interleaved rounds.
+pub struct Budget {
+    pub per_cell: Duration,
+    pub rounds: usize,
+}
+
+/// Runs every distributed section, or says how to enable them.
+pub fn run(budget: &Budget) {
+    println!("# Beyond one process: Redis (a real redis-server on loopback)\n");
+    let server = match RedisServer::start() {
+        Ok(server) => server,
+        Err(error) => {
+            println!(
+                "Skipped: no redis-server could be started ({error}).\n\
+                 Install it (`apt-get update && apt-get install -y redis-server`, or run\n\
+                 `.ci/test`, which does) and run the lab again.\n"
+            );
+            return;
+        }
+    };
+    let url = format!("redis://127.0.0.1:{}/", server.port());
+    let version = crate::redis_server::command(server.port(), &["INFO", "server"])
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("redis_version:").map(str::to_owned))
+        })
+        .unwrap_or_else(|| "unknown".to_owned());
+    println!("redis-server {version}, client and server on this machine.\n");
+    match instance_binary() {
+        Ok(binary) => the_break(&binary, &url),
+        Err(error) => println!("The break: skipped, {error}\n"),
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(throughput(&url, budget));
+    runtime.block_on(memory(&url));
+}
+
+/// `tollgate-instance`, next to the lab's own binary: built by cargo (a
+/// no-op when fresh) when the lab runs under cargo.
+fn instance_binary() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|error| format!("no current exe: {error}"))?;
+    let binary = exe.with_file_name("tollgate-instance");
+    if let Some(cargo) = std::env::var_os("CARGO") {
+        let mut build = Command::new(cargo);
+        build.args([
+            "build",
+            "--quiet",
+            "-p",
+            "tollgate-redis",
+            "--bin",
+            "tollgate-instance",
+        ]);
+        if !cfg!(debug_assertions) {
+            build.arg("--release");
+        }
+        let status = build
+            .status()
+            .map_err(|error| format!("running cargo: {error}"))?;
+        if !status.success() {
+            return Err(format!("building tollgate-instance: {status}"));
+        }
+    }
+    if binary.is_file() {
+        Ok(binary)
+    } else {
+        Err(format!(
+            "{} is missing: `cargo build --release -p tollgate-redis`",
+            binary.display()
+        ))
+    }
+}
+
+/// Three processes with 100 an hour each, in-process and on Redis.
+fn the_break(binary: &std::path::Path, url: &str) {
+    println!("## The three-instance break\n");
+    println!("Three `tollgate-instance` processes, 100 requests an hour for one user, 1 000");
+    println!("requests spread round-robin over them:\n");
+    println!("| limiters | admitted | limit |");
+    println!("|---|---:|---:|");
+    for (label, redis) in [
+        ("in-process, one per instance", None),
+        ("Redis, shared", Some(url)),
+    ] {
+        let instances: Vec<Instance> = (0..3).map(|_| Instance::start(binary, redis)).collect();
+        println!("| {label} | {} | 100 |", admitted(&instances));
+    }
+    println!();
+}
+
+/// What a throughput cell calls.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Subject {
+    Tollgate,
+    RedisRate,
+    Set,
+}
+
+const SUBJECTS: [Subject; 3] = [Subject::Tollgate, Subject::RedisRate, Subject::Set];
+
+/// How the calls are issued.
+#[derive(Clone, Copy)]
+enum Mode {
+    /// One task, one call at a time.
+    Single,
+    /// 50 tasks, one call at a time each, over one multiplexed connection.
+    Tasks,
+    /// One task with 16 calls in flight (written together by the
+    /// multiplexed connection).
+    Depth,
+}
+
+struct Clients {
+    limiter: RedisLimiter,
+    raw: ConnectionManager,
+    redis_rate_sha: String,
+}
+
+impl Clients {
+    /// One call of `subject` for key number `index`.
+    async fn call(&self, subject: Subject, index: usize) {
+        let key = index % KEYS;
+        match subject {
+            Subject::Tollgate => {
+                let decision = self
+                    .limiter
+                    .check(key.to_ne_bytes())
+                    .await
+                    .expect("a decision");
+                assert!(decision.is_allowed());
+            }
+            Subject::RedisRate => {
+                let reply: Vec<redis::Value> = redis::cmd("EVALSHA")
+                    .arg(&self.redis_rate_sha)
+                    .arg(1)
+                    .arg(format!("rate:{key}"))
+                    .arg(1_000_000)
+                    .arg(1_000_000)
+                    .arg(1)
+                    .arg(1)
+                    .query_async(&mut self.raw.clone())
+                    .await
+                    .expect("redis_rate's reply");
+                assert_eq!(reply.first(), Some(&redis::Value::Int(1)));
+            }
+            Subject::Set => {
+                let () = redis::cmd("SET")
+                    .arg(format!("set:{key}"))
+                    .arg(1)
+                    .query_async(&mut self.raw.clone())
+                    .await
+                    .expect("SET");
+            }
+        }
+    }
+}
+
+/// Calls per second of one cell, and the median latency of a call for
+/// [`Mode::Single`].
+async fn cell(clients: &Clients, subject: Subject, mode: Mode, per_cell: Duration) -> (f64, f64) {
+    let started = Instant::now();
+    let deadline = started + per_cell;
+    match mode {
+        Mode::Single => {
+            let mut latencies = Vec::new();
+            while Instant::now() < deadline {
+                let call = Instant::now();
+                clients.call(subject, latencies.len()).await;
+                latencies.push(call.elapsed().as_secs_f64());
+            }
+            let rate = latencies.len() as f64 / started.elapsed().as_secs_f64();
+            (rate, median(&mut latencies))
+        }
+        Mode::Tasks => {
+            let tasks = (0..50).map(|task| async move {
+                let mut calls = 0;
+                while Instant::now() < deadline {
+                    clients.call(subject, task * 997 + calls).await;
+                    calls += 1;
+                }
+                calls
+            });
+            let calls: usize = join_all(tasks).await.into_iter().sum();
+            (calls as f64 / started.elapsed().as_secs_f64(), 0.0)
+        }
+        Mode::Depth => {
+            let mut calls = 0;
+            while Instant::now() < deadline {
+                join_all((calls..calls + 16).map(|index| clients.call(subject, index))).await;
+                calls += 16;
+            }
+            (calls as f64 / started.elapsed().as_secs_f64(), 0.0)
+        }
+    }
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// The median of `values` and their range.
+fn spread(values: &mut [f64]) -> (f64, f64, f64) {
+    let middle = median(values);
+    (middle, values[0], values[values.len() - 1])
+}
+
+async fn throughput(url: &str, budget: &Budget) {
+    println!("## Checks per second on one connection\n");
+    let connection = Connection::open(url).await.expect("connecting");
+    let client = redis::Client::open(url).expect("a client");
+    let mut raw = ConnectionManager::new(client).await.expect("connecting");
+    let redis_rate_sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(REDIS_RATE)
+        .query_async(&mut raw)
+        .await
+        .expect("loading redis_rate's script");
+    let clients = Clients {
+        limiter: RedisLimiter::builder("lab", Quota::per_second(1_000_000).expect("a quota"))
+            .build(connection)
+            .expect("a limiter"),
+        raw,
+        redis_rate_sha,
+    };
+    // Warm every key and the script cache, then interleave: each round runs
+    // every (mode, subject) cell once, the subjects in a rotating order.
+    for subject in SUBJECTS {
+        cell(&clients, subject, Mode::Depth, Duration::from_millis(300)).await;
+    }
+    let modes = [
+        (Mode::Single, "1 task"),
+        (Mode::Tasks, "50 tasks"),
+        (Mode::Depth, "1 task, 16 in flight"),
+    ];
+    // rates[mode][subject][round], latencies[subject][round]
+    let mut rates = vec![vec![Vec::new(); 3]; 3];
+    let mut latencies = vec![Vec::new(); 3];
+    for round in 0..budget.rounds {
+        for (m, (mode, _)) in modes.iter().enumerate() {
+            for k in 0..3 {
+                let s = (round + k) % 3;
+                let (rate, latency) = cell(&clients, SUBJECTS[s], *mode, budget.per_cell).await;
+                rates[m][s].push(rate);
+                if matches!(mode, Mode::Single) {
+                    latencies[s].push(latency);
+                }
+            }
+        }
+    }
+    println!(
+        "{} interleaved rounds of {:?} a cell; medians of the rounds, and for the ratios\n\
+         (computed round by round) their range:\n",
+        budget.rounds, budget.per_cell
+    );
+    println!(
+        "| mode | tollgate GCRA | redis_rate GCRA | SET | tollgate / redis_rate | tollgate / SET |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    let mut judged = Vec::new();
+    for (m, (_, label)) in modes.iter().enumerate() {
+        let ratio = |a: usize, b: usize| {
+            let mut ratios: Vec<f64> = rates[m][a]
+                .iter()
+                .zip(&rates[m][b])
+                .map(|(x, y)| x / y)
+                .collect();
+            spread(&mut ratios)
+        };
+        let over_rate = ratio(0, 1);
+        let over_set = ratio(0, 2);
+        let medians: Vec<f64> = (0..3).map(|s| median(&mut rates[m][s].clone())).collect();
+        println!(
+            "| {label} | {:.1} k/s | {:.1} k/s | {:.1} k/s | {:.2}× ({:.2}–{:.2}) | {:.2}× ({:.2}–{:.2}) |",
+            medians[0] / 1e3,
+            medians[1] / 1e3,
+            medians[2] / 1e3,
+            over_rate.0,
+            over_rate.1,
+            over_rate.2,
+            over_set.0,
+            over_set.1,
+            over_set.2,
+        );
+        if m > 0 {
+            judged.push((format!("{label}: ≥ 1.0× redis_rate"), over_rate.0 >= 1.0));
+        }
+    }
+    let mut latency_ratio: Vec<f64> = latencies[0]
+        .iter()
+        .zip(&latencies[2])
+        .map(|(x, y)| x / y)
+        .collect();
+    let latency = spread(&mut latency_ratio);
+    println!(
+        "\nMedian latency of one call, 1 task: tollgate {:.1} µs, redis_rate {:.1} µs, SET {:.1} µs;\n\
+         tollgate / SET {:.2}× ({:.2}–{:.2}).\n",
+        median(&mut latencies[0]) * 1e6,
+        median(&mut latencies[1]) * 1e6,
+        median(&mut latencies[2]) * 1e6,
+        latency.0,
+        latency.1,
+        latency.2,
+    );
+    judged.push((
+        "1 task: median latency ≤ 1.5× SET".to_owned(),
+        latency.0 <= 1.5,
+    ));
+    for (target, met) in judged {
+        println!("- {target}: {}", if met { "met" } else { "missed" });
+    }
+    println!();
+}
+
+/// Redis's memory for `MEMORY_KEYS` keys of each algorithm, and of
+/// redis_rate's layout.
+async fn memory(url: &str) {
+    println!("## Redis memory per key ({MEMORY_KEYS} keys, one unit each)\n");
+    let client = redis::Client::open(url).expect("a client");
+    let mut raw = ConnectionManager::new(client).await.expect("connecting");
+    let connection = Connection::open(url).await.expect("connecting");
+    println!("| layout | bytes per key (INFO used_memory) | MEMORY USAGE of one key | key name |");
+    println!("|---|---:|---:|---:|");
+    let quota = Quota::per_minute(10).expect("a quota");
+    for_each_algorithm!(|name, A| {
+        let limiter = RedisLimiter::builder("memory", quota)
+            .algorithm::<A>()
+            .build(connection.clone())
+            .expect("a limiter");
+        let row = measure(&mut raw, |index| {
+            let limiter = &limiter;
+            async move {
+                let decision = limiter.check(user(index)).await.expect("a decision");
+                assert!(decision.is_allowed());
+            }
+        })
+        .await;
+        let key = limiter.redis_key(user(0));
+        print_row(&mut raw, &format!("tollgate {name}"), row, &key).await;
+    });
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(REDIS_RATE)
+        .query_async(&mut raw)
+        .await
+        .expect("loading redis_rate's script");
+    let row = measure(&mut raw.clone(), |index| {
+        let mut raw = raw.clone();
+        let sha = &sha;
+        async move {
+            let _: Vec<redis::Value> = redis::cmd("EVALSHA")
+                .arg(sha)
+                .arg(1)
+                .arg(rate_key(index))
+                .arg(10)
+                .arg(10)
+                .arg(60)
+                .arg(1)
+                .query_async(&mut raw)
+                .await
+                .expect("redis_rate's reply");
+        }
+    })
+    .await;
+    print_row(&mut raw, "redis_rate GCRA", row, rate_key(0).as_bytes()).await;
+    println!();
+}
+
+fn user(index: usize) -> String {
+    format!("user-{index:06}")
+}
+
+fn rate_key(index: usize) -> String {
+    format!("rate:{}", user(index))
+}
+
+/// Flushes the server, writes `MEMORY_KEYS` keys with `write` (16 in
+/// flight), and returns the growth of `used_memory` per key.
+async fn measure<F, W>(raw: &mut ConnectionManager, write: W) -> f64
+where
+    W: Fn(usize) -> F,
+    F: Future<Output = ()>,
+{
+    let () = redis::cmd("FLUSHALL")
+        .query_async(raw)
+        .await
+        .expect("FLUSHALL");
+    let before = used_memory(raw).await;
+    for start in (0..MEMORY_KEYS).step_by(16) {
+        join_all((start..(start + 16).min(MEMORY_KEYS)).map(&write)).await;
+    }
+    let after = used_memory(raw).await;
+    (after - before) as f64 / MEMORY_KEYS as f64
+}
+
+async fn print_row(raw: &mut ConnectionManager, label: &str, per_key: f64, key: &[u8]) {
+    let usage: Option<u64> = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(key)
+        .query_async(raw)
+        .await
+        .expect("MEMORY USAGE");
+    println!(
+        "| {label} | {per_key:.1} | {} | {} bytes |",
+        usage.map_or_else(|| "(no key)".to_owned(), |bytes| bytes.to_string()),
+        key.len()
+    );
+}
+
+async fn used_memory(raw: &mut ConnectionManager) -> i64 {
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(raw)
+        .await
+        .expect("INFO memory");
+    info.lines()
+        .find_map(|line| line.strip_prefix("used_memory:"))
+        .and_then(|value| value.trim().parse().ok())
+        .expect("used_memory in INFO")
+}
