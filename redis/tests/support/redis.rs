@@ -168,10 +168,8 @@ impl RedisServer {
     fn await_pong(&mut self) -> Result<(), StartError> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if let Ok(reply) = command(self.port, &["PING"]) {
-                if reply == "+PONG" {
-                    return Ok(());
-                }
+            if command(self.port, &["PING"]).is_ok_and(|reply| reply == "+PONG") {
+                return Ok(());
             }
             if let Ok(Some(status)) = self.child.try_wait() {
                 return fail(format!(
