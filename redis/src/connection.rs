@@ -62,8 +62,26 @@ impl Options {
 /// A command is never sent twice: a check whose reply is lost is reported
 /// as failed, not retried (at most once; notes/10).
 ///
-/// TLS comes with the `rediss://` scheme when the `redis` crate is built
-/// with one of its TLS features; a password, or an ACL user and password,
+/// TLS comes with the `rediss://` scheme and this crate's `tls-rustls`
+/// feature (rustls then needs a crypto provider: its `ring` or `aws-lc-rs`
+/// feature). A server whose certificate no system root signs is reached by
+/// building the address with the certificate it trusts, as the crate's TLS
+/// test does:
+///
+/// ```no_run
+/// # use tollgate_redis::Connection;
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let ca_pem = std::fs::read("/etc/redis/ca.pem")?;
+/// let client = redis::Client::build_with_tls(
+///     "rediss://10.0.0.5:6380/",
+///     redis::TlsCertificates { client_tls: None, root_cert: Some(ca_pem) },
+/// )?;
+/// let connection = Connection::open(client.get_connection_info().clone()).await?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// A password, or an ACL user and password,
 /// in the URL (`redis://user:password@host:port/`) authenticates every
 /// connection, reconnections included.
 #[derive(Clone)]

@@ -52,7 +52,7 @@ fn binaries() -> Result<(PathBuf, PathBuf), StartError> {
 
 /// A loopback port nothing listens on now, whose Cluster bus port (the port
 /// plus 10 000) is free too.
-fn free_port() -> Result<u16, StartError> {
+pub fn free_port() -> Result<u16, StartError> {
     for _ in 0..100 {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .map_err(|error| StartError(format!("binding a loopback port: {error}")))?;
