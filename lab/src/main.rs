@@ -91,8 +91,8 @@ fn main() {
         if full { "full" } else { "quick" }
     );
     let distributed = distributed::Budget {
-        per_cell: std::time::Duration::from_millis(if full { 500 } else { 150 }),
-        rounds: if full { 10 } else { 5 },
+        per_cell: std::time::Duration::from_millis(if full { 300 } else { 100 }),
+        rounds: if full { 20 } else { 10 },
     };
     if only_distributed {
         distributed::run(&distributed);

@@ -193,6 +193,11 @@ impl RedisServer {
     pub fn port(&self) -> u16 {
         self.port
     }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Drop for RedisServer {
