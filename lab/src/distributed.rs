@@ -151,12 +151,33 @@ fn the_break(binary: &std::path::Path, url: &str) {
 /// What a throughput cell calls.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Subject {
+    /// The crate's limiter (its GCRA script through redis-rs).
     Tollgate,
+    /// redis_rate's script through redis-rs.
     RedisRate,
+    /// `SET` through redis-rs: the floor.
     Set,
+    /// redis_rate's script through fred: the other client crate.
+    FredRedisRate,
+    /// `SET` through fred.
+    FredSet,
 }
 
-const SUBJECTS: [Subject; 3] = [Subject::Tollgate, Subject::RedisRate, Subject::Set];
+const SUBJECTS: [Subject; 5] = [
+    Subject::Tollgate,
+    Subject::RedisRate,
+    Subject::Set,
+    Subject::FredRedisRate,
+    Subject::FredSet,
+];
+
+const NAMES: [&str; 5] = [
+    "tollgate GCRA",
+    "redis_rate GCRA",
+    "SET",
+    "redis_rate, fred",
+    "SET, fred",
+];
 
 /// How the calls are issued.
 #[derive(Clone, Copy)]
@@ -173,12 +194,18 @@ enum Mode {
 struct Clients {
     limiter: RedisLimiter,
     raw: ConnectionManager,
+    fred: fred::clients::Client,
     redis_rate_sha: String,
 }
+
+/// redis_rate's arguments: burst, rate, period (s), cost. A million units
+/// with an interval of one second, as the crate's limiter here.
+const REDIS_RATE_ARGS: [u64; 4] = [1_000_000, 1_000_000, 1_000_000, 1];
 
 impl Clients {
     /// One call of `subject` for key number `index`.
     async fn call(&self, subject: Subject, index: usize) {
+        use fred::interfaces::{KeysInterface, LuaInterface};
         let key = index % KEYS;
         match subject {
             Subject::Tollgate => {
@@ -194,10 +221,7 @@ impl Clients {
                     .arg(&self.redis_rate_sha)
                     .arg(1)
                     .arg(format!("rate:{key}"))
-                    .arg(1_000_000)
-                    .arg(1_000_000)
-                    .arg(1_000_000)
-                    .arg(1)
+                    .arg(&REDIS_RATE_ARGS[..])
                     .query_async(&mut self.raw.clone())
                     .await
                     .expect("redis_rate's reply");
@@ -210,6 +234,25 @@ impl Clients {
                     .query_async(&mut self.raw.clone())
                     .await
                     .expect("SET");
+            }
+            Subject::FredRedisRate => {
+                let reply: Vec<fred::types::Value> = self
+                    .fred
+                    .evalsha(
+                        self.redis_rate_sha.as_str(),
+                        format!("fred-rate:{key}"),
+                        REDIS_RATE_ARGS.to_vec(),
+                    )
+                    .await
+                    .expect("redis_rate's reply through fred");
+                assert_eq!(reply.first(), Some(&fred::types::Value::Integer(1)));
+            }
+            Subject::FredSet => {
+                let () = self
+                    .fred
+                    .set(format!("fred-set:{key}"), 1, None, None, false)
+                    .await
+                    .expect("SET through fred");
             }
         }
     }
@@ -266,6 +309,7 @@ fn spread(values: &mut [f64]) -> (f64, f64, f64) {
 }
 
 async fn throughput(url: &str, budget: &Budget) {
+    use fred::interfaces::ClientLike;
     println!("## Checks per second on one connection\n");
     let connection = Connection::open(url).await.expect("connecting");
     let client = redis::Client::open(url).expect("a client");
@@ -276,6 +320,12 @@ async fn throughput(url: &str, budget: &Budget) {
         .query_async(&mut raw)
         .await
         .expect("loading redis_rate's script");
+    let fred = fred::types::Builder::from_config(
+        fred::types::config::Config::from_url(url).expect("a fred config"),
+    )
+    .build()
+    .expect("a fred client");
+    fred.init().await.expect("connecting with fred");
     let clients = Clients {
         limiter: RedisLimiter::builder(
             "lab",
@@ -284,6 +334,7 @@ async fn throughput(url: &str, budget: &Budget) {
         .build(connection)
         .expect("a limiter"),
         raw,
+        fred,
         redis_rate_sha,
     };
     // Warm every key and the script cache, then interleave: each round runs
@@ -296,13 +347,14 @@ async fn throughput(url: &str, budget: &Budget) {
         (Mode::Tasks, "50 tasks"),
         (Mode::Depth, "1 task, 16 in flight"),
     ];
+    let n = SUBJECTS.len();
     // rates[mode][subject][round], latencies[subject][round]
-    let mut rates = vec![vec![Vec::new(); 3]; 3];
-    let mut latencies = vec![Vec::new(); 3];
+    let mut rates = vec![vec![Vec::new(); n]; modes.len()];
+    let mut latencies = vec![Vec::new(); n];
     for round in 0..budget.rounds {
         for (m, (mode, _)) in modes.iter().enumerate() {
-            for k in 0..3 {
-                let s = (round + k) % 3;
+            for k in 0..n {
+                let s = (round + k) % n;
                 let (rate, latency) = cell(&clients, SUBJECTS[s], *mode, budget.per_cell).await;
                 rates[m][s].push(rate);
                 if matches!(mode, Mode::Single) {
@@ -312,67 +364,69 @@ async fn throughput(url: &str, budget: &Budget) {
         }
     }
     println!(
-        "{} interleaved rounds of {:?} a cell; medians of the rounds, and for the ratios\n\
-         (computed round by round) their range:\n",
+        "{} interleaved rounds of {:?} a cell; medians of the rounds (calls per second):\n",
         budget.rounds, budget.per_cell
     );
-    println!(
-        "| mode | tollgate GCRA | redis_rate GCRA | SET | tollgate / redis_rate | tollgate / SET |"
-    );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("| mode | {} |", NAMES.join(" | "));
+    println!("|---|{}", "---:|".repeat(n));
+    for (m, (_, label)) in modes.iter().enumerate() {
+        let medians: Vec<String> = (0..n)
+            .map(|s| format!("{:.1} k", median(&mut rates[m][s].clone()) / 1e3))
+            .collect();
+        println!("| {label} | {} |", medians.join(" | "));
+    }
+    println!("\nRatios of the same round's cells: median (range over the rounds).\n");
+    let pairs = [
+        (0, 1, "tollgate / redis_rate"),
+        (0, 2, "tollgate / SET"),
+        (3, 1, "fred / redis-rs, redis_rate's script"),
+        (4, 2, "fred / redis-rs, SET"),
+    ];
+    println!("| mode | {} |", pairs.map(|(_, _, name)| name).join(" | "));
+    println!("|---|{}", "---:|".repeat(pairs.len()));
     let mut judged = Vec::new();
     for (m, (_, label)) in modes.iter().enumerate() {
-        let ratio = |a: usize, b: usize| {
-            let mut ratios: Vec<f64> = rates[m][a]
-                .iter()
-                .zip(&rates[m][b])
-                .map(|(x, y)| x / y)
-                .collect();
-            spread(&mut ratios)
-        };
-        let over_rate = ratio(0, 1);
-        let over_set = ratio(0, 2);
-        let medians: Vec<f64> = (0..3).map(|s| median(&mut rates[m][s].clone())).collect();
-        println!(
-            "| {label} | {:.1} k/s | {:.1} k/s | {:.1} k/s | {:.2}× ({:.2}–{:.2}) | {:.2}× ({:.2}–{:.2}) |",
-            medians[0] / 1e3,
-            medians[1] / 1e3,
-            medians[2] / 1e3,
-            over_rate.0,
-            over_rate.1,
-            over_rate.2,
-            over_set.0,
-            over_set.1,
-            over_set.2,
-        );
+        let cells: Vec<String> = pairs
+            .iter()
+            .map(|&(a, b, _)| {
+                let (middle, low, high) = ratio_spread(&rates[m][a], &rates[m][b]);
+                format!("{middle:.2}× ({low:.2}–{high:.2})")
+            })
+            .collect();
+        println!("| {label} | {} |", cells.join(" | "));
         if m > 0 {
-            judged.push((format!("{label}: ≥ 1.0× redis_rate"), over_rate.0 >= 1.0));
+            let (over_rate, ..) = ratio_spread(&rates[m][0], &rates[m][1]);
+            judged.push((format!("{label}: ≥ 1.0× redis_rate"), over_rate >= 1.0));
         }
     }
-    let mut latency_ratio: Vec<f64> = latencies[0]
-        .iter()
-        .zip(&latencies[2])
-        .map(|(x, y)| x / y)
+    let (latency, low, high) = ratio_spread(&latencies[0], &latencies[2]);
+    let medians: Vec<String> = (0..n)
+        .map(|s| {
+            format!(
+                "{} {:.1} µs",
+                NAMES[s],
+                median(&mut latencies[s].clone()) * 1e6
+            )
+        })
         .collect();
-    let latency = spread(&mut latency_ratio);
     println!(
-        "\nMedian latency of one call, 1 task: tollgate {:.1} µs, redis_rate {:.1} µs, SET {:.1} µs;\n\
-         tollgate / SET {:.2}× ({:.2}–{:.2}).\n",
-        median(&mut latencies[0]) * 1e6,
-        median(&mut latencies[1]) * 1e6,
-        median(&mut latencies[2]) * 1e6,
-        latency.0,
-        latency.1,
-        latency.2,
+        "\nMedian latency of one call, 1 task: {};\ntollgate / SET {latency:.2}× ({low:.2}–{high:.2}).\n",
+        medians.join(", ")
     );
     judged.push((
         "1 task: median latency ≤ 1.5× SET".to_owned(),
-        latency.0 <= 1.5,
+        latency <= 1.5,
     ));
     for (target, met) in judged {
         println!("- {target}: {}", if met { "met" } else { "missed" });
     }
     println!();
+}
+
+/// The median of the round-by-round ratios `a / b`, and their range.
+fn ratio_spread(a: &[f64], b: &[f64]) -> (f64, f64, f64) {
+    let mut ratios: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+    spread(&mut ratios)
 }
 
 /// Redis's memory for `MEMORY_KEYS` keys of each algorithm, and of
