@@ -225,7 +225,8 @@ pub(crate) enum Call {
 ///
 /// Out of reach: no connection or no reply; a server loading its data, busy
 /// with a script, read-only (a replica after a failover), without its
-/// replicas, or a Cluster that is down or resharding (`MOVED`, `ASK`,
+/// replicas, out of memory under `noeviction` (`OOM`) or refusing writes
+/// after a failed save (`MISCONF`), or a Cluster that is down or resharding (`MOVED`, `ASK`,
 /// `TRYAGAIN` on a Cluster connection, which never resends a command); and
 /// refused credentials (`NOAUTH`, `WRONGPASS`), which a password rotated
 /// while the service runs produces, and which must then fall under the
@@ -249,7 +250,7 @@ fn out_of_reach(error: &RedisError, cluster: bool) -> bool {
         )
         || matches!(
             error.code(),
-            Some("NOAUTH" | "WRONGPASS" | "LOADING" | "BUSY" | "NOREPLICAS")
+            Some("NOAUTH" | "WRONGPASS" | "LOADING" | "BUSY" | "NOREPLICAS" | "OOM" | "MISCONF")
         )
 }
 

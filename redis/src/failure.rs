@@ -136,7 +136,9 @@ impl Breaker {
                 .now_ns()
                 .saturating_add(duration_ns(self.cooldown))
                 .max(1);
-            self.open_until_ns.store(until, Ordering::Relaxed);
+            // Never earlier: a late failure of a call sent before the
+            // breaker opened must not cut a probe's hold short.
+            self.open_until_ns.fetch_max(until, Ordering::Relaxed);
         }
     }
 }

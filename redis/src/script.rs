@@ -97,10 +97,47 @@ impl ScriptLimit {
         if A::CODE == "c" && product > MAX_PRODUCT_US {
             return too_large("burst plus one times the window", product, MAX_PRODUCT_US);
         }
+        // The log counts the units admitted since its list was last empty;
+        // at most one unit a microsecond keeps that count below 2^53 for
+        // 2^52 µs (notes/10).
+        if A::CODE == "l" && u64::from(burst) > span_us {
+            return too_large(
+                "sliding log burst (at most one unit a microsecond of window)",
+                u64::from(burst),
+                span_us,
+            );
+        }
         Ok(Self {
             code: A::CODE,
             span_us,
             burst,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tollgate::Quota;
+    use tollgate::algorithm::{Gcra, SlidingWindowLog};
+
+    use super::ScriptLimit;
+    use crate::error::ConfigError;
+
+    #[test]
+    fn a_log_admits_at_most_one_unit_a_microsecond_of_window() {
+        let dense = Quota::new(1_001, Duration::from_millis(1)).unwrap();
+        assert!(matches!(
+            ScriptLimit::new::<SlidingWindowLog>(&dense),
+            Err(ConfigError::QuotaTooLarge {
+                value: 1_001,
+                limit: 1_000,
+                ..
+            })
+        ));
+        let just = Quota::new(1_000, Duration::from_millis(1)).unwrap();
+        assert!(ScriptLimit::new::<SlidingWindowLog>(&just).is_ok());
+        assert!(ScriptLimit::new::<Gcra>(&dense).is_ok());
     }
 }

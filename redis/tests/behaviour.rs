@@ -181,6 +181,34 @@ fn limits_together(kind: Kind) {
         Some("1000250000"),
         "µs: the clock's now plus 1/4 s"
     );
+    // The other way round: the clocked limiter first, then server time.
+    let both = target
+        .runtime
+        .block_on(check_all(&[
+            clocked.request("heidi", 1),
+            per_user.request("heidi", 1),
+        ]))
+        .unwrap();
+    assert!(both.is_allowed());
+    assert_eq!(
+        target.get(&clocked.redis_key("heidi")).as_deref(),
+        Some("1000250000")
+    );
+    let server_tat: u64 = target
+        .get(&per_user.redis_key("heidi"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let since_epoch_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    // Decided at the server's time (this machine's clock): a TAT about
+    // 20 minutes (one unit of 3 an hour) from now, not from 1 000 s.
+    assert!(
+        server_tat.abs_diff(since_epoch_us + 1_200_000_000) < 60_000_000,
+        "{server_tat}"
+    );
 }
 
 #[test]
@@ -398,4 +426,112 @@ fn attacker_chosen_keys_stay_in_their_place() {
         .build(target.connection.clone())
         .unwrap_err();
     assert!(error.to_string().contains("key prefix"), "{error}");
+}
+
+/// Calls of `command` on the server since its statistics were reset.
+fn calls(port: u16, command: &str) -> u64 {
+    let info = support::redis::command(port, &["INFO", "commandstats"]).unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
+}
+
+/// The sliding log finds its first live run and the run a denial waits
+/// for by binary search: a check on a list of 100 000 runs reads a few
+/// dozen runs, whether half of them or all have left the window, and a
+/// peek repeats nothing an admission would have trimmed.
+#[test]
+fn the_sliding_log_reads_logarithmically_many_runs() {
+    let target = Target::start(Kind::Standalone);
+    let port = target.ports()[0];
+    let window_us: u64 = 1_000_000_000;
+    let clock = ManualClock::new();
+    let limiter = target.limiter::<SlidingWindowLog>(
+        Quota::new(200_000, Duration::from_micros(window_us)).unwrap(),
+        clock.clone(),
+    );
+    // 100 000 runs of one unit, 1 ms apart, as the script writes them.
+    let start_us: u64 = 1_000_000_000_000;
+    let key = limiter.redis_key("k");
+    let mut connection = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    for chunk in (0..100_000_u64).collect::<Vec<_>>().chunks(1_000) {
+        let runs: Vec<String> = chunk
+            .iter()
+            .map(|j| format!("{} 1 {}", start_us + j * 1_000, j + 1))
+            .collect();
+        let _: u64 = redis::cmd("RPUSH")
+            .arg(&key)
+            .arg(runs)
+            .query(&mut connection)
+            .unwrap();
+    }
+    // Runs read: by LINDEX only (a walk with LRANGE reads whole chunks).
+    let reads = || {
+        assert_eq!(calls(port, "lrange"), 0);
+        calls(port, "lindex")
+    };
+    let reset = || {
+        assert_eq!(
+            support::redis::command(port, &["CONFIG", "RESETSTAT"])
+                .unwrap()
+                .trim(),
+            "+OK"
+        );
+    };
+    // Runs 0..=50 000 have left: 49 999 units live.
+    clock.set_ns((start_us + window_us + 50_000 * 1_000) * 1_000);
+    reset();
+    let peeked = target.runtime.block_on(limiter.peek("k")).unwrap();
+    assert_eq!(peeked.remaining(), 200_000 - 49_999 - 1);
+    assert!(reads() <= 20, "{} runs read for a peek", reads());
+    // One unit more than fits: the wait is until run 50 001 leaves, 1 ms.
+    reset();
+    let denied = target
+        .runtime
+        .block_on(limiter.check_n("k", 200_000 - 49_999 + 1))
+        .unwrap();
+    assert!(!denied.is_allowed());
+    assert_eq!(denied.retry_after(), Duration::from_millis(1));
+    assert!(reads() <= 40, "{} runs read for a denial", reads());
+    // An admission trims what left, in one command.
+    assert!(
+        target
+            .runtime
+            .block_on(limiter.check("k"))
+            .unwrap()
+            .is_allowed()
+    );
+    let len: u64 = redis::cmd("LLEN").arg(&key).query(&mut connection).unwrap();
+    assert_eq!(len, 49_999 + 1);
+    // Everything left: the newest run says so, nothing else is read.
+    clock.set_ns((start_us + 2 * window_us + 100_000 * 1_000) * 1_000);
+    reset();
+    let peeked = target.runtime.block_on(limiter.peek("k")).unwrap();
+    assert_eq!(peeked.remaining(), 200_000 - 1);
+    assert_eq!(reads(), 1, "the newest run only");
+    assert!(
+        target
+            .runtime
+            .block_on(limiter.check("k"))
+            .unwrap()
+            .is_allowed()
+    );
+    let len: u64 = redis::cmd("LLEN").arg(&key).query(&mut connection).unwrap();
+    assert_eq!(len, 1);
+    // A list in another layout (here, runs without their cumulative
+    // count) is refused, never read as empty.
+    let foreign = limiter.redis_key("old");
+    let _: u64 = redis::cmd("RPUSH")
+        .arg(&foreign)
+        .arg("1000 5")
+        .query(&mut connection)
+        .unwrap();
+    match target.runtime.block_on(limiter.check("old")) {
+        Err(Error::Script(error)) => assert!(error.to_string().contains("not a sliding log")),
+        other => panic!("{other:?}"),
+    }
 }

@@ -141,7 +141,17 @@ where
     if let Some(script) = script {
         builder = builder.script_source(script);
     }
-    let limiter = builder.build(target.connection.clone()).unwrap();
+    let limiter = match builder.build(target.connection.clone()) {
+        Ok(limiter) => limiter,
+        // The log keeps at most one unit a microsecond of its window: a
+        // denser quota is refused, and nothing is left to compare.
+        Err(tollgate_redis::ConfigError::QuotaTooLarge { value, limit, .. })
+            if A::CODE == "l" && value > limit =>
+        {
+            return Ok(());
+        }
+        Err(error) => return Err(TestCaseError::fail(format!("{error}"))),
+    };
     // The clock is the trace's time plus the real time elapsed since the
     // case began: keys expire on the server's clock, and a client clock
     // that stood still while real time passed would see them vanish before

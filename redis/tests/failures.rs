@@ -252,3 +252,39 @@ fn credentials_are_required_and_checked() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A server out of memory under `noeviction` refuses every write: an
+/// outage like any other, under the limiter's policy and counted by the
+/// breaker, not a script error (denials, which write nothing, are still
+/// Redis's).
+#[test]
+fn a_server_out_of_memory_falls_under_the_policy() {
+    let runtime = runtime();
+    let server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
+    let connection = runtime
+        .block_on(Connection::open_with(url(&server), options()))
+        .unwrap();
+    let quota = Quota::per_hour(10).unwrap();
+    let strict = RedisLimiter::builder("strict", quota)
+        .build(connection.clone())
+        .unwrap();
+    let open = RedisLimiter::builder("open", quota)
+        .on_failure(OnFailure::Admit)
+        .build(connection)
+        .unwrap();
+    assert!(runtime.block_on(strict.check("k")).unwrap().is_allowed());
+    for setting in [["maxmemory-policy", "noeviction"], ["maxmemory", "1"]] {
+        let mut args = vec!["CONFIG", "SET"];
+        args.extend(setting);
+        assert_eq!(command(server.port(), &args).unwrap().trim(), "+OK");
+    }
+    match runtime.block_on(strict.check("k")) {
+        Err(Error::Unavailable(Unavailable::Redis(error))) => {
+            assert_eq!(error.code(), Some("OOM"), "{error}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let admitted = runtime.block_on(open.check("k")).unwrap();
+    assert!(admitted.is_allowed());
+    assert_eq!(admitted.remaining(), 0, "the policy's admission");
+}

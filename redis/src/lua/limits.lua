@@ -195,83 +195,94 @@ for i = 1, #KEYS do
     end
 
   elseif code == "l" then
-    -- Sliding log: a list of runs "stamp count", oldest first, whose
-    -- newest run also holds the units of the whole list ("stamp count
-    -- total"); a unit leaves the window `window` (a) after its stamp, and a
-    -- reading older than the newest stamp is that stamp's instant. With the
-    -- total, a check reads only the runs that have left the window (an
-    -- admission trims them, so each is read about once) and, to deny, the
-    -- runs that must leave for the cost to fit: O(expired + cost) runs,
-    -- never the whole list of up to `burst`.
+    -- Sliding log: a list of runs "stamp count cumulative", oldest first:
+    -- the units admitted at one microsecond, and the units of the list up
+    -- to and including the run (counted since the list was last empty). A
+    -- unit leaves the window `window` (a) after its stamp, and a reading
+    -- older than the newest stamp is that stamp's instant. The cumulative
+    -- counts let a check find the first live run, and a denial the run
+    -- whose leaving makes room, by binary search over LINDEX: O(log runs)
+    -- reads, whatever the list holds. An admission trims the runs that
+    -- have left (in C, each run once).
     local window, burst = a, b
-    local newest = numbers(redis.call("LINDEX", key, -1))
-    local newest_stamp, newest_count, total = newest[1], newest[2], newest[3] or 0
-    local stamp = now
-    if newest_stamp and stamp < newest_stamp then
-      stamp = newest_stamp
-    end
-    -- Run j (from 0, oldest first), fetched in doubling chunks: LRANGE
-    -- walks from the head, so reading n runs costs O(n).
-    local fetched, next_index, chunk = {}, 0, 8
+    local runs = redis.call("LLEN", key)
+    local fetched = {}
     local function run(j)
-      while j >= next_index do
-        local more = redis.call("LRANGE", key, next_index, next_index + chunk - 1)
-        if #more == 0 then
+      if not fetched[j] then
+        local parsed = numbers(redis.call("LINDEX", key, j))
+        if #parsed ~= 3 then
           return nil
         end
-        for k, value in ipairs(more) do
-          fetched[next_index + k - 1] = numbers(value)
-        end
-        next_index, chunk = next_index + #more, chunk * 2
+        fetched[j] = parsed
       end
       return fetched[j]
     end
-    local first_live, expired = 0, 0
-    while true do
-      local oldest = run(first_live)
-      if not oldest or oldest[1] + window > stamp then
-        break
+    -- The smallest j in [low, runs - 1] whose run satisfies `holds`
+    -- (monotone: false, then true), given that run runs - 1 does.
+    local function first(low, holds)
+      local high = runs - 1
+      while low < high do
+        local middle = idiv(low + high, 2)
+        if holds(run(middle)) then
+          high = middle
+        else
+          low = middle + 1
+        end
       end
-      first_live, expired = first_live + 1, expired + oldest[2]
+      return low
     end
-    local live = total - expired
+    local newest = runs > 0 and run(runs - 1)
+    if runs > 0 and not newest then
+      return redis.error_reply("tollgate: not a sliding log: " .. key)
+    end
+    local stamp, first_live, base, top = now, runs, 0, 0
+    if newest then
+      top = newest[3]
+      if stamp < newest[1] then
+        stamp = newest[1]
+      end
+      if newest[1] + window > stamp then
+        first_live = first(0, function(r)
+          return r[1] + window > stamp
+        end)
+        local oldest_live = run(first_live)
+        base = oldest_live[3] - oldest_live[2]
+      else
+        base = top
+      end
+    end
+    local live = top - base
     local free = math.max(burst - live, 0)
     if cost <= free then
       allowed, remaining, retry, reset = 1, free - cost, 0, window
-      if first_live > 0 then
-        writes[#writes + 1] = { "LTRIM", key, first_live, -1 }
-      end
-      local units = int(live + cost)
-      if newest_stamp and newest_stamp + window > stamp then
-        if newest_stamp == stamp then
-          writes[#writes + 1] = { "LSET", key, -1,
-            int(stamp) .. " " .. int(newest_count + cost) .. " " .. units }
-          units = nil
-        else
-          writes[#writes + 1] = { "LSET", key, -1, int(newest_stamp) .. " " .. int(newest_count) }
+      if first_live == runs then
+        -- Nothing live: start the list again, counting from zero.
+        if runs > 0 then
+          writes[#writes + 1] = { "DEL", key }
         end
-      end
-      if units then
-        writes[#writes + 1] = { "RPUSH", key, int(stamp) .. " " .. int(cost) .. " " .. units }
+        writes[#writes + 1] = { "RPUSH", key, int(stamp) .. " " .. int(cost) .. " " .. int(cost) }
+      else
+        if first_live > 0 then
+          writes[#writes + 1] = { "LTRIM", key, first_live, -1 }
+        end
+        if newest[1] == stamp then
+          writes[#writes + 1] = { "LSET", key, -1,
+            int(stamp) .. " " .. int(newest[2] + cost) .. " " .. int(top + cost) }
+        else
+          writes[#writes + 1] = { "RPUSH", key,
+            int(stamp) .. " " .. int(cost) .. " " .. int(top + cost) }
+        end
       end
       writes[#writes + 1] = { "PEXPIRE", key, ttl_ms(now, stamp + window) }
     else
-      -- The stamp of the last unit that must leave for `cost` to fit.
-      local must_leave, deciding, j = live + cost - burst, stamp, first_live
-      while must_leave > 0 do
-        local oldest = run(j)
-        if not oldest then
-          break
-        end
-        must_leave, j = must_leave - oldest[2], j + 1
-        if must_leave <= 0 then
-          deciding = oldest[1]
-        end
-      end
-      allowed, remaining, retry, reset = 0, free, deciding + window - stamp, 0
-      if newest_stamp then
-        reset = math.max(newest_stamp + window - stamp, 0)
-      end
+      -- The stamp of the last unit that must leave for `cost` to fit: the
+      -- first live run whose cumulative count reaches it.
+      local must_leave = live + cost - burst
+      local leaving = run(first(first_live, function(r)
+        return r[3] - base >= must_leave
+      end))
+      allowed, remaining, retry = 0, free, leaving[1] + window - stamp
+      reset = math.max(newest[1] + window - stamp, 0)
     end
 
   else
