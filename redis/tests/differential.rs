@@ -285,17 +285,25 @@ where
 
 #[test]
 fn canary_a_timestamp_through_tostring_is_caught() {
-    let script = planted("return string.format(\"%d\", n)", "return tostring(n)");
-    assert_caught::<Gcra>(&script, "tostring");
-    assert_caught::<TokenBucket>(&script, "tostring");
-    assert_caught::<SlidingWindowLog>(&script, "tostring");
+    let gcra = planted("format(\"%d\", now + debt)", "tostring(now + debt)");
+    assert_caught::<Gcra>(&gcra, "tostring");
+    let bucket = planted(
+        "format(\"%d %d\", debt, last_at)",
+        "tostring(debt) .. \" \" .. tostring(last_at)",
+    );
+    assert_caught::<TokenBucket>(&bucket, "tostring");
+    let log = planted(
+        "format(\"%d %d %d\", stamp, cost, top + cost)",
+        "tostring(stamp) .. \" \" .. cost .. \" \" .. tostring(top + cost)",
+    );
+    assert_caught::<SlidingWindowLog>(&log, "tostring");
 }
 
 #[test]
 fn canary_truncation_where_the_wait_rounds_up_is_caught() {
     let script = planted(
-        "return ceil_div(window * (count - room), count)",
-        "return idiv(window * (count - room), count)",
+        "return floor((window * (count - room) + count - 1) / count)",
+        "return floor(window * (count - room) / count)",
     );
     assert_caught::<SlidingWindowCounter>(&script, "truncation for ceiling");
 }
@@ -303,7 +311,7 @@ fn canary_truncation_where_the_wait_rounds_up_is_caught() {
 #[test]
 fn canary_a_float_division_is_caught() {
     let script = planted(
-        "local stored_index, count = state[1] or 0, state[2] or 0\n    local index = idiv(now, window)",
+        "local stored_index, count = state[1] or 0, state[2] or 0\n    local index = floor(now / window)",
         "local stored_index, count = state[1] or 0, state[2] or 0\n    local index = now / window",
     );
     assert_caught::<FixedWindow>(&script, "float division");

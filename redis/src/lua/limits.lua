@@ -11,7 +11,7 @@
 --   k only if k * b >= 2^53 (see notes/10).
 -- * No number is ever formatted with tostring (14 significant digits:
 --   tostring(1764831234567891) is "1.7648312345679e+15"); stored integers go
---   through string.format("%d").
+--   through string.format's "%d".
 --
 -- KEYS[i]            the Redis key of limit i
 -- ARGV[1]            "1" to decide without writing (peek), else "0"
@@ -30,19 +30,11 @@
 -- writes are recorded as commands, run at the end if all admit.
 
 local peek = ARGV[1] == "1"
-local floor = math.floor
-
-local function idiv(a, b)
-  return floor(a / b)
-end
-
-local function ceil_div(a, b)
-  return idiv(a + b - 1, b)
-end
-
-local function int(n)
-  return string.format("%d", n)
-end
+-- Quotients are floor(a / b), quotients rounded up floor((a + b - 1) / b),
+-- and stored integers format("%d ...", ...), written out where they are used:
+-- helper functions would be closures made on every call (the chunk runs
+-- whole each time), which cost more than the arithmetic (notes/10).
+local floor, format = math.floor, string.format
 
 -- The integers of a stored value, in order.
 local function numbers(value)
@@ -59,7 +51,7 @@ end
 -- a millisecond clock that can lag the microsecond now by up to 1 ms: round
 -- up and add one.
 local function ttl_ms(now, fresh)
-  return ceil_div(math.max(fresh - now, 0), 1000) + 1
+  return floor((math.max(fresh - now, 0) + 999) / 1000) + 1
 end
 
 local server_now
@@ -107,9 +99,9 @@ for i = 1, #KEYS do
       allowed, retry = 1, 0
       debt = debt + cost * interval
       if code == "g" then
-        writes[#writes + 1] = { "SET", key, int(now + debt), "PX", ttl_ms(now, now + debt) }
+        writes[#writes + 1] = { "SET", key, format("%d", now + debt), "PX", ttl_ms(now, now + debt) }
       else
-        writes[#writes + 1] = { "SET", key, int(debt) .. " " .. int(last_at), "PX",
+        writes[#writes + 1] = { "SET", key, format("%d %d", debt, last_at), "PX",
           ttl_ms(now, last_at + debt) }
       end
     else
@@ -117,7 +109,7 @@ for i = 1, #KEYS do
     end
     remaining, reset = 0, debt
     if tolerance - debt >= interval then
-      remaining = idiv(tolerance - debt, interval)
+      remaining = floor((tolerance - debt) / interval)
     end
 
   elseif code == "f" then
@@ -127,7 +119,7 @@ for i = 1, #KEYS do
     local window, burst = a, b
     local state = numbers(redis.call("GET", key))
     local stored_index, count = state[1] or 0, state[2] or 0
-    local index = idiv(now, window)
+    local index = floor(now / window)
     local elapsed = now - index * window
     if index < stored_index then
       index, elapsed = stored_index, 0
@@ -138,7 +130,7 @@ for i = 1, #KEYS do
     reset = window - elapsed
     if cost <= free then
       allowed, remaining, retry = 1, free - cost, 0
-      writes[#writes + 1] = { "SET", key, int(index) .. " " .. int(count + cost), "PX",
+      writes[#writes + 1] = { "SET", key, format("%d %d", index, count + cost), "PX",
         ttl_ms(now, (index + 1) * window) }
     else
       allowed, remaining, retry = 0, free, reset
@@ -151,7 +143,7 @@ for i = 1, #KEYS do
     local window, burst = a, b
     local state = numbers(redis.call("GET", key))
     local stored_index, previous, current = state[1] or 0, state[2] or 0, state[3] or 0
-    local index = idiv(now, window)
+    local index = floor(now / window)
     local elapsed = now - index * window
     if index < stored_index then
       index, elapsed = stored_index, 0
@@ -161,13 +153,13 @@ for i = 1, #KEYS do
       previous, current = 0, 0
     end
     local carried = previous * (window - elapsed)
-    local free = math.max(idiv(math.max(burst * window - carried, 0), window) - current, 0)
+    local free = math.max(floor(math.max(burst * window - carried, 0) / window) - current, 0)
     if cost <= free then
       allowed, remaining, retry = 1, free - cost, 0
       -- Fresh once the current count has slid out: two windows on.
       reset = 2 * window - elapsed
       writes[#writes + 1] = { "SET", key,
-        int(index) .. " " .. int(previous) .. " " .. int(current + cost), "PX",
+        format("%d %d %d", index, previous, current + cost), "PX",
         ttl_ms(now, (index + 2) * window) }
     else
       allowed, remaining = 0, free
@@ -177,7 +169,7 @@ for i = 1, #KEYS do
         if count == 0 or room >= count then
           return 0
         end
-        return ceil_div(window * (count - room), count)
+        return floor((window * (count - room) + count - 1) / count)
       end
       local room_now = math.max(burst - current, 0)
       if cost <= room_now then
@@ -222,7 +214,7 @@ for i = 1, #KEYS do
     local function first(low, holds)
       local high = runs - 1
       while low < high do
-        local middle = idiv(low + high, 2)
+        local middle = floor((low + high) / 2)
         if holds(run(middle)) then
           high = middle
         else
@@ -260,17 +252,17 @@ for i = 1, #KEYS do
         if runs > 0 then
           writes[#writes + 1] = { "DEL", key }
         end
-        writes[#writes + 1] = { "RPUSH", key, int(stamp) .. " " .. int(cost) .. " " .. int(cost) }
+        writes[#writes + 1] = { "RPUSH", key, format("%d %d %d", stamp, cost, cost) }
       else
         if first_live > 0 then
           writes[#writes + 1] = { "LTRIM", key, first_live, -1 }
         end
         if newest[1] == stamp then
           writes[#writes + 1] = { "LSET", key, -1,
-            int(stamp) .. " " .. int(newest[2] + cost) .. " " .. int(top + cost) }
+            format("%d %d %d", stamp, newest[2] + cost, top + cost) }
         else
           writes[#writes + 1] = { "RPUSH", key,
-            int(stamp) .. " " .. int(cost) .. " " .. int(top + cost) }
+            format("%d %d %d", stamp, cost, top + cost) }
         end
       end
       writes[#writes + 1] = { "PEXPIRE", key, ttl_ms(now, stamp + window) }
