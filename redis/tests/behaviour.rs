@@ -15,10 +15,35 @@ use std::time::Duration;
 use tollgate::Quota;
 use tollgate::algorithm::{FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 use tollgate::clock::ManualClock;
-use tollgate_redis::{Error, RedisLimiter, Scripted, check_all};
+use tollgate_redis::{Error, RedisLimiter, Request, Scripted, check_all};
 
 use support::redis::command;
 use support::target::{Kind, Target};
+
+/// A test module per scenario, with a test on a standalone server and one
+/// on a three-master Cluster.
+macro_rules! on_both_deployments {
+    ($($test:ident: $scenario:ident,)*) => {$(
+        mod $test {
+            use super::{$scenario, Kind};
+
+            #[test]
+            fn standalone() {
+                $scenario(Kind::Standalone);
+            }
+
+            #[test]
+            fn cluster() {
+                $scenario(Kind::Cluster);
+            }
+        }
+    )*};
+}
+
+on_both_deployments! {
+    a_flushed_script_cache_reaches_no_caller: script_flush_mid_run,
+    limits_checked_together_are_all_or_nothing: limits_together,
+}
 
 fn flush_scripts(target: &Target) {
     for &port in target.ports() {
@@ -55,16 +80,6 @@ fn script_flush_mid_run(kind: Kind) {
     assert!(!decision.is_allowed());
 }
 
-#[test]
-fn a_flushed_script_cache_reaches_no_caller_standalone() {
-    script_flush_mid_run(Kind::Standalone);
-}
-
-#[test]
-fn a_flushed_script_cache_reaches_no_caller_cluster() {
-    script_flush_mid_run(Kind::Cluster);
-}
-
 fn limits_together(kind: Kind) {
     let target = Target::start(kind);
     let per_user = RedisLimiter::builder("user", Quota::per_hour(3).unwrap())
@@ -85,6 +100,8 @@ fn limits_together(kind: Kind) {
             ]))
             .unwrap()
     };
+    let refused =
+        |requests: &[Request<'_>]| target.runtime.block_on(check_all(requests)).unwrap_err();
     // alice from one address: her limit of 3 binds first.
     for _ in 0..3 {
         assert!(both("alice", "198.51.100.1").is_allowed());
@@ -110,53 +127,28 @@ fn limits_together(kind: Kind) {
     );
     assert!(bob.is_allowed());
     // An invalid cost anywhere: an error, nothing sent, nothing charged.
-    let error = target
-        .runtime
-        .block_on(check_all(&[
-            per_user.request("carol", 1),
-            per_ip.request("x", 6),
-        ]))
-        .unwrap_err();
+    let error = refused(&[per_user.request("carol", 1), per_ip.request("x", 6)]);
     assert!(matches!(error, Error::Check(_)), "{error}");
     let carol = target.runtime.block_on(per_user.peek("carol")).unwrap();
     assert_eq!(carol.remaining(), 2);
     // One key twice would be charged once for two admissions: refused.
-    let error = target
-        .runtime
-        .block_on(check_all(&[
-            per_user.request("erin", 1),
-            per_user.request("erin", 1),
-        ]))
-        .unwrap_err();
+    let error = refused(&[per_user.request("erin", 1), per_user.request("erin", 1)]);
     assert!(matches!(error, Error::SameKeyTwice), "{error}");
     let erin = target.runtime.block_on(per_user.peek("erin")).unwrap();
     assert_eq!(erin.remaining(), 2, "nothing charged");
-    // Limits in different slots cannot be decided together.
+    // Limits in different slots cannot be decided together, nor limits on
+    // another connection (perhaps another server) under the same tag.
     let spread = RedisLimiter::builder("spread", Quota::per_hour(5).unwrap())
         .build(target.connection.clone())
         .unwrap();
-    let error = target
-        .runtime
-        .block_on(check_all(&[
-            per_user.request("dave", 1),
-            spread.request("dave", 1),
-        ]))
-        .unwrap_err();
-    assert!(matches!(error, Error::Apart), "{error}");
-    // One tag on another connection (perhaps another server): apart too.
-    let elsewhere = target.runtime.block_on(target.reconnect());
     let far = RedisLimiter::builder("far", Quota::per_hour(5).unwrap())
         .hash_tag("request")
-        .build(elsewhere)
+        .build(target.runtime.block_on(target.reconnect()))
         .unwrap();
-    let error = target
-        .runtime
-        .block_on(check_all(&[
-            per_user.request("frank", 1),
-            far.request("frank", 1),
-        ]))
-        .unwrap_err();
-    assert!(matches!(error, Error::Apart), "{error}");
+    for other in [&spread, &far] {
+        let error = refused(&[per_user.request("dave", 1), other.request("dave", 1)]);
+        assert!(matches!(error, Error::Apart), "{error}");
+    }
     // Limiters on different clocks: each limit is decided at its own
     // limiter's time. A client clock at 1 000 s stores a TAT of 1 000 s and
     // one interval, whatever the server's time.
@@ -167,58 +159,35 @@ fn limits_together(kind: Kind) {
         .clock(clock)
         .build(target.connection.clone())
         .unwrap();
-    let both = target
-        .runtime
-        .block_on(check_all(&[
-            per_user.request("grace", 1),
-            clocked.request("grace", 1),
-        ]))
-        .unwrap();
-    assert!(both.is_allowed());
-    let tat = target.get(&clocked.redis_key("grace"));
-    assert_eq!(
-        tat.as_deref(),
-        Some("1000250000"),
-        "µs: the clock's now plus 1/4 s"
-    );
-    // The other way round: the clocked limiter first, then server time.
-    let both = target
-        .runtime
-        .block_on(check_all(&[
-            clocked.request("heidi", 1),
-            per_user.request("heidi", 1),
-        ]))
-        .unwrap();
-    assert!(both.is_allowed());
-    assert_eq!(
-        target.get(&clocked.redis_key("heidi")).as_deref(),
-        Some("1000250000")
-    );
-    let server_tat: u64 = target
-        .get(&per_user.redis_key("heidi"))
-        .unwrap()
-        .parse()
-        .unwrap();
-    let since_epoch_us = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64;
-    // Decided at the server's time (this machine's clock): a TAT about
-    // 20 minutes (one unit of 3 an hour) from now, not from 1 000 s.
-    assert!(
-        server_tat.abs_diff(since_epoch_us + 1_200_000_000) < 60_000_000,
-        "{server_tat}"
-    );
-}
-
-#[test]
-fn limits_checked_together_are_all_or_nothing_standalone() {
-    limits_together(Kind::Standalone);
-}
-
-#[test]
-fn limits_checked_together_are_all_or_nothing_cluster() {
-    limits_together(Kind::Cluster);
+    // Both orders: the server-time limiter first, and the clocked one.
+    for (key, clocked_first) in [("grace", false), ("heidi", true)] {
+        let mut requests = vec![per_user.request(key, 1), clocked.request(key, 1)];
+        if clocked_first {
+            requests.reverse();
+        }
+        let both = target.runtime.block_on(check_all(&requests)).unwrap();
+        assert!(both.is_allowed());
+        assert_eq!(
+            target.get(&clocked.redis_key(key)).as_deref(),
+            Some("1000250000"),
+            "µs: the clock's now plus 1/4 s"
+        );
+        let server_tat: u64 = target
+            .get(&per_user.redis_key(key))
+            .unwrap()
+            .parse()
+            .unwrap();
+        let since_epoch_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as u64;
+        // Decided at the server's time (this machine's clock): a TAT about
+        // 20 minutes (one unit of 3 an hour) from now, not from 1 000 s.
+        assert!(
+            server_tat.abs_diff(since_epoch_us + 1_200_000_000) < 60_000_000,
+            "{server_tat}"
+        );
+    }
 }
 
 fn pttl(target: &Target, key: &[u8]) -> i64 {
@@ -498,30 +467,22 @@ fn the_sliding_log_reads_logarithmically_many_runs() {
     assert_eq!(denied.retry_after(), Duration::from_millis(1));
     assert!(reads() <= 40, "{} runs read for a denial", reads());
     // An admission trims what left, in one command.
-    assert!(
-        target
-            .runtime
-            .block_on(limiter.check("k"))
+    let mut admit_and_count = || {
+        let decision = target.runtime.block_on(limiter.check("k")).unwrap();
+        assert!(decision.is_allowed());
+        redis::cmd("LLEN")
+            .arg(&key)
+            .query::<u64>(&mut connection)
             .unwrap()
-            .is_allowed()
-    );
-    let len: u64 = redis::cmd("LLEN").arg(&key).query(&mut connection).unwrap();
-    assert_eq!(len, 49_999 + 1);
+    };
+    assert_eq!(admit_and_count(), 49_999 + 1);
     // Everything left: the newest run says so, nothing else is read.
     clock.set_ns((start_us + 2 * window_us + 100_000 * 1_000) * 1_000);
     reset();
     let peeked = target.runtime.block_on(limiter.peek("k")).unwrap();
     assert_eq!(peeked.remaining(), 200_000 - 1);
     assert_eq!(reads(), 1, "the newest run only");
-    assert!(
-        target
-            .runtime
-            .block_on(limiter.check("k"))
-            .unwrap()
-            .is_allowed()
-    );
-    let len: u64 = redis::cmd("LLEN").arg(&key).query(&mut connection).unwrap();
-    assert_eq!(len, 1);
+    assert_eq!(admit_and_count(), 1);
     // A list in another layout (here, runs without their cumulative
     // count) is refused, never read as empty.
     let foreign = limiter.redis_key("old");

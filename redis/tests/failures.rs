@@ -27,6 +27,17 @@ fn url(server: &RedisServer) -> String {
     format!("redis://127.0.0.1:{}/", server.port())
 }
 
+/// A runtime, a standalone server, and a connection to it with the tests'
+/// options.
+fn standalone() -> (tokio::runtime::Runtime, RedisServer, Connection) {
+    let runtime = runtime();
+    let server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
+    let connection = runtime
+        .block_on(Connection::open_with(url(&server), options()))
+        .unwrap();
+    (runtime, server, connection)
+}
+
 fn options() -> Options {
     Options::default()
         .call_timeout(Duration::from_millis(200))
@@ -35,11 +46,7 @@ fn options() -> Options {
 
 #[test]
 fn a_killed_server_trips_the_breaker_and_a_restarted_one_is_used_again() {
-    let runtime = runtime();
-    let mut server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
-    let connection = runtime
-        .block_on(Connection::open_with(url(&server), options()))
-        .unwrap();
+    let (runtime, mut server, connection) = standalone();
     let quota = Quota::per_hour(10).unwrap();
     let strict = RedisLimiter::builder("strict", quota)
         .build(connection.clone())
@@ -119,33 +126,40 @@ fn a_killed_server_trips_the_breaker_and_a_restarted_one_is_used_again() {
     );
 }
 
-#[test]
-fn a_paused_server_times_out_and_the_late_script_still_counts_once() {
-    let runtime = runtime();
-    let server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
-    let connection = runtime
-        .block_on(Connection::open_with(url(&server), options()))
-        .unwrap();
+/// Pauses every server behind `connection` (`ports`) past the call
+/// timeout: the check times out (200 ms) and the policy denies it, but the
+/// server runs the script once the pause ends, so the unit was charged
+/// although the caller was told no. At most once, never twice: 10 − 2
+/// charged, and a peek reports after the unit it would take.
+fn a_late_script_counts_once(
+    runtime: &tokio::runtime::Runtime,
+    connection: Connection,
+    ports: &[u16],
+) {
     let limiter = RedisLimiter::builder("paused", Quota::per_hour(10).unwrap())
         .on_failure(OnFailure::Deny)
         .build(connection)
         .unwrap();
     assert!(runtime.block_on(limiter.check("k")).unwrap().is_allowed());
-    assert_eq!(
-        command(server.port(), &["CLIENT", "PAUSE", "1000", "ALL"])
-            .unwrap()
-            .trim(),
-        "+OK"
-    );
-    // The check times out (200 ms) and the policy denies it...
+    for &port in ports {
+        assert_eq!(
+            command(port, &["CLIENT", "PAUSE", "1000", "ALL"])
+                .unwrap()
+                .trim(),
+            "+OK"
+        );
+    }
     let denied = runtime.block_on(limiter.check("k")).unwrap();
     assert!(!denied.is_allowed());
     std::thread::sleep(Duration::from_millis(1_200));
-    // ...but the server ran the script once the pause ended: the unit was
-    // charged although the caller was told no. At most once, never twice:
-    // 10 − 2 charged, and a peek reports after the unit it would take.
     let peeked = runtime.block_on(limiter.peek("k")).unwrap();
     assert_eq!(peeked.remaining(), 7);
+}
+
+#[test]
+fn a_paused_server_times_out_and_the_late_script_still_counts_once() {
+    let (runtime, server, connection) = standalone();
+    a_late_script_counts_once(&runtime, connection, &[server.port()]);
 }
 
 /// The same on a Cluster: the client never resends a command whose reply
@@ -166,24 +180,7 @@ fn a_paused_cluster_times_out_and_the_late_script_still_counts_once() {
             options(),
         ))
         .unwrap();
-    let limiter = RedisLimiter::builder("paused", Quota::per_hour(10).unwrap())
-        .on_failure(OnFailure::Deny)
-        .build(connection)
-        .unwrap();
-    assert!(runtime.block_on(limiter.check("k")).unwrap().is_allowed());
-    for port in cluster.ports() {
-        assert_eq!(
-            command(port, &["CLIENT", "PAUSE", "1000", "ALL"])
-                .unwrap()
-                .trim(),
-            "+OK"
-        );
-    }
-    let denied = runtime.block_on(limiter.check("k")).unwrap();
-    assert!(!denied.is_allowed());
-    std::thread::sleep(Duration::from_millis(1_200));
-    let peeked = runtime.block_on(limiter.peek("k")).unwrap();
-    assert_eq!(peeked.remaining(), 7);
+    a_late_script_counts_once(&runtime, connection, &cluster.ports());
 }
 
 #[test]
@@ -259,11 +256,7 @@ fn credentials_are_required_and_checked() {
 /// Redis's).
 #[test]
 fn a_server_out_of_memory_falls_under_the_policy() {
-    let runtime = runtime();
-    let server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
-    let connection = runtime
-        .block_on(Connection::open_with(url(&server), options()))
-        .unwrap();
+    let (runtime, server, connection) = standalone();
     let quota = Quota::per_hour(10).unwrap();
     let strict = RedisLimiter::builder("strict", quota)
         .build(connection.clone())
