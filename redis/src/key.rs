@@ -3,7 +3,7 @@
 //! A user key is attacker-chosen bytes. Its Redis key is
 //!
 //! ```text
-//! <prefix> "{" <tag> "}" <name length> ":" <name> ":" <algorithm> <span> "/" <burst> ":" <user key>
+//! <prefix> "{" <tag> "}" <name length> ":" <name> ":" <algorithm> <span> "/" <burst> "/v" <layout> ":" <user key>
 //! ```
 //!
 //! * The prefix holds no brace (checked when the limiter is built), so the
@@ -26,6 +26,13 @@
 
 use crate::error::ConfigError;
 use crate::script::ScriptLimit;
+
+/// The version of the stored values' layout, part of every key: a version
+/// that stores a state differently must raise it, so that it never reads
+/// (and an older version still running never reads) a value in the other
+/// layout. Version 1: GCRA's TAT; "deficit last"; "index count"; "index
+/// previous current"; the log's runs "stamp count cumulative".
+const LAYOUT: u32 = 1;
 
 /// A limiter's place in the key space.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,7 +67,8 @@ impl Namespace {
             span_us,
             burst,
         } = limit;
-        let scope = format!("{}:{name}:{code}{span_us}/{burst}:", name.len()).into_bytes();
+        let scope =
+            format!("{}:{name}:{code}{span_us}/{burst}/v{LAYOUT}:", name.len()).into_bytes();
         Ok(Self {
             prefix: prefix.as_bytes().to_vec(),
             scope,
@@ -159,17 +167,17 @@ mod tests {
         let api = Namespace::new("app:", "api", &limit("g"), None).unwrap();
         let key = api.key(b"alice");
         assert!(key.starts_with(b"app:{"));
-        assert_eq!(&key[13..], b"}3:api:g1000/5:alice");
+        assert_eq!(&key[13..], b"}3:api:g1000/5/v1:alice");
         // A name that ends like another name's scope starts: still apart.
-        let a = Namespace::new("p", "a:g1000/5:", &limit("g"), None)
+        let a = Namespace::new("p", "a:g1000/5/v1:", &limit("g"), None)
             .unwrap()
             .key(b"x");
         let b = Namespace::new("p", "a", &limit("g"), None)
             .unwrap()
-            .key(b"g1000/5:x");
+            .key(b"g1000/5/v1:x");
         assert_ne!(a[11..], b[11..]);
         let fixed = Namespace::new("p", "n", &limit("f"), Some("req")).unwrap();
-        assert_eq!(fixed.key(b"{x}"), b"p{req}1:n:f1000/5:{x}");
+        assert_eq!(fixed.key(b"{x}"), b"p{req}1:n:f1000/5/v1:{x}");
         // Another quota under the same name: other keys.
         let wider = ScriptLimit {
             burst: 50,
@@ -184,10 +192,10 @@ mod tests {
         let spread = Namespace::new("p*", "n", &limit("g"), None).unwrap();
         assert_eq!(
             spread.pattern(),
-            b"p\\*{[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]}1:n:g1000/5:*"
+            b"p\\*{[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]}1:n:g1000/5/v1:*"
         );
         let fixed = Namespace::new("p", "n", &limit("g"), Some("t?")).unwrap();
-        assert_eq!(fixed.pattern(), b"p{t\\?}1:n:g1000/5:*");
+        assert_eq!(fixed.pattern(), b"p{t\\?}1:n:g1000/5/v1:*");
     }
 
     #[test]

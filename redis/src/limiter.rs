@@ -15,6 +15,10 @@ use crate::failure::{Admission, Fallback, OnFailure, Unavailable};
 use crate::key::Namespace;
 use crate::script::{END_OF_TIME_US, SCRIPT, ScriptLimit, Scripted};
 
+/// The longest expiry grace, 2^40 ms (34 years): every expiry stays an
+/// exact integer in the script.
+const MAX_GRACE_MS: u64 = 1 << 40;
+
 /// A rate limiter whose state lives in Redis, so that every instance of a
 /// service shares one count per key.
 ///
@@ -53,6 +57,7 @@ pub struct RedisLimiter<A: Scripted = Gcra> {
     namespace: Namespace,
     limit: ScriptLimit,
     time: Time,
+    grace_ms: u64,
     script: Arc<Script>,
     fallback: Fallback<A>,
 }
@@ -64,6 +69,7 @@ pub struct RedisBuilder<A: Scripted = Gcra> {
     prefix: String,
     tag: Option<String>,
     time: Time,
+    grace: Duration,
     script: Option<String>,
     on_failure: OnFailure,
     _algorithm: PhantomData<fn() -> A>,
@@ -97,6 +103,7 @@ impl RedisLimiter<Gcra> {
             prefix: "tollgate:".to_owned(),
             tag: None,
             time: Time::Server,
+            grace: Duration::ZERO,
             script: None,
             on_failure: OnFailure::default(),
             _algorithm: PhantomData,
@@ -115,6 +122,7 @@ impl<A: Scripted> RedisBuilder<A> {
             prefix: self.prefix,
             tag: self.tag,
             time: self.time,
+            grace: self.grace,
             script: self.script,
             on_failure: self.on_failure,
             _algorithm: PhantomData,
@@ -149,6 +157,21 @@ impl<A: Scripted> RedisBuilder<A> {
     #[must_use]
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
         self.time = Time::Client(Arc::new(clock));
+        self
+    }
+
+    /// Keeps every key `grace` longer than the instant it would decide as a
+    /// fresh key (rounded up to a millisecond; at most 2^40 ms).
+    ///
+    /// Expiry runs on the server's clock. With a client clock that may run
+    /// slower than real time (a [`ManualClock`](tollgate::clock::ManualClock)
+    /// in tests, a clock that can lag the server's), a key could otherwise
+    /// vanish before that clock saw it fresh, and be admitted again: a
+    /// grace as long as the clock may lag prevents it, at the cost of idle
+    /// keys staying that much longer. Zero by default.
+    #[must_use]
+    pub fn expiry_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
         self
     }
 
@@ -188,6 +211,9 @@ impl<A: Scripted> RedisBuilder<A> {
             namespace,
             limit,
             time: self.time,
+            grace_ms: u64::try_from(self.grace.as_nanos().div_ceil(1_000_000))
+                .unwrap_or(u64::MAX)
+                .min(MAX_GRACE_MS),
             script: Arc::new(Script { source, sha }),
             fallback,
         })
@@ -260,7 +286,13 @@ impl<A: Scripted> RedisLimiter<A> {
         validate_cost(cost, self.limit.burst)?;
         let now = self.time.now();
         let mut call = Call::new(peek);
-        call.push(self.namespace.key(key), self.limit, cost, &now);
+        call.push(Entry {
+            key: self.namespace.key(key),
+            limit: self.limit,
+            cost,
+            now: &now,
+            grace_ms: self.grace_ms,
+        });
         match call.send(&self.connection, &self.script).await {
             Ok(replies) => decision(&replies, self.limit.burst, now.fraction_ns),
             Err(Sent::Unavailable(cause)) => {
@@ -282,6 +314,7 @@ impl<A: Scripted> RedisLimiter<A> {
             limit: self.limit,
             script: &self.script,
             time: &self.time,
+            grace_ms: self.grace_ms,
         }
     }
 }
@@ -327,6 +360,7 @@ struct Erased<'a> {
     limit: ScriptLimit,
     script: &'a Script,
     time: &'a Time,
+    grace_ms: u64,
 }
 
 /// The decisions of several limits checked together: admitted only if
@@ -419,12 +453,13 @@ pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
         .collect();
     let mut call = Call::new(false);
     for (request, now) in requests.iter().zip(&times) {
-        call.push(
-            request.key.clone(),
-            request.limiter.limit,
-            request.cost,
+        call.push(Entry {
+            key: request.key.clone(),
+            limit: request.limiter.limit,
+            cost: request.cost,
             now,
-        );
+            grace_ms: request.limiter.grace_ms,
+        });
     }
     let replies = match call
         .send(first.limiter.connection, first.limiter.script)
@@ -461,7 +496,16 @@ struct Now {
 /// the command (the `EVAL` fallback writes them again).
 struct Call<'a> {
     peek: bool,
-    limits: Vec<(Vec<u8>, ScriptLimit, u32, &'a Now)>,
+    limits: Vec<Entry<'a>>,
+}
+
+/// One limit of a call.
+struct Entry<'a> {
+    key: Vec<u8>,
+    limit: ScriptLimit,
+    cost: u32,
+    now: &'a Now,
+    grace_ms: u64,
 }
 
 impl<'a> Call<'a> {
@@ -472,19 +516,26 @@ impl<'a> Call<'a> {
         }
     }
 
-    fn push(&mut self, key: Vec<u8>, limit: ScriptLimit, cost: u32, now: &'a Now) {
-        self.limits.push((key, limit, cost, now));
+    fn push(&mut self, limit: Entry<'a>) {
+        self.limits.push(limit);
     }
 
     /// `EVALSHA` or `EVAL` (`name`) of `body`, with the keys and arguments.
     fn command(&self, name: &str, body: &str) -> redis::Cmd {
         let mut command = redis::cmd(name);
         command.arg(body).arg(self.limits.len());
-        for (key, ..) in &self.limits {
-            command.arg(key);
+        for limit in &self.limits {
+            command.arg(&limit.key);
         }
         command.arg(if self.peek { "1" } else { "0" });
-        for (_, limit, cost, now) in &self.limits {
+        for Entry {
+            limit,
+            cost,
+            now,
+            grace_ms,
+            ..
+        } in &self.limits
+        {
             match now.us {
                 Some(us) => command.arg(us),
                 None => command.arg(""),
@@ -493,7 +544,8 @@ impl<'a> Call<'a> {
                 .arg(limit.code)
                 .arg(cost)
                 .arg(limit.span_us)
-                .arg(limit.burst);
+                .arg(limit.burst)
+                .arg(grace_ms);
         }
         command
     }

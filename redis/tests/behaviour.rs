@@ -204,14 +204,27 @@ fn pttl(target: &Target, key: &[u8]) -> i64 {
 /// milliseconds rounded up, plus one (PX counts from a millisecond clock).
 /// The expected figures are worked out by hand for 10 per 10 s (interval
 /// 1 s, window 10 s): a first unit at 105 s, a second after the clock
-/// stepped back to `back_s`.
-fn expires<A: Scripted>(target: &Target, back_s: u64, first_ms: i64, second_ms: i64) {
+/// stepped back to `back_s`. An expiry grace adds itself to both.
+fn expires<A: Scripted>(
+    target: &Target,
+    grace_ms: u64,
+    back_s: u64,
+    first_ms: i64,
+    second_ms: i64,
+) {
     let clock = ManualClock::new();
     clock.set_ns(105_000_000_000);
-    let limiter = target.limiter::<A>(
+    let limiter = RedisLimiter::builder(
+        format!("expiry-{}-{grace_ms}", A::CODE),
         Quota::new(10, Duration::from_secs(10)).unwrap(),
-        clock.clone(),
-    );
+    )
+    .algorithm::<A>()
+    .clock(clock.clone())
+    .expiry_grace(Duration::from_millis(grace_ms))
+    .build(target.connection.clone())
+    .unwrap();
+    let grace_ms = grace_ms as i64;
+    let (first_ms, second_ms) = (first_ms + grace_ms, second_ms + grace_ms);
     let key = limiter.redis_key("k");
     for (now_s, expected_ms) in [(105, first_ms), (back_s, second_ms)] {
         clock.set_ns(now_s * 1_000_000_000);
@@ -237,16 +250,19 @@ fn every_key_expires_when_it_would_be_fresh() {
     let target = Target::start(Kind::Standalone);
     // GCRA: TAT 106 s; at 97 s the debt is 9 s, one more unit fits and
     // moves the TAT to 107 s.
-    expires::<Gcra>(&target, 97, 1_001, 10_001);
+    expires::<Gcra>(&target, 0, 97, 1_001, 10_001);
     // Token bucket: 1 s owed at 105 s; a reading at 91 s is read as 105 s,
     // 2 s owed: fresh at 107 s, 16 s after 91 s.
-    expires::<TokenBucket>(&target, 91, 1_001, 16_001);
+    expires::<TokenBucket>(&target, 0, 91, 1_001, 16_001);
     // Fixed window: window [100, 110); 91 s reads as its first instant.
-    expires::<FixedWindow>(&target, 91, 5_001, 19_001);
+    expires::<FixedWindow>(&target, 0, 91, 5_001, 19_001);
     // Counter: its count slides out at the end of the next window, 120 s.
-    expires::<SlidingWindowCounter>(&target, 91, 15_001, 29_001);
+    expires::<SlidingWindowCounter>(&target, 0, 91, 15_001, 29_001);
     // Log: the units of 105 s leave at 115 s.
-    expires::<SlidingWindowLog>(&target, 91, 10_001, 24_001);
+    expires::<SlidingWindowLog>(&target, 0, 91, 10_001, 24_001);
+    // With a grace of 5 s (for a client clock that may lag the server's).
+    expires::<Gcra>(&target, 5_000, 97, 1_001, 10_001);
+    expires::<SlidingWindowLog>(&target, 5_000, 91, 10_001, 24_001);
 }
 
 /// The default clock is the server's `TIME` in microseconds: a denial's
@@ -485,14 +501,55 @@ fn the_sliding_log_reads_logarithmically_many_runs() {
     assert_eq!(admit_and_count(), 1);
     // A list in another layout (here, runs without their cumulative
     // count) is refused, never read as empty.
-    let foreign = limiter.redis_key("old");
-    let _: u64 = redis::cmd("RPUSH")
-        .arg(&foreign)
-        .arg("1000 5")
-        .query(&mut connection)
+    // Lists in another layout (runs without their cumulative count; older
+    // runs without it behind a newest run with three numbers) are refused,
+    // never read as something they are not.
+    let now_us = start_us + 2 * window_us + 100_000 * 1_000;
+    let older = format!("{} 1", now_us - 10);
+    let newest = format!("{} 1 2", now_us - 5);
+    for (key, runs) in [("old", vec!["1000 5"]), ("mixed", vec![&older, &newest])] {
+        let _: u64 = redis::cmd("RPUSH")
+            .arg(limiter.redis_key(key))
+            .arg(runs)
+            .query(&mut connection)
+            .unwrap();
+        match target.runtime.block_on(limiter.check(key)) {
+            Err(Error::Script(error)) => {
+                assert!(error.to_string().contains("not a sliding log"), "{error}");
+            }
+            other => panic!("{key}: {other:?}"),
+        }
+    }
+}
+
+/// The published script checks the cost itself: called directly with a
+/// cost of zero or above the burst, it refuses, for every algorithm.
+#[test]
+fn the_script_refuses_a_cost_outside_one_to_the_burst() {
+    let target = Target::start(Kind::Standalone);
+    let port = target.ports()[0];
+    let mut connection = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .unwrap()
+        .get_connection()
         .unwrap();
-    match target.runtime.block_on(limiter.check("old")) {
-        Err(Error::Script(error)) => assert!(error.to_string().contains("not a sliding log")),
-        other => panic!("{other:?}"),
+    for code in ["g", "t", "f", "c", "l"] {
+        for cost in ["0", "3"] {
+            let error = redis::Script::new(tollgate_redis::SCRIPT)
+                .key("direct")
+                .arg("0")
+                .arg("")
+                .arg(code)
+                .arg(cost)
+                .arg(1_000_000)
+                .arg(2)
+                .invoke::<Vec<i64>>(&mut connection)
+                .unwrap_err();
+            assert!(
+                error
+                    .to_string()
+                    .contains("the cost must be 1 to the burst"),
+                "{code} {cost}: {error}"
+            );
+        }
     }
 }

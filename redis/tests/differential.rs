@@ -146,7 +146,10 @@ where
         // The log keeps at most one unit a microsecond of its window: a
         // denser quota is refused, and nothing is left to compare.
         Err(tollgate_redis::ConfigError::QuotaTooLarge { value, limit, .. })
-            if A::CODE == "l" && value > limit =>
+            if A::CODE == "l"
+                && value == u64::from(quota.burst())
+                && limit == reference_quota.burst_window().as_micros() as u64
+                && value > limit =>
         {
             return Ok(());
         }

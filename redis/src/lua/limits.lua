@@ -15,8 +15,9 @@
 --
 -- KEYS[i]            the Redis key of limit i
 -- ARGV[1]            "1" to decide without writing (peek), else "0"
--- ARGV[2 + 5(i-1)..] limit i: now in microseconds (or "" for the server's
---                    TIME), algorithm, cost, constant a, constant b
+-- ARGV[2 + 6(i-1)..] limit i: now in microseconds (or "" for the server's
+--                    TIME), algorithm, cost, constant a, constant b, expiry
+--                    grace in milliseconds
 --   algorithm "g" GCRA and "t" token bucket: a = emission interval, b = burst
 --   algorithm "f" fixed window, "c" sliding window counter, "l" sliding
 --   log: a = window, b = burst
@@ -27,7 +28,8 @@
 --
 -- The whole chunk runs on every call, so it creates few closures (each is
 -- an allocation): the algorithms are branches of one loop, and a limit's
--- writes are recorded as commands, run at the end if all admit.
+-- writes are recorded as commands, run at the end if all admit. Two
+-- helpers are closures; the log's branch makes its search's.
 
 local peek = ARGV[1] == "1"
 -- Quotients are floor(a / b), quotients rounded up floor((a + b - 1) / b),
@@ -50,15 +52,19 @@ end
 -- later than the state's own rest time. PX counts whole milliseconds from
 -- a millisecond clock that can lag the microsecond now by up to 1 ms: round
 -- up and add one.
+-- The limit being decided: its time, and the grace its limiter adds to
+-- every expiry (for a client clock that may lag the server's).
+local now, grace
+
 local function ttl_ms(now, fresh)
-  return floor((math.max(fresh - now, 0) + 999) / 1000) + 1
+  return floor((math.max(fresh - now, 0) + 999) / 1000) + 1 + grace
 end
 
 local server_now
 local replies, writes, all_allowed = {}, {}, true
 for i = 1, #KEYS do
-  local key, at = KEYS[i], 2 + 5 * (i - 1)
-  local now = ARGV[at]
+  local key, at = KEYS[i], 2 + 6 * (i - 1)
+  now, grace = ARGV[at], tonumber(ARGV[at + 5]) or 0
   if now ~= "" then
     now = tonumber(now)
   else
@@ -70,6 +76,11 @@ for i = 1, #KEYS do
   end
   local code = ARGV[at + 1]
   local cost, a, b = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
+  -- The callers check the cost (1 to the burst, b for every algorithm);
+  -- the script is published, so it checks too.
+  if not cost or not b or cost < 1 or cost > b then
+    return redis.error_reply("tollgate: the cost must be 1 to the burst")
+  end
   local allowed, remaining, retry, reset
 
   if code == "g" or code == "t" then
@@ -203,7 +214,9 @@ for i = 1, #KEYS do
       if not fetched[j] then
         local parsed = numbers(redis.call("LINDEX", key, j))
         if #parsed ~= 3 then
-          return nil
+          -- Any run in another layout (an earlier version's, or something
+          -- else's): refused, never read as something it is not.
+          error({ err = "tollgate: not a sliding log: " .. key })
         end
         fetched[j] = parsed
       end
@@ -224,9 +237,6 @@ for i = 1, #KEYS do
       return low
     end
     local newest = runs > 0 and run(runs - 1)
-    if runs > 0 and not newest then
-      return redis.error_reply("tollgate: not a sliding log: " .. key)
-    end
     local stamp, first_live, base, top = now, runs, 0, 0
     if newest then
       top = newest[3]
