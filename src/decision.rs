@@ -57,6 +57,44 @@ impl Decision {
         }
     }
 
+    /// A decision from its parts, for a backend that decides elsewhere (a
+    /// server-side script): allowed when `retry_after` is zero.
+    ///
+    /// Returns `None` when the parts break an invariant of the contract:
+    /// `remaining > limit`, `retry_after > reset_after`, or a duration
+    /// beyond `u64` nanoseconds (about 584 years).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Decision;
+    ///
+    /// let denied = Decision::from_parts(10, 0, Duration::from_millis(5), Duration::from_secs(1))
+    ///     .expect("a well-formed denial");
+    /// assert!(!denied.is_allowed());
+    /// assert_eq!(denied.retry_after(), Duration::from_millis(5));
+    /// assert_eq!(Decision::from_parts(10, 11, Duration::ZERO, Duration::ZERO), None);
+    /// assert_eq!(Decision::from_parts(10, 0, Duration::from_secs(2), Duration::from_secs(1)), None);
+    /// ```
+    #[must_use]
+    pub fn from_parts(
+        limit: u32,
+        remaining: u32,
+        retry_after: Duration,
+        reset_after: Duration,
+    ) -> Option<Self> {
+        let retry_after_ns = u64::try_from(retry_after.as_nanos()).ok()?;
+        let reset_after_ns = u64::try_from(reset_after.as_nanos()).ok()?;
+        if remaining > limit || retry_after_ns > reset_after_ns {
+            return None;
+        }
+        Some(Self {
+            retry_after_ns,
+            reset_after_ns,
+            limit,
+            remaining,
+        })
+    }
+
     /// Whether the request was admitted (and its cost consumed).
     #[must_use]
     pub const fn is_allowed(&self) -> bool {

@@ -4,16 +4,24 @@
 //! `cargo run --release -p tollgate-lab` (quick: under 3 minutes on 2 cores)
 //! or `cargo run --release -p tollgate-lab -- --full` (longer cells, the whole
 //! memory sweep); `--out DIR` chooses where the SVG plots go (default
-//! `lab-output`).
+//! `lab-output`); `--distributed` runs only the Redis sections, which every
+//! run ends with when it can start a `redis-server`.
 
 #[path = "../../tests/support/churn.rs"]
 mod churn;
 #[path = "../../tests/support/counting_alloc.rs"]
 mod counting_alloc;
+mod distributed;
+#[path = "../../redis/tests/support/instances.rs"]
+mod instances;
 mod memory;
 #[path = "../benches/support/parallel.rs"]
 mod parallel;
 mod perf;
+// The Redis test harness: the lab starts its own server the same way.
+#[path = "../../redis/tests/support/redis.rs"]
+#[allow(dead_code)]
+mod redis_server;
 mod report;
 #[path = "../../tests/support/scenarios.rs"]
 mod scenarios;
@@ -62,11 +70,13 @@ macro_rules! for_each_algorithm {
 
 fn main() {
     let mut full = false;
+    let mut only_distributed = false;
     let mut out = std::path::PathBuf::from("lab-output");
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--full" => full = true,
+            "--distributed" => only_distributed = true,
             "--out" => match args.next() {
                 Some(dir) => out = dir.into(),
                 None => usage("--out needs a directory"),
@@ -80,6 +90,15 @@ fn main() {
         "tollgate lab ({} mode)\n",
         if full { "full" } else { "quick" }
     );
+    let distributed = distributed::Budget {
+        per_cell: std::time::Duration::from_millis(if full { 300 } else { 100 }),
+        rounds: if full { 20 } else { 10 },
+    };
+    if only_distributed {
+        distributed::run(&distributed);
+        println!("Total time: {:.0?}", started.elapsed());
+        return;
+    }
     println!("# Correctness (ManualClock: exact, machine-independent)\n");
     boundary_table();
     retry_after_table();
@@ -111,6 +130,7 @@ fn main() {
         }
         Err(error) => eprintln!("could not write the plots to {}: {error}", out.display()),
     }
+    distributed::run(&distributed);
     println!("\nTotal time: {:.0?}", started.elapsed());
 }
 
@@ -118,7 +138,7 @@ fn usage(problem: &str) -> ! {
     if !problem.is_empty() {
         eprintln!("tollgate-lab: {problem}");
     }
-    eprintln!("usage: tollgate-lab [--full] [--out DIR]");
+    eprintln!("usage: tollgate-lab [--full] [--distributed] [--out DIR]");
     std::process::exit(if problem.is_empty() { 0 } else { 2 });
 }
 

@@ -179,9 +179,15 @@ impl<A> Verdict<A> {
     }
 }
 
-/// Rejects the costs no wait could admit: zero, and more than `capacity`.
+/// Rejects the costs no wait could admit: zero, and more than `capacity`,
+/// with the errors every limiter returns for them (a backend that decides
+/// elsewhere calls it before its round trip).
+///
+/// # Errors
+///
+/// [`CheckError::ZeroCost`] and [`CheckError::InsufficientCapacity`].
 #[inline]
-pub(crate) fn validate_cost(cost: u32, capacity: u32) -> Result<u32, CheckError> {
+pub fn validate_cost(cost: u32, capacity: u32) -> Result<u32, CheckError> {
     if cost == 0 {
         Err(CheckError::ZeroCost)
     } else if cost > capacity {

@@ -30,24 +30,7 @@ macro_rules! conformance {
                     .build::<K>()
             }
 
-            conformance!(@tests
-                allows_up_to_burst,
-                rejects_past_burst_while_clock_frozen,
-                replenishes_fully_after_reset,
-                retry_after_is_exact,
-                isolates_keys,
-                remaining_is_exact,
-                retry_after_only_when_denied,
-                check_n_is_atomic,
-                invalid_cost_is_an_error,
-                peek_consumes_nothing,
-                exact_count_under_contention,
-                exact_multi_unit_count_under_contention,
-                burst_differs_from_limit,
-                clock_going_backwards,
-                survives_the_end_of_time,
-                many_keys_each_get_exactly_their_burst,
-            );
+            suite::with_suite_tests!(conformance!(@tests));
 
             #[test]
             fn isolates_string_keys() {

@@ -2,6 +2,35 @@
 //! hold. Each function takes a factory `(quota, clock) -> limiter` so that
 //! `conformance!` in `tests/conformance/main.rs` can run it over any combination.
 
+/// Calls `$runner!(<its own arguments> <every test of the suite>,)`: the
+/// one list of the suite's key-generic tests, so that every runner (the
+/// in-process stores here, the Redis backend in `redis/tests`) runs all of
+/// them.
+macro_rules! with_suite_tests {
+    ($runner:ident ! ( $($arguments:tt)* )) => {
+        $runner! {
+            $($arguments)*
+            allows_up_to_burst,
+            rejects_past_burst_while_clock_frozen,
+            replenishes_fully_after_reset,
+            retry_after_is_exact,
+            isolates_keys,
+            remaining_is_exact,
+            retry_after_only_when_denied,
+            check_n_is_atomic,
+            invalid_cost_is_an_error,
+            peek_consumes_nothing,
+            exact_count_under_contention,
+            exact_multi_unit_count_under_contention,
+            burst_differs_from_limit,
+            clock_going_backwards,
+            survives_the_end_of_time,
+            many_keys_each_get_exactly_their_burst,
+        }
+    };
+}
+pub(crate) use with_suite_tests;
+
 use std::time::Duration;
 
 use tollgate::clock::ManualClock;

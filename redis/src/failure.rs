@@ -1,0 +1,291 @@
+//! What a check returns when Redis cannot answer, and the circuit breaker
+//! that makes a dead Redis cost microseconds instead of a timeout a check.
+
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tollgate::clock::MonotonicClock;
+use tollgate::store::{Sharded, WhenFull};
+use tollgate::{Builder, Decision, Quota, RateLimiter};
+
+use crate::error::{ConfigError, Error};
+use crate::script::Scripted;
+
+/// The policy for a check Redis could not decide (unreachable, timed out,
+/// refusing the credentials, or behind an open circuit breaker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OnFailure {
+    /// Return [`Error::Unavailable`]: the caller chooses (the default).
+    #[default]
+    Error,
+    /// Deny, with `retry_after` the time until the breaker next lets a
+    /// check through to Redis (at least one nanosecond). Fails closed: no
+    /// over-admission, and no service while Redis is down.
+    Deny,
+    /// Admit, reporting nothing remaining. Fails open: the service stays
+    /// up and is not limited while Redis is down.
+    Admit,
+    /// Decide with an in-process limiter holding `1 / instances` of the
+    /// quota (its limit and burst divided, rounded down), so that
+    /// `instances` instances together admit at most the quota while Redis is
+    /// down (plus what Redis admitted in the same window before it failed).
+    Local {
+        /// How many instances share the quota.
+        instances: u32,
+    },
+}
+
+/// Counts consecutive failures; after `threshold` of them, sends no check
+/// to Redis for `cooldown`, then lets one probe through (half-open): its
+/// success closes the breaker, its failure opens it again. While the probe
+/// is out (at most a call timeout) no other check goes through, however
+/// short the cooldown.
+///
+/// Lock-free: a check reads one word when closed; only failures and probes
+/// write.
+#[derive(Debug)]
+pub(crate) struct Breaker {
+    threshold: u32,
+    cooldown: Duration,
+    /// How long a probe may take: the call timeout.
+    probe: Duration,
+    failures: AtomicU32,
+    /// Nanoseconds since `origin` until which checks skip Redis; 0: closed.
+    open_until_ns: AtomicU64,
+    origin: Instant,
+}
+
+/// Whether a check may go to Redis.
+pub(crate) enum Admission {
+    /// Send it.
+    Send,
+    /// Do not: the breaker is open for this long.
+    Skip(Duration),
+}
+
+impl Breaker {
+    pub(crate) fn new(threshold: u32, cooldown: Duration, probe: Duration) -> Self {
+        Self {
+            threshold: threshold.max(1),
+            cooldown,
+            probe,
+            failures: AtomicU32::new(0),
+            open_until_ns: AtomicU64::new(0),
+            origin: Instant::now(),
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    pub(crate) fn admit(&self) -> Admission {
+        // Acquire/Release are not needed for the decision itself (the word is
+        // the whole state), but Relaxed suffices: the breaker only chooses
+        // whether to send, never what Redis decides.
+        let open_until_ns = self.open_until_ns.load(Ordering::Relaxed);
+        if open_until_ns == 0 {
+            return Admission::Send;
+        }
+        let now_ns = self.now_ns();
+        if now_ns < open_until_ns {
+            return Admission::Skip(Duration::from_nanos(open_until_ns - now_ns));
+        }
+        // Half-open: the one check that moves the deadline on is the probe;
+        // the others wait for its outcome (it fails or succeeds within the
+        // call timeout) as if the breaker were open.
+        let probe_until = now_ns
+            .saturating_add(duration_ns(self.cooldown.saturating_add(self.probe)))
+            .max(1);
+        match self.open_until_ns.compare_exchange(
+            open_until_ns,
+            probe_until,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => Admission::Send,
+            Err(_) => Admission::Skip(Duration::from_nanos(1)),
+        }
+    }
+
+    /// How long the breaker stays open, if it is, without claiming a probe.
+    pub(crate) fn admit_peek(&self) -> Option<Duration> {
+        let open_until_ns = self.open_until_ns.load(Ordering::Relaxed);
+        let now_ns = self.now_ns();
+        (open_until_ns > now_ns).then(|| Duration::from_nanos(open_until_ns - now_ns))
+    }
+
+    pub(crate) fn succeeded(&self) {
+        if self.failures.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
+        }
+        if self.open_until_ns.load(Ordering::Relaxed) != 0 {
+            self.open_until_ns.store(0, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn failed(&self) {
+        let failures = self
+            .failures
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        if failures >= self.threshold {
+            let until = self
+                .now_ns()
+                .saturating_add(duration_ns(self.cooldown))
+                .max(1);
+            // Never earlier: a late failure of a call sent before the
+            // breaker opened must not cut a probe's hold short.
+            self.open_until_ns.fetch_max(until, Ordering::Relaxed);
+        }
+    }
+}
+
+fn duration_ns(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The most keys the local fallback tracks; a new key beyond them is
+/// denied while Redis is down.
+const LOCAL_MAX_KEYS: usize = 100_000;
+
+/// The decision the policy gives in place of Redis's.
+pub(crate) struct Fallback<A: Scripted> {
+    policy: OnFailure,
+    local: Option<RateLimiter<Vec<u8>, A, MonotonicClock, Sharded>>,
+}
+
+impl<A: Scripted> Fallback<A> {
+    pub(crate) fn new(policy: OnFailure, quota: &Quota) -> Result<Self, ConfigError> {
+        let local = match policy {
+            OnFailure::Local { instances } => {
+                let share = |value: u32| value.checked_div(instances).filter(|&v| v > 0);
+                let (Some(limit), Some(burst)) = (share(quota.limit()), share(quota.burst()))
+                else {
+                    return Err(ConfigError::ShareTooSmall {
+                        instances,
+                        limit: quota.limit(),
+                        burst: quota.burst(),
+                    });
+                };
+                let local_quota = Quota::new(limit, quota.window())
+                    .and_then(|local| local.with_burst(burst))
+                    .map_err(ConfigError::LocalQuota)?;
+                Some(
+                    Builder::new(local_quota)
+                        .algorithm::<A>()
+                        .store(Sharded::default())
+                        .max_keys(
+                            NonZeroUsize::new(LOCAL_MAX_KEYS).expect("nonzero"),
+                            WhenFull::Reject,
+                        )
+                        .build::<Vec<u8>>(),
+                )
+            }
+            _ => None,
+        };
+        Ok(Self { policy, local })
+    }
+
+    pub(crate) fn policy(&self) -> OnFailure {
+        self.policy
+    }
+
+    /// The policy's decision for a check (or a `peek`) Redis did not
+    /// decide, or the error to return. `open_for` is how long the breaker
+    /// keeps Redis out of reach (zero when it is closed).
+    pub(crate) fn decide(
+        &self,
+        key: &[u8],
+        cost: u32,
+        peek: bool,
+        limit: u32,
+        open_for: Duration,
+        cause: Unavailable,
+    ) -> Result<Decision, Error> {
+        let wait = open_for.max(Duration::from_nanos(1));
+        let decision = match (&self.local, self.policy) {
+            (Some(local), _) => match if peek {
+                local.peek(key)
+            } else {
+                local.check_n(key, cost)
+            } {
+                Ok(decision) => Some(decision),
+                // A new key beyond the local cap: denied until Redis is back.
+                Err(_) => Decision::from_parts(limit, 0, wait, wait),
+            },
+            (None, OnFailure::Deny) => Decision::from_parts(limit, 0, wait, wait),
+            (None, OnFailure::Admit) => {
+                Decision::from_parts(limit, 0, Duration::ZERO, Duration::ZERO)
+            }
+            (None, _) => None,
+        };
+        decision.ok_or(Error::Unavailable(cause))
+    }
+}
+
+/// Why Redis did not decide a check.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Unavailable {
+    /// The call failed: connection refused or reset, authentication
+    /// refused, or an error reply.
+    #[error("{0}")]
+    Redis(#[from] redis::RedisError),
+    /// No reply within the per-call timeout. The script may still have run
+    /// (the notes argue what that means for counting).
+    #[error("no reply within {0:?}")]
+    Timeout(Duration),
+    /// The circuit breaker is open after repeated failures: no call was
+    /// made.
+    #[error("circuit breaker open for another {0:?}")]
+    BreakerOpen(Duration),
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Barrier;
+    use std::time::Duration;
+
+    use super::{Admission, Breaker};
+
+    #[test]
+    fn a_half_open_breaker_lets_exactly_one_probe_through() {
+        let breaker = Breaker::new(2, Duration::from_millis(20), Duration::from_secs(30));
+        breaker.failed();
+        assert!(
+            matches!(breaker.admit(), Admission::Send),
+            "one failure of two"
+        );
+        breaker.failed();
+        assert!(matches!(breaker.admit(), Admission::Skip(_)), "open");
+        std::thread::sleep(Duration::from_millis(30));
+        // Cooled down: of eight concurrent checks, one probes; the others
+        // wait for its outcome, however long the cooldown has been over.
+        let barrier = Barrier::new(8);
+        let probes = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| {
+                    scope.spawn(|| {
+                        barrier.wait();
+                        matches!(breaker.admit(), Admission::Send)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| usize::from(handle.join().expect("no panic")))
+                .sum::<usize>()
+        });
+        assert_eq!(probes, 1);
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(
+            matches!(breaker.admit(), Admission::Skip(_)),
+            "the probe is still out"
+        );
+        breaker.succeeded();
+        assert!(matches!(breaker.admit(), Admission::Send), "closed");
+    }
+}

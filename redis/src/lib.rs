@@ -1,0 +1,25 @@
+//! tollgate's contract over Redis: every instance of a service shares one
+//! count per key.
+//!
+//! [`RedisLimiter`] decides each check in one round trip, with one
+//! server-side script holding all five of tollgate's algorithms in integer
+//! microseconds ([`SCRIPT`]); it returns the same [`Decision`](tollgate::Decision)
+//! and the same cost errors as the in-process limiters. `notes/10-distributed.md`
+//! in the repository argues the arithmetic, the clock and the key encoding.
+
+#![deny(missing_docs, missing_debug_implementations, unsafe_code)]
+#![warn(clippy::pedantic)]
+#![allow(clippy::module_name_repetitions)]
+
+mod connection;
+mod error;
+mod failure;
+mod key;
+mod limiter;
+mod script;
+
+pub use connection::{Connection, Options};
+pub use error::{ConfigError, Error};
+pub use failure::{OnFailure, Unavailable};
+pub use limiter::{Decisions, RedisBuilder, RedisLimiter, Request, check_all};
+pub use script::{END_OF_TIME_US, MAX_SPAN_US, SCRIPT, Scripted};

@@ -1,0 +1,648 @@
+//! The limiter: the contract of [`tollgate`]'s limiters, decided by Redis.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::ErrorKind;
+use tollgate::algorithm::{Gcra, validate_cost};
+use tollgate::clock::Clock;
+use tollgate::{Decision, Quota};
+
+use crate::connection::{Call as Sent, Connection};
+use crate::error::{ConfigError, Error};
+use crate::failure::{Admission, Fallback, OnFailure, Unavailable};
+use crate::key::Namespace;
+use crate::script::{END_OF_TIME_US, SCRIPT, ScriptLimit, Scripted};
+
+/// The longest expiry grace, 2^40 ms (34 years): every expiry stays an
+/// exact integer in the script.
+const MAX_GRACE_MS: u64 = 1 << 40;
+
+/// A rate limiter whose state lives in Redis, so that every instance of a
+/// service shares one count per key.
+///
+/// Each check is one round trip: the script (all five algorithms, see
+/// [`SCRIPT`]) is called by its SHA-1 with `EVALSHA`, and sent whole with
+/// `EVAL` only when the server answers that it does not know it (after a
+/// restart or `SCRIPT FLUSH`); no error reaches the caller for that.
+///
+/// # Exact to the microsecond
+///
+/// The script decides in integer microseconds (Lua numbers are doubles,
+/// exact below 2^53: nanoseconds since 1970 do not fit, microseconds do).
+/// The quota's interval or window is rounded **up** to a whole microsecond
+/// and a client time **down**, so the limiter never admits more than the
+/// quota; `retry_after` is actionable (a retry after it succeeds). With the
+/// server's clock (the default) waits are whole microseconds; with a client
+/// clock ([`RedisBuilder::clock`]) they are exact to the nanosecond against
+/// that clock, on a grid of whole microseconds.
+///
+/// ```no_run
+/// use tollgate::Quota;
+/// use tollgate_redis::{Connection, RedisLimiter};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let connection = Connection::open("redis://127.0.0.1:6379/").await?;
+/// let limiter = RedisLimiter::builder("api", Quota::per_minute(100)?).build(connection)?;
+/// let decision = limiter.check("203.0.113.7").await?;
+/// if !decision.is_allowed() {
+///     // 429, with Retry-After: decision.retry_after()
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub struct RedisLimiter<A: Scripted = Gcra> {
+    connection: Connection,
+    namespace: Namespace,
+    limit: ScriptLimit,
+    time: Time,
+    grace_ms: u64,
+    script: Arc<Script>,
+    fallback: Fallback<A>,
+}
+
+/// Configures a [`RedisLimiter`]; see [`RedisLimiter::builder`].
+pub struct RedisBuilder<A: Scripted = Gcra> {
+    name: String,
+    quota: Quota,
+    prefix: String,
+    tag: Option<String>,
+    time: Time,
+    grace: Duration,
+    script: Option<String>,
+    on_failure: OnFailure,
+    _algorithm: PhantomData<fn() -> A>,
+}
+
+/// Where a check's "now" comes from.
+#[derive(Clone)]
+enum Time {
+    /// The server's `TIME`, read inside the script: one clock for every
+    /// instance.
+    Server,
+    /// The caller's clock, in nanoseconds from its origin.
+    Client(Arc<dyn Clock>),
+}
+
+/// The script's source and SHA-1.
+#[derive(Debug)]
+struct Script {
+    source: String,
+    sha: String,
+}
+
+impl RedisLimiter<Gcra> {
+    /// Starts configuring a limiter named `name` (its keys are apart from
+    /// every other name's) enforcing `quota` with GCRA.
+    #[must_use]
+    pub fn builder(name: impl Into<String>, quota: Quota) -> RedisBuilder<Gcra> {
+        RedisBuilder {
+            name: name.into(),
+            quota,
+            prefix: "tollgate:".to_owned(),
+            tag: None,
+            time: Time::Server,
+            grace: Duration::ZERO,
+            script: None,
+            on_failure: OnFailure::default(),
+            _algorithm: PhantomData,
+        }
+    }
+}
+
+impl<A: Scripted> RedisBuilder<A> {
+    /// Another algorithm, for example
+    /// [`FixedWindow`](tollgate::algorithm::FixedWindow).
+    #[must_use]
+    pub fn algorithm<B: Scripted>(self) -> RedisBuilder<B> {
+        RedisBuilder {
+            name: self.name,
+            quota: self.quota,
+            prefix: self.prefix,
+            tag: self.tag,
+            time: self.time,
+            grace: self.grace,
+            script: self.script,
+            on_failure: self.on_failure,
+            _algorithm: PhantomData,
+        }
+    }
+
+    /// The prefix of every Redis key the limiter writes (`"tollgate:"` by
+    /// default). It must hold no `{` or `}`.
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Places every key of this limiter in one Redis Cluster slot, named by
+    /// `tag`, so that limits sharing the tag can be checked together,
+    /// atomically ([`check_all`]). Without a tag, keys are
+    /// spread over the cluster by a hash of the key.
+    #[must_use]
+    pub fn hash_tag(mut self, tag: impl Into<String>) -> Self {
+        self.tag = Some(tag.into());
+        self
+    }
+
+    /// Decides with the caller's clock instead of the server's `TIME`.
+    ///
+    /// Every instance must then share one clock origin and agree on the
+    /// time; the key's expiry still runs on the server's clock, so the
+    /// clock must not run slower than real time (a
+    /// [`ManualClock`](tollgate::clock::ManualClock) left behind can see
+    /// an idle key expire before it would have refilled on that clock).
+    #[must_use]
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.time = Time::Client(Arc::new(clock));
+        self
+    }
+
+    /// Keeps every key `grace` longer than the instant it would decide as a
+    /// fresh key (rounded up to a millisecond; at most 2^40 ms).
+    ///
+    /// Expiry runs on the server's clock. With a client clock that may run
+    /// slower than real time (a [`ManualClock`](tollgate::clock::ManualClock)
+    /// in tests, a clock that can lag the server's), a key could otherwise
+    /// vanish before that clock saw it fresh, and be admitted again: a
+    /// grace as long as the clock may lag prevents it, at the cost of idle
+    /// keys staying that much longer. Zero by default.
+    #[must_use]
+    pub fn expiry_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// What a check returns when Redis cannot decide it (see
+    /// [`OnFailure`]); [`OnFailure::Error`] by default.
+    #[must_use]
+    pub fn on_failure(mut self, policy: OnFailure) -> Self {
+        self.on_failure = policy;
+        self
+    }
+
+    /// Replaces the script. For the tests that plant bugs in a copy of it
+    /// and show that the differential tests catch them.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn script_source(mut self, source: impl Into<String>) -> Self {
+        self.script = Some(source.into());
+        self
+    }
+
+    /// Builds the limiter over `connection`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::BadKeyPart`] for a prefix or tag with a brace, and
+    /// [`ConfigError::QuotaTooLarge`] for a quota whose spans do not fit
+    /// the script's exact arithmetic, and [`ConfigError::ShareTooSmall`] for
+    /// a local share that admits nothing.
+    pub fn build(self, connection: Connection) -> Result<RedisLimiter<A>, ConfigError> {
+        let limit = ScriptLimit::new::<A>(&self.quota)?;
+        let fallback = Fallback::new(self.on_failure, &self.quota)?;
+        let namespace = Namespace::new(&self.prefix, &self.name, &limit, self.tag.as_deref())?;
+        let source = self.script.unwrap_or_else(|| SCRIPT.to_owned());
+        let sha = redis::Script::new(&source).get_hash().to_owned();
+        Ok(RedisLimiter {
+            connection,
+            namespace,
+            limit,
+            time: self.time,
+            grace_ms: u64::try_from(self.grace.as_nanos().div_ceil(1_000_000))
+                .unwrap_or(u64::MAX)
+                .min(MAX_GRACE_MS),
+            script: Arc::new(Script { source, sha }),
+            fallback,
+        })
+    }
+}
+
+impl<A: Scripted> RedisLimiter<A> {
+    /// Checks one unit for `key`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when Redis cannot decide and the failure
+    /// policy is [`OnFailure::Error`] (else the policy decides),
+    /// [`Error::Script`] when the script fails, [`Error::Reply`] for a
+    /// malformed answer.
+    pub async fn check(&self, key: impl AsRef<[u8]>) -> Result<Decision, Error> {
+        self.check_n(key, 1).await
+    }
+
+    /// Checks `cost` units for `key`, all or nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Check`] for a cost of zero or above the burst (no round
+    /// trip), and as [`check`](RedisLimiter::check).
+    pub async fn check_n(&self, key: impl AsRef<[u8]>, cost: u32) -> Result<Decision, Error> {
+        self.decide(key.as_ref(), cost, false).await
+    }
+
+    /// What a unit check would decide now, changing nothing and storing no
+    /// key.
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](RedisLimiter::check).
+    pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<Decision, Error> {
+        self.decide(key.as_ref(), 1, true).await
+    }
+
+    /// The quota's burst: the most unit requests a key admits at once.
+    #[must_use]
+    pub fn capacity(&self) -> u32 {
+        self.limit.burst
+    }
+
+    /// The `SCAN` pattern that matches every key this limiter writes.
+    #[must_use]
+    pub fn key_pattern(&self) -> Vec<u8> {
+        self.namespace.pattern()
+    }
+
+    /// The Redis key that holds `key`'s state.
+    #[must_use]
+    pub fn redis_key(&self, key: impl AsRef<[u8]>) -> Vec<u8> {
+        self.namespace.key(key.as_ref())
+    }
+
+    /// A check of `cost` units for `key` against this limiter, to be
+    /// decided together with others by [`check_all`].
+    #[must_use]
+    pub fn request(&self, key: impl AsRef<[u8]>, cost: u32) -> Request<'_> {
+        Request {
+            limiter: self.erased(),
+            key: self.namespace.key(key.as_ref()),
+            cost,
+        }
+    }
+
+    async fn decide(&self, key: &[u8], cost: u32, peek: bool) -> Result<Decision, Error> {
+        validate_cost(cost, self.limit.burst)?;
+        let now = self.time.now();
+        let mut call = Call::new(peek);
+        call.push(Entry {
+            key: self.namespace.key(key),
+            limit: self.limit,
+            cost,
+            now: &now,
+            grace_ms: self.grace_ms,
+        });
+        match call.send(&self.connection, &self.script).await {
+            Ok(replies) => decision(&replies, self.limit.burst, now.fraction_ns),
+            Err(Sent::Unavailable(cause)) => {
+                let open_for = match cause {
+                    Unavailable::BreakerOpen(open_for) => open_for,
+                    _ => self.connection.breaker().admit_peek().unwrap_or_default(),
+                };
+                self.fallback
+                    .decide(key, cost, peek, self.limit.burst, open_for, cause)
+            }
+            Err(Sent::Failed(error)) => Err(Error::Script(error)),
+        }
+    }
+
+    fn erased(&self) -> Erased<'_> {
+        Erased {
+            connection: &self.connection,
+            namespace: &self.namespace,
+            limit: self.limit,
+            script: &self.script,
+            time: &self.time,
+            grace_ms: self.grace_ms,
+        }
+    }
+}
+
+impl Time {
+    /// The time argument for a check now.
+    fn now(&self) -> Now {
+        match self {
+            Time::Server => Now {
+                us: None,
+                fraction_ns: 0,
+            },
+            Time::Client(clock) => {
+                let reading_ns = clock.now_ns();
+                let now_us = reading_ns / 1_000;
+                if now_us >= END_OF_TIME_US {
+                    Now {
+                        us: Some(END_OF_TIME_US),
+                        fraction_ns: 0,
+                    }
+                } else {
+                    Now {
+                        us: Some(now_us),
+                        fraction_ns: reading_ns % 1_000,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One limit of a request checked against several ([`check_all`]).
+pub struct Request<'a> {
+    limiter: Erased<'a>,
+    key: Vec<u8>,
+    cost: u32,
+}
+
+/// What [`check_all`] needs of a limiter, whatever its algorithm.
+struct Erased<'a> {
+    connection: &'a Connection,
+    namespace: &'a Namespace,
+    limit: ScriptLimit,
+    script: &'a Script,
+    time: &'a Time,
+    grace_ms: u64,
+}
+
+/// The decisions of several limits checked together: admitted only if
+/// every limit admits, and then every limit is charged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "decisions say whether the request may proceed"]
+pub struct Decisions {
+    decisions: Vec<Decision>,
+}
+
+impl Decisions {
+    /// Whether every limit admitted the request (and was charged).
+    #[must_use]
+    pub fn is_allowed(&self) -> bool {
+        self.decisions.iter().all(Decision::is_allowed)
+    }
+
+    /// Each limit's decision, in the order of the requests. When the
+    /// request was denied, nothing was charged anywhere, and the decisions
+    /// that read as allowed say what those limits would have admitted.
+    pub fn decisions(&self) -> &[Decision] {
+        &self.decisions
+    }
+
+    /// The decision a client should be told: when denied, the denial with
+    /// the longest wait; when allowed, the limit with the fewest remaining.
+    /// `None` only for an empty set of requests.
+    #[must_use]
+    pub fn binding(&self) -> Option<&Decision> {
+        if self.is_allowed() {
+            self.decisions
+                .iter()
+                .min_by_key(|decision| decision.remaining())
+        } else {
+            self.decisions
+                .iter()
+                .max_by_key(|decision| decision.retry_after())
+        }
+    }
+}
+
+/// Decides a request against several limits (for example per user and per
+/// IP address) in one script call, all or nothing: either every limit
+/// admits and each is charged its cost, or nothing is charged.
+///
+/// The limiters must share one hash tag ([`RedisBuilder::hash_tag`]), so
+/// that Redis Cluster keeps their keys in one slot, and one [`Connection`]
+/// (clones of one handle). Each limit is decided at its own limiter's time
+/// (the server's, or its clock's).
+///
+/// # Errors
+///
+/// [`Error::Unavailable`] when Redis cannot decide, whatever the limiters'
+/// failure policies (falling back limit by limit would not be all or
+/// nothing: the caller chooses), [`Error::Apart`] when the limiters do not
+/// share a hash tag and a connection, [`Error::SameKeyTwice`] when two requests name one
+/// limiter's one key (charge it once with their summed cost instead),
+/// [`Error::Check`] for an invalid cost (nothing is sent), and as
+/// [`RedisLimiter::check`].
+pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
+    let Some(first) = requests.first() else {
+        return Ok(Decisions {
+            decisions: Vec::new(),
+        });
+    };
+    let tag = first.limiter.namespace.tag();
+    if tag.is_none()
+        || requests.iter().any(|request| {
+            request.limiter.namespace.tag() != tag
+                || !request.limiter.connection.same_as(first.limiter.connection)
+        })
+    {
+        return Err(Error::Apart);
+    }
+    for (index, request) in requests.iter().enumerate() {
+        validate_cost(request.cost, request.limiter.limit.burst)?;
+        // The script decides every limit against the state before the call
+        // and then writes each: a key twice would be charged once for two
+        // admissions.
+        if requests[..index]
+            .iter()
+            .any(|earlier| earlier.key == request.key)
+        {
+            return Err(Error::SameKeyTwice);
+        }
+    }
+    let times: Vec<Now> = requests
+        .iter()
+        .map(|request| request.limiter.time.now())
+        .collect();
+    let mut call = Call::new(false);
+    for (request, now) in requests.iter().zip(&times) {
+        call.push(Entry {
+            key: request.key.clone(),
+            limit: request.limiter.limit,
+            cost: request.cost,
+            now,
+            grace_ms: request.limiter.grace_ms,
+        });
+    }
+    let replies = match call
+        .send(first.limiter.connection, first.limiter.script)
+        .await
+    {
+        Ok(replies) => replies,
+        Err(Sent::Unavailable(cause)) => return Err(Error::Unavailable(cause)),
+        Err(Sent::Failed(error)) => return Err(Error::Script(error)),
+    };
+    if replies.len() != 4 * requests.len() {
+        return Err(Error::Reply(format!("{replies:?}")));
+    }
+    let decisions = requests
+        .iter()
+        .zip(&times)
+        .zip(replies.chunks(4))
+        .map(|((request, now), reply)| {
+            decision(reply, request.limiter.limit.burst, now.fraction_ns)
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Decisions { decisions })
+}
+
+/// A check's time argument, and how far the client's reading lies past the
+/// microsecond it was rounded down to (so that waits can be told from the
+/// reading itself).
+struct Now {
+    /// Microseconds, or `None` for the server's `TIME`.
+    us: Option<u64>,
+    fraction_ns: u64,
+}
+
+/// One call of the script: its keys and arguments, written straight into
+/// the command (the `EVAL` fallback writes them again).
+struct Call<'a> {
+    peek: bool,
+    limits: Vec<Entry<'a>>,
+}
+
+/// One limit of a call.
+struct Entry<'a> {
+    key: Vec<u8>,
+    limit: ScriptLimit,
+    cost: u32,
+    now: &'a Now,
+    grace_ms: u64,
+}
+
+impl<'a> Call<'a> {
+    fn new(peek: bool) -> Self {
+        Self {
+            peek,
+            limits: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, limit: Entry<'a>) {
+        self.limits.push(limit);
+    }
+
+    /// `EVALSHA` or `EVAL` (`name`) of `body`, with the keys and arguments.
+    fn command(&self, name: &str, body: &str) -> redis::Cmd {
+        let mut command = redis::cmd(name);
+        command.arg(body).arg(self.limits.len());
+        for limit in &self.limits {
+            command.arg(&limit.key);
+        }
+        command.arg(if self.peek { "1" } else { "0" });
+        for Entry {
+            limit,
+            cost,
+            now,
+            grace_ms,
+            ..
+        } in &self.limits
+        {
+            match now.us {
+                Some(us) => command.arg(us),
+                None => command.arg(""),
+            };
+            command
+                .arg(limit.code)
+                .arg(cost)
+                .arg(limit.span_us)
+                .arg(limit.burst)
+                .arg(grace_ms);
+        }
+        command
+    }
+
+    /// Runs the call unless the connection's breaker is open, and tells
+    /// the breaker how it went.
+    async fn send(&self, connection: &Connection, script: &Script) -> Result<Vec<i64>, Sent> {
+        let breaker = connection.breaker();
+        if let Admission::Skip(open_for) = breaker.admit() {
+            return Err(Sent::Unavailable(Unavailable::BreakerOpen(open_for)));
+        }
+        let result = self.run(connection, script).await;
+        match &result {
+            Ok(_) => breaker.succeeded(),
+            Err(Sent::Unavailable(_)) => breaker.failed(),
+            Err(Sent::Failed(_)) => {}
+        }
+        result
+    }
+
+    /// `EVALSHA`, or `EVAL` when the server has not got the script.
+    async fn run(&self, connection: &Connection, script: &Script) -> Result<Vec<i64>, Sent> {
+        // Both commands within one call timeout.
+        connection
+            .within(async {
+                match connection.send(&self.command("EVALSHA", &script.sha)).await {
+                    Err(error) if error.kind() == ErrorKind::NoScriptError => {
+                        connection.send(&self.command("EVAL", &script.source)).await
+                    }
+                    other => other,
+                }
+            })
+            .await
+    }
+}
+
+/// The decision in four integers of the script's reply.
+fn decision(reply: &[i64], limit: u32, fraction_ns: u64) -> Result<Decision, Error> {
+    let malformed = || Error::Reply(format!("{reply:?}"));
+    let &[allowed, remaining, retry_us, reset_us] = reply else {
+        return Err(malformed());
+    };
+    let remaining = u32::try_from(remaining).map_err(|_| malformed())?;
+    let retry_us = u64::try_from(retry_us).map_err(|_| malformed())?;
+    let reset_us = u64::try_from(reset_us).map_err(|_| malformed())?;
+    if (allowed == 1) != (retry_us == 0) {
+        return Err(malformed());
+    }
+    // The client's reading lay `fraction_ns` past the microsecond decided
+    // on, so an instant `us` later on that grid is `us × 1000 − fraction`
+    // from the reading. A denial waits at least 1 µs: it stays positive.
+    let from_reading =
+        |us: u64| Duration::from_nanos(us.saturating_mul(1_000).saturating_sub(fraction_ns));
+    Decision::from_parts(
+        limit,
+        remaining,
+        from_reading(retry_us),
+        from_reading(reset_us),
+    )
+    .ok_or_else(malformed)
+}
+
+impl<A: Scripted> std::fmt::Debug for RedisLimiter<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisLimiter")
+            .field("algorithm", &std::any::type_name::<A>())
+            .field("namespace", &self.namespace)
+            .field("limit", &self.limit)
+            .field(
+                "time",
+                &match self.time {
+                    Time::Server => "server TIME",
+                    Time::Client(_) => "client clock",
+                },
+            )
+            .field("on_failure", &self.fallback.policy())
+            .field("connection", &self.connection)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Request<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("key", &String::from_utf8_lossy(&self.key))
+            .field("cost", &self.cost)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: Scripted> std::fmt::Debug for RedisBuilder<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBuilder")
+            .field("name", &self.name)
+            .field("quota", &self.quota)
+            .field("prefix", &self.prefix)
+            .field("tag", &self.tag)
+            .finish_non_exhaustive()
+    }
+}

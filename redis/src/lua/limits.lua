@@ -1,0 +1,306 @@
+-- tollgate's five algorithms in integer microseconds (notes/10).
+--
+-- Lua numbers in Redis are doubles. Every number here is an integer below
+-- 2^53, where doubles are exact: times are clamped by the caller to 2^52 us
+-- (142 years after the clock's origin), every span is at most 2^51 us, and
+-- the sliding window counter's products (a count times its window) are held
+-- below 2^53 by the caller. Two consequences:
+--
+-- * `math.floor(a / b)` is the exact integer quotient for 0 <= a, 1 <= b,
+--   a + b < 2^53: the double nearest a / b can round up to the next integer
+--   k only if k * b >= 2^53 (see notes/10).
+-- * No number is ever formatted with tostring (14 significant digits:
+--   tostring(1764831234567891) is "1.7648312345679e+15"); stored integers go
+--   through string.format's "%d".
+--
+-- KEYS[i]            the Redis key of limit i
+-- ARGV[1]            "1" to decide without writing (peek), else "0"
+-- ARGV[2 + 6(i-1)..] limit i: now in microseconds (or "" for the server's
+--                    TIME), algorithm, cost, constant a, constant b, expiry
+--                    grace in milliseconds
+--   algorithm "g" GCRA and "t" token bucket: a = emission interval, b = burst
+--   algorithm "f" fixed window, "c" sliding window counter, "l" sliding
+--   log: a = window, b = burst
+--
+-- All limits are decided first; only if every one admits are they written
+-- (all or nothing). Returns four integers per limit: allowed (1 or 0),
+-- remaining, retry_after_us, reset_after_us.
+--
+-- The whole chunk runs on every call, so it creates few closures (each is
+-- an allocation): the algorithms are branches of one loop, and a limit's
+-- writes are recorded as commands, run at the end if all admit. Two
+-- helpers are closures; the log's branch makes its search's.
+
+local peek = ARGV[1] == "1"
+-- Quotients are floor(a / b), quotients rounded up floor((a + b - 1) / b),
+-- and stored integers format("%d ...", ...), written out where they are used:
+-- helper functions would be closures made on every call (the chunk runs
+-- whole each time), which cost more than the arithmetic (notes/10).
+local floor, format = math.floor, string.format
+
+-- The integers of a stored value, in order.
+local function numbers(value)
+  local parsed = {}
+  for word in string.gmatch(value or "", "%d+") do
+    parsed[#parsed + 1] = tonumber(word)
+  end
+  return parsed
+end
+
+-- A key expires when it would decide as a fresh key: at the instant
+-- `fresh`, which a state dated after now (the clock stepped back) puts
+-- later than the state's own rest time. PX counts whole milliseconds from
+-- a millisecond clock that can lag the microsecond now by up to 1 ms: round
+-- up and add one.
+-- The limit being decided: its time, and the grace its limiter adds to
+-- every expiry (for a client clock that may lag the server's).
+local now, grace
+
+local function ttl_ms(now, fresh)
+  return floor((math.max(fresh - now, 0) + 999) / 1000) + 1 + grace
+end
+
+local server_now
+local replies, writes, all_allowed = {}, {}, true
+for i = 1, #KEYS do
+  local key, at = KEYS[i], 2 + 6 * (i - 1)
+  now, grace = ARGV[at], tonumber(ARGV[at + 5]) or 0
+  if now ~= "" then
+    now = tonumber(now)
+  else
+    if not server_now then
+      local time = redis.call("TIME")
+      server_now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    end
+    now = server_now
+  end
+  local code = ARGV[at + 1]
+  local cost, a, b = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
+  -- The callers check the cost (1 to the burst, b for every algorithm);
+  -- the script is published, so it checks too.
+  if not cost or not b or cost < 1 or cost > b then
+    return redis.error_reply("tollgate: the cost must be 1 to the burst")
+  end
+  local allowed, remaining, retry, reset
+
+  if code == "g" or code == "t" then
+    -- GCRA and the token bucket: a key owes `debt` microseconds of refill
+    -- (a = interval, b = burst); a cost fits while
+    -- debt + cost * interval <= burst * interval.
+    local interval, burst = a, b
+    local debt, last_at = 0, now
+    if code == "g" then
+      -- The value is the theoretical arrival time (TAT).
+      local tat = tonumber(redis.call("GET", key) or "0")
+      if tat > now then
+        debt = tat - now
+      end
+    else
+      -- The value is "deficit last"; a reading before `last` is `last`.
+      local state = numbers(redis.call("GET", key))
+      local deficit, last = state[1] or 0, state[2] or 0
+      if last_at < last then
+        last_at = last
+      end
+      debt = math.max(deficit - (last_at - last), 0)
+    end
+    local tolerance = burst * interval
+    local max_debt = tolerance - cost * interval
+    if debt <= max_debt then
+      allowed, retry = 1, 0
+      debt = debt + cost * interval
+      if code == "g" then
+        writes[#writes + 1] = { "SET", key, format("%d", now + debt), "PX", ttl_ms(now, now + debt) }
+      else
+        writes[#writes + 1] = { "SET", key, format("%d %d", debt, last_at), "PX",
+          ttl_ms(now, last_at + debt) }
+      end
+    else
+      allowed, retry = 0, debt - max_debt
+    end
+    remaining, reset = 0, debt
+    if tolerance - debt >= interval then
+      remaining = floor((tolerance - debt) / interval)
+    end
+
+  elseif code == "f" then
+    -- Fixed window: the value is "window_index count" (a = window, b =
+    -- burst). A reading from before the stored window is that window's
+    -- first instant.
+    local window, burst = a, b
+    local state = numbers(redis.call("GET", key))
+    local stored_index, count = state[1] or 0, state[2] or 0
+    local index = floor(now / window)
+    local elapsed = now - index * window
+    if index < stored_index then
+      index, elapsed = stored_index, 0
+    elseif index > stored_index then
+      count = 0
+    end
+    local free = math.max(burst - count, 0)
+    reset = window - elapsed
+    if cost <= free then
+      allowed, remaining, retry = 1, free - cost, 0
+      writes[#writes + 1] = { "SET", key, format("%d %d", index, count + cost), "PX",
+        ttl_ms(now, (index + 1) * window) }
+    else
+      allowed, remaining, retry = 0, free, reset
+    end
+
+  elseif code == "c" then
+    -- Sliding window counter: the value is "window_index previous
+    -- current"; the previous window's count weighs by the part of it still
+    -- inside the sliding window, in exact integers scaled by the window.
+    local window, burst = a, b
+    local state = numbers(redis.call("GET", key))
+    local stored_index, previous, current = state[1] or 0, state[2] or 0, state[3] or 0
+    local index = floor(now / window)
+    local elapsed = now - index * window
+    if index < stored_index then
+      index, elapsed = stored_index, 0
+    elseif index == stored_index + 1 then
+      previous, current = current, 0
+    elseif index > stored_index then
+      previous, current = 0, 0
+    end
+    local carried = previous * (window - elapsed)
+    local free = math.max(floor(math.max(burst * window - carried, 0) / window) - current, 0)
+    if cost <= free then
+      allowed, remaining, retry = 1, free - cost, 0
+      -- Fresh once the current count has slid out: two windows on.
+      reset = 2 * window - elapsed
+      writes[#writes + 1] = { "SET", key,
+        format("%d %d %d", index, previous, current + cost), "PX",
+        ttl_ms(now, (index + 2) * window) }
+    else
+      allowed, remaining = 0, free
+      -- How far into the window `count` has slid out enough to leave
+      -- `room` units: window * (count - room) / count, rounded up.
+      local function earliest_offset(count, room)
+        if count == 0 or room >= count then
+          return 0
+        end
+        return floor((window * (count - room) + count - 1) / count)
+      end
+      local room_now = math.max(burst - current, 0)
+      if cost <= room_now then
+        retry = earliest_offset(previous, room_now - cost) - elapsed
+      else
+        retry = (window - elapsed) + earliest_offset(current, burst - cost)
+      end
+      if current > 0 then
+        reset = 2 * window - elapsed
+      elseif previous > 0 then
+        reset = window - elapsed
+      else
+        reset = 0
+      end
+    end
+
+  elseif code == "l" then
+    -- Sliding log: a list of runs "stamp count cumulative", oldest first:
+    -- the units admitted at one microsecond, and the units of the list up
+    -- to and including the run (counted since the list was last empty). A
+    -- unit leaves the window `window` (a) after its stamp, and a reading
+    -- older than the newest stamp is that stamp's instant. The cumulative
+    -- counts let a check find the first live run, and a denial the run
+    -- whose leaving makes room, by binary search over LINDEX: O(log runs)
+    -- reads, whatever the list holds. An admission trims the runs that
+    -- have left (in C, each run once).
+    local window, burst = a, b
+    local runs = redis.call("LLEN", key)
+    local fetched = {}
+    local function run(j)
+      if not fetched[j] then
+        local parsed = numbers(redis.call("LINDEX", key, j))
+        if #parsed ~= 3 then
+          -- Any run in another layout (an earlier version's, or something
+          -- else's): refused, never read as something it is not.
+          error({ err = "tollgate: not a sliding log: " .. key })
+        end
+        fetched[j] = parsed
+      end
+      return fetched[j]
+    end
+    -- The smallest j in [low, runs - 1] whose run satisfies `holds`
+    -- (monotone: false, then true), given that run runs - 1 does.
+    local function first(low, holds)
+      local high = runs - 1
+      while low < high do
+        local middle = floor((low + high) / 2)
+        if holds(run(middle)) then
+          high = middle
+        else
+          low = middle + 1
+        end
+      end
+      return low
+    end
+    local newest = runs > 0 and run(runs - 1)
+    local stamp, first_live, base, top = now, runs, 0, 0
+    if newest then
+      top = newest[3]
+      if stamp < newest[1] then
+        stamp = newest[1]
+      end
+      if newest[1] + window > stamp then
+        first_live = first(0, function(r)
+          return r[1] + window > stamp
+        end)
+        local oldest_live = run(first_live)
+        base = oldest_live[3] - oldest_live[2]
+      else
+        base = top
+      end
+    end
+    local live = top - base
+    local free = math.max(burst - live, 0)
+    if cost <= free then
+      allowed, remaining, retry, reset = 1, free - cost, 0, window
+      if first_live == runs then
+        -- Nothing live: start the list again, counting from zero.
+        if runs > 0 then
+          writes[#writes + 1] = { "DEL", key }
+        end
+        writes[#writes + 1] = { "RPUSH", key, format("%d %d %d", stamp, cost, cost) }
+      else
+        if first_live > 0 then
+          writes[#writes + 1] = { "LTRIM", key, first_live, -1 }
+        end
+        if newest[1] == stamp then
+          writes[#writes + 1] = { "LSET", key, -1,
+            format("%d %d %d", stamp, newest[2] + cost, top + cost) }
+        else
+          writes[#writes + 1] = { "RPUSH", key,
+            format("%d %d %d", stamp, cost, top + cost) }
+        end
+      end
+      writes[#writes + 1] = { "PEXPIRE", key, ttl_ms(now, stamp + window) }
+    else
+      -- The stamp of the last unit that must leave for `cost` to fit: the
+      -- first live run whose cumulative count reaches it.
+      local must_leave = live + cost - burst
+      local leaving = run(first(first_live, function(r)
+        return r[3] - base >= must_leave
+      end))
+      allowed, remaining, retry = 0, free, leaving[1] + window - stamp
+      reset = math.max(newest[1] + window - stamp, 0)
+    end
+
+  else
+    return redis.error_reply("tollgate: unknown algorithm " .. tostring(code))
+  end
+
+  all_allowed = all_allowed and allowed == 1
+  replies[#replies + 1] = allowed
+  replies[#replies + 1] = remaining
+  replies[#replies + 1] = retry
+  replies[#replies + 1] = reset
+end
+
+if all_allowed and not peek then
+  for _, command in ipairs(writes) do
+    redis.call(unpack(command))
+  end
+end
+return replies

@@ -1,0 +1,321 @@
+//! The script against the in-process pure functions, on a real Redis.
+//!
+//! Random quotas (intervals and windows in nanoseconds, most of them not
+//! whole microseconds) and random traces of (time step, key, cost, peek),
+//! with steps backwards as well as forwards, run through the Redis limiter
+//! with a client clock on microsecond instants (the trace's time plus the
+//! real time elapsed, so that a key's expiry on the server's clock is part
+//! of what is compared), and through the in-process
+//! limiter of the same algorithm whose quota is the Redis one's: interval or
+//! window rounded up to the microsecond, computed here independently of the
+//! crate. Every step's result (decision or error) must be equal, once the
+//! in-process waits are put on the microsecond grid the script decides on
+//! (rounded up: the first whole microsecond at which the in-process limiter
+//! admits).
+//!
+//! Planted bugs in copies of the script (a timestamp through `tostring`,
+//! truncation where the arithmetic rounds up, a float division where it
+//! divides exactly) must each make the comparison fail.
+
+mod support {
+    #[allow(dead_code)]
+    pub mod redis;
+    #[allow(dead_code)]
+    pub mod target;
+}
+
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
+use tollgate::algorithm::{
+    Algorithm, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+};
+use tollgate::cell::{CellFor, Preferred};
+use tollgate::clock::ManualClock;
+use tollgate::{Builder, Decision, Quota};
+use tollgate_redis::{RedisLimiter, SCRIPT, Scripted};
+
+use support::target::{Kind, Target};
+
+/// A Unix instant in 2026, in µs: times of the size the server's clock
+/// gives, far above 2^32 and with 16 digits, so that a timestamp through a
+/// float format loses digits.
+const START_US: u64 = 1_764_831_234_567_891;
+
+#[derive(Debug, Clone)]
+struct Case {
+    limit: u32,
+    window_ns: u64,
+    burst: u32,
+    steps: Vec<Step>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    /// Microseconds to move the clock, in thousandths of the quota's span
+    /// (negative: backwards).
+    per_mille: i64,
+    key: u8,
+    cost: u32,
+    peek: bool,
+}
+
+fn cases() -> impl Strategy<Value = Case> {
+    (1_u32..=12, 1_000_u64..=3_000_000_000, 1_u32..=16).prop_flat_map(
+        |(limit, window_ns, burst)| {
+            let step = (
+                -300_i64..=2_500,
+                0_u8..3,
+                0_u32..=burst + 1,
+                proptest::bool::weighted(0.1),
+            )
+                .prop_map(|(per_mille, key, cost, peek)| Step {
+                    // Mostly small steps, so that keys are often drained.
+                    per_mille: if per_mille > 600 {
+                        per_mille / 8
+                    } else {
+                        per_mille
+                    },
+                    key,
+                    cost,
+                    peek,
+                });
+            proptest::collection::vec(step, 1..120).prop_map(move |steps| Case {
+                limit,
+                window_ns,
+                burst,
+                steps,
+            })
+        },
+    )
+}
+
+/// The quota the script enforces, built without the crate: the interval
+/// (GCRA, token bucket) or the burst window (the window algorithms) rounded
+/// up to a whole microsecond.
+fn micro_quota<A: Scripted>(quota: &Quota) -> Option<Quota> {
+    let by_interval = A::BY_INTERVAL;
+    let span = if by_interval {
+        quota.emission_interval()
+    } else {
+        quota.burst_window()
+    };
+    let span = Duration::from_micros(u64::try_from(span.as_nanos().div_ceil(1_000)).ok()?);
+    if by_interval {
+        Quota::new(1, span).ok()?.with_burst(quota.burst()).ok()
+    } else {
+        Quota::new(quota.burst(), span).ok()
+    }
+}
+
+fn differential<A: Scripted>(
+    target: &Target,
+    script: Option<&str>,
+    case: &Case,
+) -> Result<(), TestCaseError>
+where
+    Preferred: CellFor<A>,
+{
+    let Ok(quota) = Quota::new(case.limit, Duration::from_nanos(case.window_ns))
+        .and_then(|quota| quota.with_burst(case.burst))
+    else {
+        return Ok(());
+    };
+    let reference_quota = micro_quota::<A>(&quota).expect("a quota of whole microseconds");
+    let span_us = if A::BY_INTERVAL {
+        reference_quota.emission_interval()
+    } else {
+        reference_quota.burst_window()
+    }
+    .as_micros() as i64
+        * i64::from(quota.burst());
+    let clock = ManualClock::new();
+    let reference = Builder::new(reference_quota)
+        .algorithm::<A>()
+        .clock(clock.clone())
+        .build::<u8>();
+    let mut builder = RedisLimiter::builder(format!("d{}", unique()), quota)
+        .algorithm::<A>()
+        .clock(clock.clone());
+    if let Some(script) = script {
+        builder = builder.script_source(script);
+    }
+    let limiter = match builder.build(target.connection.clone()) {
+        Ok(limiter) => limiter,
+        // The log keeps at most one unit a microsecond of its window: a
+        // denser quota is refused, and nothing is left to compare.
+        Err(tollgate_redis::ConfigError::QuotaTooLarge { value, limit, .. })
+            if A::CODE == "l"
+                && value == u64::from(quota.burst())
+                && limit == reference_quota.burst_window().as_micros() as u64
+                && value > limit =>
+        {
+            return Ok(());
+        }
+        Err(error) => return Err(TestCaseError::fail(format!("{error}"))),
+    };
+    // The clock is the trace's time plus the real time elapsed since the
+    // case began: keys expire on the server's clock, and a client clock
+    // that stood still while real time passed would see them vanish before
+    // they would be fresh on it (RedisBuilder::clock). Both limiters read
+    // the same instant at every step.
+    let began = Instant::now();
+    let mut trace_us = START_US as i64;
+    for (index, step) in case.steps.iter().enumerate() {
+        trace_us =
+            (trace_us + step.per_mille * span_us / 1_000).max(START_US as i64 - 10 * span_us);
+        let now_us = trace_us + began.elapsed().as_micros() as i64;
+        clock.set_ns(now_us as u64 * 1_000);
+        let key = [step.key];
+        let (expected, actual) = if step.peek {
+            (
+                reference.peek(&step.key),
+                target.runtime.block_on(limiter.peek(key)),
+            )
+        } else {
+            (
+                reference.check_n(&step.key, step.cost),
+                target.runtime.block_on(limiter.check_n(key, step.cost)),
+            )
+        };
+        let actual = match actual {
+            Ok(decision) => Ok(decision),
+            Err(tollgate_redis::Error::Check(error)) => Err(error),
+            Err(error) => return Err(TestCaseError::fail(format!("step {index}: {error}"))),
+        };
+        // Decisions are taken at whole microseconds: an in-process wait
+        // that ends between two (the sliding window counter's can) is
+        // served at the next one.
+        let expected = expected.map(on_microsecond_grid);
+        prop_assert_eq!(
+            actual,
+            expected,
+            "step {} of {:?} at {} µs",
+            index,
+            step,
+            now_us
+        );
+    }
+    Ok(())
+}
+
+/// The decision with its waits rounded up to whole microseconds.
+fn on_microsecond_grid(decision: Decision) -> Decision {
+    let up = |wait: Duration| Duration::from_micros(wait.as_nanos().div_ceil(1_000) as u64);
+    Decision::from_parts(
+        decision.limit(),
+        decision.remaining(),
+        up(decision.retry_after()),
+        up(decision.reset_after()),
+    )
+    .expect("rounding both waits up keeps their order")
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: 128,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/differential.proptest-regressions"
+        )))),
+        ..ProptestConfig::default()
+    }
+}
+
+macro_rules! differential_tests {
+    ($($name:ident: $algorithm:ty,)*) => {
+        std::thread_local! {
+            static TARGET: Target = Target::start(Kind::Standalone);
+        }
+        proptest! {
+            #![proptest_config(config())]
+            $(
+                #[test]
+                fn $name(case in cases()) {
+                    TARGET.with(|target| differential::<$algorithm>(target, None, &case))?;
+                }
+            )*
+        }
+    };
+}
+
+differential_tests! {
+    gcra_decides_as_in_process: Gcra,
+    token_bucket_decides_as_in_process: TokenBucket,
+    fixed_window_decides_as_in_process: FixedWindow,
+    sliding_window_counter_decides_as_in_process: SlidingWindowCounter,
+    sliding_window_log_decides_as_in_process: SlidingWindowLog,
+}
+
+/// The script with `from` replaced by `to` at exactly one place.
+fn planted(from: &str, to: &str) -> String {
+    assert_eq!(
+        SCRIPT.matches(from).count(),
+        1,
+        "the canary's site moved: {from}"
+    );
+    SCRIPT.replacen(from, to, 1)
+}
+
+/// Runs the differential test with a planted bug: it must fail.
+fn assert_caught<A: Algorithm + Scripted>(script: &str, bug: &str)
+where
+    Preferred: CellFor<A>,
+{
+    let target = Target::start(Kind::Standalone);
+    let mut runner = TestRunner::new(Config {
+        cases: 256,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&cases(), |case| {
+        differential::<A>(&target, Some(script), &case)
+    });
+    match result {
+        Err(proptest::test_runner::TestError::Fail(why, case)) => {
+            eprintln!("{bug} caught: {why} ({} steps)", case.steps.len());
+        }
+        other => panic!("the differential test missed {bug}: {other:?}"),
+    }
+}
+
+#[test]
+fn canary_a_timestamp_through_tostring_is_caught() {
+    let gcra = planted("format(\"%d\", now + debt)", "tostring(now + debt)");
+    assert_caught::<Gcra>(&gcra, "tostring");
+    let bucket = planted(
+        "format(\"%d %d\", debt, last_at)",
+        "tostring(debt) .. \" \" .. tostring(last_at)",
+    );
+    assert_caught::<TokenBucket>(&bucket, "tostring");
+    let log = planted(
+        "format(\"%d %d %d\", stamp, cost, top + cost)",
+        "tostring(stamp) .. \" \" .. cost .. \" \" .. tostring(top + cost)",
+    );
+    assert_caught::<SlidingWindowLog>(&log, "tostring");
+}
+
+#[test]
+fn canary_truncation_where_the_wait_rounds_up_is_caught() {
+    let script = planted(
+        "return floor((window * (count - room) + count - 1) / count)",
+        "return floor(window * (count - room) / count)",
+    );
+    assert_caught::<SlidingWindowCounter>(&script, "truncation for ceiling");
+}
+
+#[test]
+fn canary_a_float_division_is_caught() {
+    let script = planted(
+        "local stored_index, count = state[1] or 0, state[2] or 0\n    local index = floor(now / window)",
+        "local stored_index, count = state[1] or 0, state[2] or 0\n    local index = now / window",
+    );
+    assert_caught::<FixedWindow>(&script, "float division");
+}
