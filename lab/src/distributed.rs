@@ -314,12 +314,7 @@ async fn throughput(url: &str, budget: &Budget) {
     let connection = Connection::open(url).await.expect("connecting");
     let client = redis::Client::open(url).expect("a client");
     let mut raw = ConnectionManager::new(client).await.expect("connecting");
-    let redis_rate_sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(REDIS_RATE)
-        .query_async(&mut raw)
-        .await
-        .expect("loading redis_rate's script");
+    let redis_rate_sha = load_redis_rate(&mut raw).await;
     let fred = fred::types::Builder::from_config(
         fred::types::config::Config::from_url(url).expect("a fred config"),
     )
@@ -457,12 +452,7 @@ async fn memory(url: &str) {
         let key = limiter.redis_key(user(0));
         print_row(&mut raw, &format!("tollgate {name}"), row, &key).await;
     });
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(REDIS_RATE)
-        .query_async(&mut raw)
-        .await
-        .expect("loading redis_rate's script");
+    let sha = load_redis_rate(&mut raw).await;
     let row = measure(&mut raw.clone(), |index| {
         let mut raw = raw.clone();
         let sha = &sha;
@@ -483,6 +473,16 @@ async fn memory(url: &str) {
     .await;
     print_row(&mut raw, "redis_rate GCRA", row, rate_key(0).as_bytes()).await;
     println!();
+}
+
+/// Loads the baseline script; its SHA-1.
+async fn load_redis_rate(raw: &mut ConnectionManager) -> String {
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(REDIS_RATE)
+        .query_async(raw)
+        .await
+        .expect("loading redis_rate's script")
 }
 
 fn user(index: usize) -> String {

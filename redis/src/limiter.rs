@@ -53,13 +53,19 @@ const MAX_GRACE_MS: u64 = 1 << 40;
 /// # }
 /// ```
 pub struct RedisLimiter<A: Scripted = Gcra> {
+    core: Core,
+    fallback: Fallback<A>,
+}
+
+/// What a check needs of its limiter, whatever the algorithm: the part
+/// [`check_all`] shares across limiters of different algorithms.
+struct Core {
     connection: Connection,
     namespace: Namespace,
     limit: ScriptLimit,
     time: Time,
     grace_ms: u64,
     script: Arc<Script>,
-    fallback: Fallback<A>,
 }
 
 /// Configures a [`RedisLimiter`]; see [`RedisLimiter::builder`].
@@ -207,14 +213,16 @@ impl<A: Scripted> RedisBuilder<A> {
         let source = self.script.unwrap_or_else(|| SCRIPT.to_owned());
         let sha = redis::Script::new(&source).get_hash().to_owned();
         Ok(RedisLimiter {
-            connection,
-            namespace,
-            limit,
-            time: self.time,
-            grace_ms: u64::try_from(self.grace.as_nanos().div_ceil(1_000_000))
-                .unwrap_or(u64::MAX)
-                .min(MAX_GRACE_MS),
-            script: Arc::new(Script { source, sha }),
+            core: Core {
+                connection,
+                namespace,
+                limit,
+                time: self.time,
+                grace_ms: u64::try_from(self.grace.as_nanos().div_ceil(1_000_000))
+                    .unwrap_or(u64::MAX)
+                    .min(MAX_GRACE_MS),
+                script: Arc::new(Script { source, sha }),
+            },
             fallback,
         })
     }
@@ -256,19 +264,19 @@ impl<A: Scripted> RedisLimiter<A> {
     /// The quota's burst: the most unit requests a key admits at once.
     #[must_use]
     pub fn capacity(&self) -> u32 {
-        self.limit.burst
+        self.core.limit.burst
     }
 
     /// The `SCAN` pattern that matches every key this limiter writes.
     #[must_use]
     pub fn key_pattern(&self) -> Vec<u8> {
-        self.namespace.pattern()
+        self.core.namespace.pattern()
     }
 
     /// The Redis key that holds `key`'s state.
     #[must_use]
     pub fn redis_key(&self, key: impl AsRef<[u8]>) -> Vec<u8> {
-        self.namespace.key(key.as_ref())
+        self.core.namespace.key(key.as_ref())
     }
 
     /// A check of `cost` units for `key` against this limiter, to be
@@ -276,44 +284,42 @@ impl<A: Scripted> RedisLimiter<A> {
     #[must_use]
     pub fn request(&self, key: impl AsRef<[u8]>, cost: u32) -> Request<'_> {
         Request {
-            limiter: self.erased(),
-            key: self.namespace.key(key.as_ref()),
+            limiter: &self.core,
+            key: self.core.namespace.key(key.as_ref()),
             cost,
         }
     }
 
     async fn decide(&self, key: &[u8], cost: u32, peek: bool) -> Result<Decision, Error> {
-        validate_cost(cost, self.limit.burst)?;
-        let now = self.time.now();
+        let core = &self.core;
+        validate_cost(cost, core.limit.burst)?;
+        let now = core.time.now();
         let mut call = Call::new(peek);
-        call.push(Entry {
-            key: self.namespace.key(key),
-            limit: self.limit,
-            cost,
-            now: &now,
-            grace_ms: self.grace_ms,
-        });
-        match call.send(&self.connection, &self.script).await {
-            Ok(replies) => decision(&replies, self.limit.burst, now.fraction_ns),
+        call.push(core.entry(core.namespace.key(key), cost, &now));
+        match call.send(&core.connection, &core.script).await {
+            Ok(replies) => decision(&replies, core.limit.burst, now.fraction_ns),
             Err(Sent::Unavailable(cause)) => {
                 let open_for = match cause {
                     Unavailable::BreakerOpen(open_for) => open_for,
-                    _ => self.connection.breaker().admit_peek().unwrap_or_default(),
+                    _ => core.connection.breaker().admit_peek().unwrap_or_default(),
                 };
                 self.fallback
-                    .decide(key, cost, peek, self.limit.burst, open_for, cause)
+                    .decide(key, cost, peek, core.limit.burst, open_for, cause)
             }
             Err(Sent::Failed(error)) => Err(Error::Script(error)),
         }
     }
+}
 
-    fn erased(&self) -> Erased<'_> {
-        Erased {
-            connection: &self.connection,
-            namespace: &self.namespace,
+impl Core {
+    /// This limiter's part of a call: `cost` units for the Redis key `key`
+    /// at `now`.
+    fn entry<'a>(&self, key: Vec<u8>, cost: u32, now: &'a Now) -> Entry<'a> {
+        Entry {
+            key,
             limit: self.limit,
-            script: &self.script,
-            time: &self.time,
+            cost,
+            now,
             grace_ms: self.grace_ms,
         }
     }
@@ -348,19 +354,9 @@ impl Time {
 
 /// One limit of a request checked against several ([`check_all`]).
 pub struct Request<'a> {
-    limiter: Erased<'a>,
+    limiter: &'a Core,
     key: Vec<u8>,
     cost: u32,
-}
-
-/// What [`check_all`] needs of a limiter, whatever its algorithm.
-struct Erased<'a> {
-    connection: &'a Connection,
-    namespace: &'a Namespace,
-    limit: ScriptLimit,
-    script: &'a Script,
-    time: &'a Time,
-    grace_ms: u64,
 }
 
 /// The decisions of several limits checked together: admitted only if
@@ -430,7 +426,10 @@ pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
     if tag.is_none()
         || requests.iter().any(|request| {
             request.limiter.namespace.tag() != tag
-                || !request.limiter.connection.same_as(first.limiter.connection)
+                || !request
+                    .limiter
+                    .connection
+                    .same_as(&first.limiter.connection)
         })
     {
         return Err(Error::Apart);
@@ -453,16 +452,14 @@ pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
         .collect();
     let mut call = Call::new(false);
     for (request, now) in requests.iter().zip(&times) {
-        call.push(Entry {
-            key: request.key.clone(),
-            limit: request.limiter.limit,
-            cost: request.cost,
-            now,
-            grace_ms: request.limiter.grace_ms,
-        });
+        call.push(
+            request
+                .limiter
+                .entry(request.key.clone(), request.cost, now),
+        );
     }
     let replies = match call
-        .send(first.limiter.connection, first.limiter.script)
+        .send(&first.limiter.connection, &first.limiter.script)
         .await
     {
         Ok(replies) => replies,
@@ -612,17 +609,17 @@ impl<A: Scripted> std::fmt::Debug for RedisLimiter<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisLimiter")
             .field("algorithm", &std::any::type_name::<A>())
-            .field("namespace", &self.namespace)
-            .field("limit", &self.limit)
+            .field("namespace", &self.core.namespace)
+            .field("limit", &self.core.limit)
             .field(
                 "time",
-                &match self.time {
+                &match self.core.time {
                     Time::Server => "server TIME",
                     Time::Client(_) => "client clock",
                 },
             )
             .field("on_failure", &self.fallback.policy())
-            .field("connection", &self.connection)
+            .field("connection", &self.core.connection)
             .finish_non_exhaustive()
     }
 }

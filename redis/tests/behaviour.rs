@@ -553,3 +553,67 @@ fn the_script_refuses_a_cost_outside_one_to_the_burst() {
         }
     }
 }
+
+/// A user clock that panics (the only user code a Redis check runs: keys
+/// are bytes, encoded once, so no user `Hash` or interior mutability is
+/// ever consulted) panics before anything is sent: nothing is charged, the
+/// breaker is untouched, and the limiter works on after it, for single
+/// checks and for limits checked together.
+#[test]
+fn a_panicking_clock_charges_nothing() {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    struct Flaky {
+        panic_next: Arc<AtomicBool>,
+    }
+    impl tollgate::clock::Clock for Flaky {
+        fn now_ns(&self) -> u64 {
+            assert!(
+                !self.panic_next.swap(false, Ordering::Relaxed),
+                "the user's clock panics"
+            );
+            1_000_000_000_000
+        }
+    }
+
+    let target = Target::start(Kind::Standalone);
+    let panic_next = Arc::new(AtomicBool::new(false));
+    let limiter = RedisLimiter::builder("flaky", Quota::per_hour(3).unwrap())
+        .hash_tag("flaky")
+        .clock(Flaky {
+            panic_next: Arc::clone(&panic_next),
+        })
+        .build(target.connection.clone())
+        .unwrap();
+    let other = RedisLimiter::builder("steady", Quota::per_hour(3).unwrap())
+        .hash_tag("flaky")
+        .build(target.connection.clone())
+        .unwrap();
+    assert!(
+        target
+            .runtime
+            .block_on(limiter.check("k"))
+            .unwrap()
+            .is_allowed()
+    );
+    panic_next.store(true, Ordering::Relaxed);
+    let single = catch_unwind(AssertUnwindSafe(|| {
+        target.runtime.block_on(limiter.check("k"))
+    }));
+    assert!(single.is_err(), "the clock's panic reaches the caller");
+    panic_next.store(true, Ordering::Relaxed);
+    let together = catch_unwind(AssertUnwindSafe(|| {
+        target
+            .runtime
+            .block_on(check_all(&[other.request("k", 1), limiter.request("k", 1)]))
+    }));
+    assert!(together.is_err());
+    // One unit charged to each limiter's key so far, or none: nothing from
+    // the panicking calls.
+    let peeked = target.runtime.block_on(limiter.peek("k")).unwrap();
+    assert_eq!(peeked.remaining(), 1, "two left, peek reports after one");
+    let peeked = target.runtime.block_on(other.peek("k")).unwrap();
+    assert_eq!(peeked.remaining(), 2, "three left, peek reports after one");
+}
