@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::algorithm::{Algorithm, Gcra};
+use crate::algorithm::{Algorithm, Gcra, Receipt};
 use crate::builder::Builder;
 use crate::cell::{Cell, CellFor, Preferred};
 use crate::clock::{Clock, MonotonicClock};
@@ -111,6 +111,58 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     pub fn peek<Q: Lookup<K> + ?Sized>(&self, key: &Q) -> Result<Decision, CheckError> {
         self.store
             .peek(key, &self.algorithm, self.clock.now_ns(), 1)
+    }
+
+    /// [`check_n`](RateLimiter::check_n), and for an admission the
+    /// algorithm can give back ([`Algorithm::receipt`]: GCRA's), a receipt
+    /// for [`refund`](RateLimiter::refund).
+    ///
+    /// ```
+    /// use tollgate::{Quota, RateLimiter};
+    ///
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter: RateLimiter<&str> = RateLimiter::keyed(Quota::per_hour(1)?);
+    /// let (decision, receipt) = limiter.check_n_receipt("alice", 1)?;
+    /// assert!(decision.is_allowed());
+    /// // Another limit refused the request: give this admission back.
+    /// assert!(limiter.refund("alice", &receipt.unwrap()));
+    /// assert!(limiter.check("alice")?.is_allowed());
+    /// # Ok(())
+    /// # }
+    /// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n`](RateLimiter::check_n).
+    #[inline]
+    #[allow(clippy::type_complexity)]
+    pub fn check_n_receipt<Q: Lookup<K> + ?Sized>(
+        &self,
+        key: &Q,
+        n: u32,
+    ) -> Result<(Decision, Option<Receipt<A::State>>), CheckError> {
+        let now_ns = self.clock.now_ns();
+        let decision = self.store.check(key, &self.algorithm, now_ns, n)?;
+        Ok((decision, self.algorithm.receipt(&decision, now_ns, n)))
+    }
+
+    /// Gives back the admission `receipt` came with, if nothing else has
+    /// been admitted on `key` since: every decision from now on is then
+    /// the one it would have been without that admission. Returns whether
+    /// it did; an admission that others followed stays charged (taking it
+    /// back then could admit more than the quota).
+    ///
+    /// # Panics
+    ///
+    /// As [`check`](RateLimiter::check), for this key's user code.
+    pub fn refund<Q: Lookup<K> + ?Sized>(&self, key: &Q, receipt: &Receipt<A::State>) -> bool
+    where
+        A::State: PartialEq + Clone,
+    {
+        self.store
+            .compare_exchange(key, &self.algorithm, receipt.written(), receipt.restored())
     }
 
     /// The quota every key is held to.
@@ -233,6 +285,40 @@ impl<A: Algorithm, C: Clock, P: CellFor<A>> DirectLimiter<A, C, P> {
     pub fn peek(&self) -> Result<Decision, CheckError> {
         let decision = self.cell.peek(&self.algorithm, self.clock.now_ns(), 1)?;
         Ok(decision.expect(NEVER_RETIRED))
+    }
+
+    /// [`check_n`](DirectLimiter::check_n) with a receipt for
+    /// [`refund`](DirectLimiter::refund), as
+    /// [`RateLimiter::check_n_receipt`].
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n`](DirectLimiter::check_n).
+    #[inline]
+    #[allow(clippy::missing_panics_doc)] // NEVER_RETIRED: an internal invariant
+    #[allow(clippy::type_complexity)]
+    pub fn check_n_receipt(
+        &self,
+        n: u32,
+    ) -> Result<(Decision, Option<Receipt<A::State>>), CheckError> {
+        let now_ns = self.clock.now_ns();
+        let decision = self
+            .cell
+            .check(&self.algorithm, now_ns, n)?
+            .expect(NEVER_RETIRED);
+        Ok((decision, self.algorithm.receipt(&decision, now_ns, n)))
+    }
+
+    /// Gives back the admission `receipt` came with, if nothing else has
+    /// been admitted since, as [`RateLimiter::refund`].
+    #[allow(clippy::missing_panics_doc)] // NEVER_RETIRED: an internal invariant
+    pub fn refund(&self, receipt: &Receipt<A::State>) -> bool
+    where
+        A::State: PartialEq + Clone,
+    {
+        self.cell
+            .compare_exchange(&self.algorithm, receipt.written(), receipt.restored())
+            .expect(NEVER_RETIRED)
     }
 
     /// The quota the limiter enforces.

@@ -54,6 +54,7 @@ const MAX_GRACE_MS: u64 = 1 << 40;
 /// ```
 pub struct RedisLimiter<A: Scripted = Gcra> {
     core: Core,
+    quota: Quota,
     fallback: Fallback<A>,
 }
 
@@ -223,6 +224,7 @@ impl<A: Scripted> RedisBuilder<A> {
                     .min(MAX_GRACE_MS),
                 script: Arc::new(Script { source, sha }),
             },
+            quota: self.quota,
             fallback,
         })
     }
@@ -259,6 +261,12 @@ impl<A: Scripted> RedisLimiter<A> {
     /// As [`check`](RedisLimiter::check).
     pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<Decision, Error> {
         self.decide(key.as_ref(), 1, true).await
+    }
+
+    /// The quota every key is held to.
+    #[must_use]
+    pub fn quota(&self) -> &Quota {
+        &self.quota
     }
 
     /// The quota's burst: the most unit requests a key admits at once.

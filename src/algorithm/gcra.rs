@@ -1,8 +1,9 @@
 //! GCRA, the generic cell rate algorithm.
 
 use super::interval::Interval;
-use super::{Algorithm, PackedAlgorithm, Verdict};
-use crate::clock::clamp_time;
+use super::{Algorithm, PackedAlgorithm, Receipt, Verdict};
+use crate::clock::{clamp_time, saturating_nanos};
+use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
 
@@ -80,6 +81,25 @@ impl Algorithm for Gcra {
 
     fn rest_ns(&self) -> u64 {
         self.interval.tolerance_ns()
+    }
+
+    /// The admission wrote `now + debt` (its decision's reset time is the
+    /// debt after it); taking it back moves the TAT back by its cost. If
+    /// the key owed less than nothing before (its TAT had passed), that
+    /// puts the TAT at `now`, which decides as the old TAT did at `now`
+    /// and at every later reading: both owe nothing.
+    fn receipt(&self, decision: &Decision, now_ns: u64, cost: u32) -> Option<Receipt<GcraState>> {
+        if !decision.is_allowed() {
+            return None;
+        }
+        let tat_ns = clamp_time(now_ns) + saturating_nanos(decision.reset_after());
+        let cost_ns = u64::from(cost).checked_mul(self.interval.emission_interval_ns())?;
+        Some(Receipt::new(
+            GcraState { tat_ns },
+            GcraState {
+                tat_ns: tat_ns.checked_sub(cost_ns)?,
+            },
+        ))
     }
 
     /// Idle once the TAT has passed: no debt, as a fresh key (TAT 0).

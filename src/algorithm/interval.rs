@@ -39,6 +39,11 @@ impl Interval {
         self.capacity
     }
 
+    /// One unit's refill time.
+    pub(crate) const fn emission_interval_ns(&self) -> u64 {
+        self.emission_interval_ns
+    }
+
     /// A drained key's refill time.
     pub(crate) const fn tolerance_ns(&self) -> u64 {
         self.tolerance_ns

@@ -115,6 +115,17 @@ pub trait Algorithm: Debug + Send + Sync + Sized + 'static {
     /// stays), so that keys in use are not evicted and re-inserted.
     fn rest_ns(&self) -> u64;
 
+    /// For an admission of `cost` units at `now_ns` that returned
+    /// `decision`: the state it wrote, and a state that decides, at `now_ns`
+    /// and after, exactly as if it had not happened. What
+    /// [`RateLimiter::refund`](crate::RateLimiter::refund) needs to give an
+    /// admission back. `None` (the default) for an algorithm that cannot
+    /// tell them from the decision alone; GCRA can.
+    fn receipt(&self, decision: &Decision, now_ns: u64, cost: u32) -> Option<Receipt<Self::State>> {
+        let _ = (decision, now_ns, cost);
+        None
+    }
+
     /// Decides and, if admitted, applies: the whole check for a caller that
     /// holds the state exclusively.
     ///
@@ -152,6 +163,32 @@ pub trait PackedAlgorithm: Algorithm<State: Copy, Admission = <Self as Algorithm
 
     /// The state a word produced by [`pack`](PackedAlgorithm::pack) holds.
     fn unpack(&self, word: u64) -> Self::State;
+}
+
+/// What giving an admission back takes ([`Algorithm::receipt`]): the state
+/// the admission wrote, and the state to put back in its place if nothing
+/// else has been admitted since.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Receipt<S> {
+    written: S,
+    restored: S,
+}
+
+impl<S> Receipt<S> {
+    /// A receipt: `written` by the admission, `restored` to take it back.
+    pub const fn new(written: S, restored: S) -> Self {
+        Self { written, restored }
+    }
+
+    /// The state the admission wrote.
+    pub const fn written(&self) -> &S {
+        &self.written
+    }
+
+    /// The state that decides as if the admission had not happened.
+    pub const fn restored(&self) -> &S {
+        &self.restored
+    }
 }
 
 /// The result of [`Algorithm::decide`]: a decision, and for an admission the

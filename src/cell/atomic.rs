@@ -168,6 +168,24 @@ impl<A: PackedAlgorithm> Cell<A> for Atomic<A> {
         false
     }
 
+    fn compare_exchange(&self, algorithm: &A, current: &A::State, new: &A::State) -> Option<bool>
+    where
+        A::State: PartialEq + Clone,
+    {
+        // Relaxed, both: see "Orderings" on the type. Strong: a spurious
+        // failure would read as another admission having landed.
+        match self.word.compare_exchange(
+            algorithm.pack(current),
+            algorithm.pack(new),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => Some(true),
+            Err(RETIRED_WORD) => None,
+            Err(_) => Some(false),
+        }
+    }
+
     fn retire_into_new(&self) -> Option<Self> {
         // A swap reads the last word in the modification order: every
         // admission before it is in the copy, every check after it sees

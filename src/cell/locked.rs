@@ -69,6 +69,22 @@ impl<A: Algorithm> Cell<A> for Locked<A> {
         let state = lock(&self.state).take_live()?;
         Some(Self::holding(Slot::Live(state)))
     }
+
+    fn compare_exchange(&self, _algorithm: &A, current: &A::State, new: &A::State) -> Option<bool>
+    where
+        A::State: PartialEq + Clone,
+    {
+        // The replaced state is dropped after the lock (its `Drop` is user
+        // code for an algorithm from outside the crate); `PartialEq` and
+        // `Clone` run before anything changes.
+        let replaced = match &mut *lock(&self.state) {
+            Slot::Live(state) if *state == *current => std::mem::replace(state, new.clone()),
+            Slot::Live(_) => return Some(false),
+            Slot::Evicted(_) | Slot::Moved => return None,
+        };
+        drop(replaced);
+        Some(true)
+    }
 }
 
 impl<A: Algorithm> Locked<A> {

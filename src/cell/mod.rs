@@ -76,6 +76,16 @@ pub trait Cell<A: Algorithm>: private::Sealed<A> + Debug + Send + Sync + Sized {
     /// state, or `None` if it was already retired. Used to move a key to a
     /// new table without losing an admission.
     fn retire_into_new(&self) -> Option<Self>;
+
+    /// Replaces the state with `new` if it is `current`, atomically with
+    /// respect to checks: `Some(true)` if it did, `Some(false)` if the
+    /// state is another, `None` if the cell is retired (nothing done).
+    ///
+    /// What giving an admission back exactly needs: it succeeds only if no
+    /// other admission landed since the state `current` was written.
+    fn compare_exchange(&self, algorithm: &A, current: &A::State, new: &A::State) -> Option<bool>
+    where
+        A::State: PartialEq + Clone;
 }
 
 pub(crate) mod private {

@@ -781,6 +781,43 @@ where
         Ok(decide_fresh(algorithm, now_ns, cost)?.decision())
     }
 
+    fn compare_exchange<Q: Lookup<K> + ?Sized>(
+        &self,
+        key: &Q,
+        algorithm: &A,
+        current: &A::State,
+        new: &A::State,
+    ) -> bool
+    where
+        A::State: PartialEq + Clone,
+    {
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shard(hash);
+        let found = {
+            let guard = epoch::pin();
+            match shard.table(&guard).find(hash, key) {
+                Some(cell) => match cell.compare_exchange(algorithm, current, new) {
+                    Some(replaced) => return replaced,
+                    None => true,
+                },
+                None => false,
+            }
+        };
+        if !found {
+            return false;
+        }
+        // Retired under us: evicted or moved. Look again once no writer is
+        // mid-change (the guard is dropped first: see `await_grace`).
+        let _writer = lock(&shard.writer);
+        // SAFETY: we hold the lock.
+        unsafe { shard.table_locked() }
+            .find(hash, key)
+            .is_some_and(|cell| {
+                cell.compare_exchange(algorithm, current, new)
+                    .expect(LIVE_UNDER_LOCK)
+            })
+    }
+
     fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {
         // Every shard is swept before any is compacted: compacting clones and
         // hashes keys (user code), and a panic there then leaves every idle

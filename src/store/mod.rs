@@ -236,6 +236,25 @@ pub trait Store<K: Key, A: Algorithm>: Debug + Send + Sync {
     /// they held; returns how many.
     fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize;
 
+    /// Replaces `key`'s state with `new` if it is `current`, atomically
+    /// with respect to every check of the key; returns whether it did. A
+    /// key the store does not hold (never admitted, or evicted: idle) is
+    /// left alone. Runs the key's `Hash`, `Eq` and `Borrow`, and the
+    /// state's `PartialEq` and `Clone`, before anything changes.
+    ///
+    /// The primitive behind giving an admission back
+    /// ([`RateLimiter::refund`](crate::RateLimiter::refund)): it succeeds
+    /// only if no other admission landed on the key since `current`.
+    fn compare_exchange<Q: Lookup<K> + ?Sized>(
+        &self,
+        key: &Q,
+        algorithm: &A,
+        current: &A::State,
+        new: &A::State,
+    ) -> bool
+    where
+        A::State: PartialEq + Clone;
+
     /// How many keys are stored.
     fn len(&self) -> usize;
 

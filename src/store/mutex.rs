@@ -313,6 +313,31 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
         Ok(verdict.decision())
     }
 
+    fn compare_exchange<Q: Lookup<K> + ?Sized>(
+        &self,
+        key: &Q,
+        _algorithm: &A,
+        current: &A::State,
+        new: &A::State,
+    ) -> bool
+    where
+        A::State: PartialEq + Clone,
+    {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.shard(hash);
+        let Some(entry) = shard.find_mut(hash, key) else {
+            return false;
+        };
+        if entry.value != *current {
+            return false;
+        }
+        let replaced = std::mem::replace(&mut entry.value, new.clone());
+        // The replaced state's `Drop` (user code) after the lock.
+        drop(shard);
+        drop(replaced);
+        true
+    }
+
     fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {
         let mut evicted = Discarded::new();
         // Every shard is swept before any is tidied: tidying hashes keys

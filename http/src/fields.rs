@@ -1,0 +1,198 @@
+//! What a `Decision` says to a client: `Retry-After`, the `RateLimit-Policy`
+//! and `RateLimit` fields of draft-ietf-httpapi-ratelimit-headers-11, and an
+//! RFC 9457 problem body. Pure functions of decisions and quotas, written
+//! once and used by every response the layer builds.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use tollgate::{Decision, Quota};
+
+/// The problem type of a denial (the draft's registration).
+pub(crate) const QUOTA_EXCEEDED: &str =
+    "https://iana.org/assignments/http-problem-types#quota-exceeded";
+
+/// The problem type of a limiter that could not decide (the draft's
+/// registration).
+pub(crate) const TEMPORARY_REDUCED_CAPACITY: &str =
+    "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity";
+
+/// Whole seconds, rounded **up**, and never zero: a client told to retry in
+/// 0 seconds would retry at once and be denied, and one told to retry
+/// after the floor of a wait retries before it.
+pub(crate) fn whole_seconds_up(wait: Duration) -> u64 {
+    let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    seconds.max(1)
+}
+
+/// Whether `name` can be a policy's name: the draft's items are
+/// structured-field Strings, which hold printable ASCII.
+pub(crate) fn is_field_string(name: &str) -> bool {
+    name.bytes().all(|byte| (0x20..=0x7e).contains(&byte))
+}
+
+/// `name` as a structured-field String: quoted, `"` and `\` escaped.
+fn push_field_string(out: &mut String, name: &str) {
+    out.push('"');
+    for character in name.chars() {
+        if matches!(character, '"' | '\\') {
+            out.push('\\');
+        }
+        out.push(character);
+    }
+    out.push('"');
+}
+
+/// One `RateLimit-Policy` item: `"name";q=Q;w=W`, the quota's sustained
+/// rate as `q` requests per `w` whole seconds.
+///
+/// The draft's window is whole seconds; a quota whose window is not is
+/// advertised over the window rounded up, with `q` scaled to it and
+/// rounded down (10 per 500 ms: `q=20;w=1`; 3 per 1.5 s: `q=4;w=2`), so
+/// the advertised rate never exceeds the enforced one.
+pub(crate) fn policy_item(name: &str, quota: &Quota) -> String {
+    let nanos = quota.window().as_nanos();
+    let seconds = nanos.div_ceil(1_000_000_000).max(1);
+    let units = u128::from(quota.limit()) * seconds * 1_000_000_000 / nanos;
+    let mut item = String::with_capacity(name.len() + 24);
+    push_field_string(&mut item, name);
+    // Writing to a String cannot fail.
+    let _ = write!(item, ";q={units};w={seconds}");
+    item
+}
+
+/// One `RateLimit` item for a decision: `"name";r=R;t=T`.
+///
+/// `r` is the units left; `t`, "the number of seconds until additional
+/// quota is made available" (the draft), is chosen so that a client that
+/// waits it finds quota:
+///
+/// * on a denial, the `Retry-After` of the same response (the wait for
+///   this request's cost, rounded up), so that `t` is never earlier than
+///   `Retry-After`, and `Retry-After` never earlier than `t`, as the draft
+///   asks of servers;
+/// * on an admission, the time until the key is full again, rounded up
+///   (`0` for a key still full), which is never earlier than the next
+///   unit's refill.
+pub(crate) fn limit_item(out: &mut String, name: &str, decision: &Decision) {
+    push_field_string(out, name);
+    let t = if decision.is_allowed() {
+        let reset = decision.reset_after();
+        if reset.is_zero() {
+            0
+        } else {
+            whole_seconds_up(reset)
+        }
+    } else {
+        whole_seconds_up(decision.retry_after())
+    };
+    let _ = write!(out, ";r={};t={t}", decision.remaining());
+}
+
+/// Appends `text` to a JSON string body, escaped.
+fn push_json_string(out: &mut String, text: &str) {
+    out.push('"');
+    for character in text.chars() {
+        match character {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            control if u32::from(control) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(control));
+            }
+            other => out.push(other),
+        }
+    }
+    out.push('"');
+}
+
+/// An RFC 9457 problem body (`application/problem+json`). `violated`
+/// names the policies that refused the request (the draft's
+/// `violated-policies` member), when there are any.
+pub(crate) fn problem(
+    kind: &str,
+    title: &str,
+    status: u16,
+    detail: &str,
+    violated: &[&str],
+) -> String {
+    let mut body = String::with_capacity(256);
+    body.push_str("{\"type\":");
+    push_json_string(&mut body, kind);
+    body.push_str(",\"title\":");
+    push_json_string(&mut body, title);
+    let _ = write!(body, ",\"status\":{status},\"detail\":");
+    push_json_string(&mut body, detail);
+    if !violated.is_empty() {
+        body.push_str(",\"violated-policies\":[");
+        for (index, name) in violated.iter().enumerate() {
+            if index > 0 {
+                body.push(',');
+            }
+            push_json_string(&mut body, name);
+        }
+        body.push(']');
+    }
+    body.push('}');
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tollgate::{Decision, Quota};
+
+    use super::{limit_item, policy_item, problem, whole_seconds_up};
+
+    #[test]
+    fn seconds_round_up_and_never_reach_zero() {
+        assert_eq!(whole_seconds_up(Duration::from_nanos(1)), 1);
+        assert_eq!(whole_seconds_up(Duration::from_millis(999)), 1);
+        assert_eq!(whole_seconds_up(Duration::from_secs(1)), 1);
+        assert_eq!(whole_seconds_up(Duration::new(1, 1)), 2);
+        assert_eq!(whole_seconds_up(Duration::from_secs(20)), 20);
+        assert_eq!(whole_seconds_up(Duration::ZERO), 1);
+    }
+
+    #[test]
+    fn policies_advertise_whole_seconds_never_above_the_rate() {
+        let per_minute = Quota::per_minute(100).unwrap();
+        assert_eq!(policy_item("burst", &per_minute), r#""burst";q=100;w=60"#);
+        let half_second = Quota::new(10, Duration::from_millis(500)).unwrap();
+        assert_eq!(policy_item("fast", &half_second), r#""fast";q=20;w=1"#);
+        let odd = Quota::new(3, Duration::from_millis(1_500)).unwrap();
+        assert_eq!(policy_item("odd", &odd), r#""odd";q=4;w=2"#);
+        assert_eq!(
+            policy_item(r#"a"b\c"#, &per_minute),
+            r#""a\"b\\c";q=100;w=60"#
+        );
+    }
+
+    #[test]
+    fn limit_items_wait_as_long_as_retry_after() {
+        let denied = Decision::from_parts(
+            100,
+            0,
+            Duration::from_millis(19_200),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        let mut item = String::new();
+        limit_item(&mut item, "burst", &denied);
+        assert_eq!(item, r#""burst";r=0;t=20"#);
+        let allowed =
+            Decision::from_parts(100, 98, Duration::ZERO, Duration::from_millis(1_200)).unwrap();
+        item.clear();
+        limit_item(&mut item, "burst", &allowed);
+        assert_eq!(item, r#""burst";r=98;t=2"#);
+    }
+
+    #[test]
+    fn problems_are_escaped_json() {
+        let body = problem("about:blank", "T", 429, "a \"quoted\"\nline", &["a", "b\\"]);
+        assert_eq!(
+            body,
+            r#"{"type":"about:blank","title":"T","status":429,"detail":"a \"quoted\"\u000aline","violated-policies":["a","b\\"]}"#
+        );
+    }
+}

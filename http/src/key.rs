@@ -1,0 +1,743 @@
+//! Choosing a request's key: the peer's address (grouped by prefix, read
+//! through trusted proxies only), a header, a closure, or one global key.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::str::FromStr;
+
+use http::request::Parts;
+use http::{Extensions, HeaderName, HeaderValue, StatusCode};
+
+/// Chooses the key a request is limited by.
+///
+/// Implemented by [`PeerIp`], [`Header`], [`Global`] and [`KeyFn`] (any
+/// closure from the request's [`Parts`] to a key).
+pub trait KeyExtractor: Send + Sync + 'static {
+    /// The key.
+    type Key: Send + Sync + 'static;
+
+    /// The key of `request`.
+    ///
+    /// # Errors
+    ///
+    /// A [`KeyError`] when the request carries no key (the layer answers
+    /// with the error's status and a problem body, and the request goes no
+    /// further).
+    fn extract(&self, request: &Parts) -> Result<Self::Key, KeyError>;
+}
+
+/// A request the layer could find no key for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The connection's peer address is not in the request's extensions:
+    /// the server was not set up to record it (with axum,
+    /// `into_make_service_with_connect_info::<SocketAddr>()`). A
+    /// configuration error: 500.
+    NoPeerAddress,
+    /// The header the key is read from is absent or empty: 400.
+    MissingHeader(HeaderName),
+    /// A [`KeyFn`] found no key: 400.
+    Unidentified,
+}
+
+impl KeyError {
+    /// The status the layer answers with.
+    #[must_use]
+    pub fn status(&self) -> StatusCode {
+        match self {
+            KeyError::NoPeerAddress => StatusCode::INTERNAL_SERVER_ERROR,
+            KeyError::MissingHeader(_) | KeyError::Unidentified => StatusCode::BAD_REQUEST,
+        }
+    }
+}
+
+impl fmt::Display for KeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyError::NoPeerAddress => f.write_str(
+                "the server records no peer address for this connection, so the request cannot be rate limited by it",
+            ),
+            KeyError::MissingHeader(name) => {
+                write!(f, "the request has no {name} header to be rate limited by")
+            }
+            KeyError::Unidentified => f.write_str("the request carries no key to be rate limited by"),
+        }
+    }
+}
+
+impl std::error::Error for KeyError {}
+
+/// A closure from the request's [`Parts`] to its key (`None`: no key, a
+/// 400).
+///
+/// ```
+/// use tollgate_http::{KeyExtractor, KeyFn};
+///
+/// // The tenant in the path: /tenants/{tenant}/...
+/// let tenant = KeyFn::new(|parts: &http::request::Parts| {
+///     let mut segments = parts.uri.path().split('/').skip(1);
+///     (segments.next() == Some("tenants")).then(|| segments.next().map(str::to_owned))?
+/// });
+/// let request = http::Request::get("/tenants/acme/orders").body(()).unwrap();
+/// let (parts, ()) = request.into_parts();
+/// assert_eq!(tenant.extract(&parts).unwrap(), "acme");
+/// ```
+#[derive(Clone)]
+pub struct KeyFn<F>(F);
+
+impl<F> KeyFn<F> {
+    /// Keys requests with `key`.
+    pub const fn new(key: F) -> Self {
+        Self(key)
+    }
+}
+
+impl<F, K> KeyExtractor for KeyFn<F>
+where
+    F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
+    K: Send + Sync + 'static,
+{
+    type Key = K;
+
+    fn extract(&self, request: &Parts) -> Result<K, KeyError> {
+        (self.0)(request).ok_or(KeyError::Unidentified)
+    }
+}
+
+impl<F> fmt::Debug for KeyFn<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("KeyFn")
+    }
+}
+
+/// One key for every request: a limit on the whole service.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Global;
+
+/// The key [`Global`] gives every request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct GlobalKey;
+
+impl AsRef<[u8]> for GlobalKey {
+    fn as_ref(&self) -> &[u8] {
+        b"*"
+    }
+}
+
+impl KeyExtractor for Global {
+    type Key = GlobalKey;
+
+    fn extract(&self, _request: &Parts) -> Result<GlobalKey, KeyError> {
+        Ok(GlobalKey)
+    }
+}
+
+/// The value of one request header (an API key, a tenant): the first
+/// occurrence. A request without it, or with it empty, is answered 400
+/// (apply the rule only to requests that carry the header with
+/// [`Rule::when`](crate::Rule::when) to let the others through).
+#[derive(Debug, Clone)]
+pub struct Header {
+    name: HeaderName,
+}
+
+impl Header {
+    /// Keys requests by the header `name`.
+    #[must_use]
+    pub fn new(name: HeaderName) -> Self {
+        Self { name }
+    }
+}
+
+impl KeyExtractor for Header {
+    type Key = HeaderValue;
+
+    fn extract(&self, request: &Parts) -> Result<HeaderValue, KeyError> {
+        request
+            .headers
+            .get(&self.name)
+            .filter(|value| !value.is_empty())
+            .cloned()
+            .ok_or_else(|| KeyError::MissingHeader(self.name.clone()))
+    }
+}
+
+/// The client's IP address, grouped into networks by prefix.
+///
+/// # The peer
+///
+/// The address is the connection's peer, found in the request's
+/// extensions as a `SocketAddr`, as axum's `ConnectInfo<SocketAddr>`
+/// (feature `axum`), or by a function of your own
+/// ([`peer_from`](PeerIp::peer_from), for tonic's `TcpConnectInfo` or a
+/// server that records it elsewhere). An IPv4-mapped IPv6 address
+/// (`::ffff:192.0.2.1`, as dual-stack sockets report IPv4 peers) is the
+/// IPv4 address.
+///
+/// # Grouping
+///
+/// One host on IPv6 is usually given a whole /64, so it could mint 2^64
+/// keys, each with a fresh burst: IPv6 addresses are grouped by their
+/// first 64 bits by default ([`ipv6_prefix`](PeerIp::ipv6_prefix)). IPv4
+/// addresses are their own key (/32) unless
+/// [`ipv4_prefix`](PeerIp::ipv4_prefix) says otherwise.
+///
+/// # Proxies
+///
+/// `X-Forwarded-For` and `Forwarded` (RFC 7239) are read **only when the
+/// connecting peer is a trusted proxy**: anyone can send these headers, so
+/// from any other peer they are ignored, and the peer is the key. Behind
+/// trusted proxies, the header is read from its last entry backwards
+/// (each proxy appends the address it received the request from), past
+/// every trusted proxy: the first address that is not one is the client.
+/// An entry that is not an address (`unknown`, an obfuscated identifier,
+/// garbage) stops the walk, and the request is keyed by the trusted proxy
+/// that reported it, which a client cannot choose.
+///
+/// ```
+/// use tollgate_http::{IpNet, KeyExtractor, PeerIp};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let peer = PeerIp::new().trust_x_forwarded_for(["10.0.0.0/8".parse::<IpNet>()?]);
+///
+/// // From the load balancer at 10.0.0.2: the client it names.
+/// let mut request = http::Request::get("/")
+///     .header("x-forwarded-for", "198.51.100.7, 10.0.0.9")
+///     .body(())?;
+/// request.extensions_mut().insert("10.0.0.2:443".parse::<std::net::SocketAddr>()?);
+/// let (parts, ()) = request.into_parts();
+/// assert_eq!(peer.extract(&parts)?.to_string(), "198.51.100.7/32");
+///
+/// // The same header straight from a client: ignored.
+/// let mut spoofed = http::Request::get("/")
+///     .header("x-forwarded-for", "198.51.100.7")
+///     .body(())?;
+/// spoofed.extensions_mut().insert("203.0.113.5:50000".parse::<std::net::SocketAddr>()?);
+/// let (parts, ()) = spoofed.into_parts();
+/// assert_eq!(peer.extract(&parts)?.to_string(), "203.0.113.5/32");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct PeerIp {
+    ipv4_prefix: u8,
+    ipv6_prefix: u8,
+    trusted: Vec<IpNet>,
+    forwarded: ForwardedHeader,
+    peer: fn(&Extensions) -> Option<IpAddr>,
+}
+
+/// Which header names the client behind a trusted proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ForwardedHeader {
+    None,
+    XForwardedFor,
+    Forwarded,
+}
+
+impl PeerIp {
+    /// The peer's address: IPv4 addresses alone, IPv6 by /64, no trusted
+    /// proxies.
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            ipv4_prefix: 32,
+            ipv6_prefix: 64,
+            trusted: Vec::new(),
+            forwarded: ForwardedHeader::None,
+            peer: peer_from_extensions,
+        }
+    }
+
+    /// Groups IPv6 addresses by their first `bits` bits (0 to 128; 64 by
+    /// default).
+    ///
+    /// # Errors
+    ///
+    /// [`PrefixError`] for more than 128 bits.
+    pub fn ipv6_prefix(mut self, bits: u8) -> Result<Self, PrefixError> {
+        if bits > 128 {
+            return Err(PrefixError { bits, max: 128 });
+        }
+        self.ipv6_prefix = bits;
+        Ok(self)
+    }
+
+    /// Groups IPv4 addresses by their first `bits` bits (0 to 32; 32 by
+    /// default).
+    ///
+    /// # Errors
+    ///
+    /// [`PrefixError`] for more than 32 bits.
+    pub fn ipv4_prefix(mut self, bits: u8) -> Result<Self, PrefixError> {
+        if bits > 32 {
+            return Err(PrefixError { bits, max: 32 });
+        }
+        self.ipv4_prefix = bits;
+        Ok(self)
+    }
+
+    /// Reads `X-Forwarded-For` from requests whose peer is in `proxies`.
+    #[must_use]
+    pub fn trust_x_forwarded_for(self, proxies: impl IntoIterator<Item = IpNet>) -> Self {
+        self.trusting(ForwardedHeader::XForwardedFor, proxies)
+    }
+
+    /// Reads `Forwarded` (RFC 7239, its `for=` parameters) from requests
+    /// whose peer is in `proxies`.
+    #[must_use]
+    pub fn trust_forwarded(self, proxies: impl IntoIterator<Item = IpNet>) -> Self {
+        self.trusting(ForwardedHeader::Forwarded, proxies)
+    }
+
+    fn trusting(
+        mut self,
+        header: ForwardedHeader,
+        proxies: impl IntoIterator<Item = IpNet>,
+    ) -> Self {
+        self.forwarded = header;
+        self.trusted = proxies.into_iter().collect();
+        self
+    }
+
+    /// Finds the peer's address with `peer` instead of the default lookup
+    /// (a `SocketAddr`, or axum's `ConnectInfo<SocketAddr>` with feature
+    /// `axum`, in the extensions). For tonic:
+    /// `|extensions| extensions.get::<TcpConnectInfo>()?.remote_addr().map(|addr| addr.ip())`.
+    #[must_use]
+    pub fn peer_from(mut self, peer: fn(&Extensions) -> Option<IpAddr>) -> Self {
+        self.peer = peer;
+        self
+    }
+
+    /// The client's address, before grouping.
+    fn client(&self, request: &Parts) -> Result<IpAddr, KeyError> {
+        let peer = canonical((self.peer)(&request.extensions).ok_or(KeyError::NoPeerAddress)?);
+        if self.forwarded == ForwardedHeader::None || !self.is_trusted(peer) {
+            return Ok(peer);
+        }
+        let name = match self.forwarded {
+            ForwardedHeader::XForwardedFor => "x-forwarded-for",
+            _ => "forwarded",
+        };
+        // Every occurrence of the header, in order, as one list.
+        let mut hops: Vec<Option<IpAddr>> = Vec::new();
+        for value in request.headers.get_all(name) {
+            let Ok(value) = value.to_str() else {
+                // Not text: nothing in it can be trusted, and nothing
+                // before it either.
+                hops.clear();
+                hops.push(None);
+                continue;
+            };
+            match self.forwarded {
+                ForwardedHeader::XForwardedFor => hops.extend(
+                    value
+                        .split(',')
+                        .map(|entry| parse_node(entry.trim()).map(canonical)),
+                ),
+                _ => hops.extend(forwarded_for(value).map(|node| node.map(canonical))),
+            }
+        }
+        let mut client = peer;
+        for hop in hops.into_iter().rev() {
+            let Some(address) = hop else {
+                break;
+            };
+            client = address;
+            if !self.is_trusted(address) {
+                break;
+            }
+        }
+        Ok(client)
+    }
+
+    fn is_trusted(&self, address: IpAddr) -> bool {
+        self.trusted.iter().any(|net| net.contains(address))
+    }
+}
+
+impl Default for PeerIp {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for PeerIp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PeerIp")
+            .field("ipv4_prefix", &self.ipv4_prefix)
+            .field("ipv6_prefix", &self.ipv6_prefix)
+            .field("trusted", &self.trusted)
+            .field("forwarded", &self.forwarded)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KeyExtractor for PeerIp {
+    type Key = IpKey;
+
+    fn extract(&self, request: &Parts) -> Result<IpKey, KeyError> {
+        let client = self.client(request)?;
+        let prefix = match client {
+            IpAddr::V4(_) => self.ipv4_prefix,
+            IpAddr::V6(_) => self.ipv6_prefix,
+        };
+        Ok(IpKey::new(
+            IpNet::new(client, prefix).expect("prefix validated by PeerIp"),
+        ))
+    }
+}
+
+/// The default peer lookup: a `SocketAddr` in the extensions, or axum's
+/// `ConnectInfo<SocketAddr>`.
+fn peer_from_extensions(extensions: &Extensions) -> Option<IpAddr> {
+    if let Some(address) = extensions.get::<SocketAddr>() {
+        return Some(address.ip());
+    }
+    #[cfg(feature = "axum")]
+    if let Some(info) = extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
+        return Some(info.0.ip());
+    }
+    None
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it maps.
+fn canonical(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(address, IpAddr::V4),
+        v4 @ IpAddr::V4(_) => v4,
+    }
+}
+
+/// An address as proxies write it: bare, with a port, or an IPv6 address
+/// in brackets with or without one.
+fn parse_node(node: &str) -> Option<IpAddr> {
+    if let Ok(address) = node.parse::<IpAddr>() {
+        return Some(address);
+    }
+    if let Ok(socket) = node.parse::<SocketAddr>() {
+        return Some(socket.ip());
+    }
+    let inner = node.strip_prefix('[')?.strip_suffix(']')?;
+    inner.parse::<Ipv6Addr>().ok().map(IpAddr::V6)
+}
+
+/// The `for=` node of each element of a `Forwarded` value, in order:
+/// `None` for an element without one, or whose node is not an address
+/// (`unknown`, an obfuscated `_identifier`).
+fn forwarded_for(value: &str) -> impl Iterator<Item = Option<IpAddr>> + '_ {
+    split_unquoted(value, ',').map(|element| {
+        split_unquoted(element, ';').find_map(|pair| {
+            let (name, node) = pair.split_once('=')?;
+            if !name.trim().eq_ignore_ascii_case("for") {
+                return None;
+            }
+            let node = node.trim();
+            let node = match node.strip_prefix('"') {
+                Some(quoted) => unquote(quoted.strip_suffix('"')?)?,
+                None => node.to_owned(),
+            };
+            parse_node(&node)
+        })
+    })
+}
+
+/// Splits `value` at each `separator` outside a quoted string.
+fn split_unquoted(value: &str, separator: char) -> impl Iterator<Item = &str> {
+    let mut rest = Some(value);
+    std::iter::from_fn(move || {
+        let current = rest?;
+        let mut quoted = false;
+        let mut escaped = false;
+        for (index, character) in current.char_indices() {
+            match character {
+                _ if escaped => escaped = false,
+                '\\' if quoted => escaped = true,
+                '"' => quoted = !quoted,
+                _ if character == separator && !quoted => {
+                    rest = Some(&current[index + character.len_utf8()..]);
+                    return Some(&current[..index]);
+                }
+                _ => {}
+            }
+        }
+        rest = None;
+        Some(current)
+    })
+}
+
+/// The text of a quoted string's inside, its escapes undone; `None` for a
+/// lone backslash at the end.
+fn unquote(inside: &str) -> Option<String> {
+    let mut text = String::with_capacity(inside.len());
+    let mut characters = inside.chars();
+    while let Some(character) = characters.next() {
+        if character == '\\' {
+            text.push(characters.next()?);
+        } else {
+            text.push(character);
+        }
+    }
+    Some(text)
+}
+
+/// A prefix longer than the address family has bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefixError {
+    bits: u8,
+    max: u8,
+}
+
+impl fmt::Display for PrefixError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "a prefix of {} bits is longer than the {} the address has",
+            self.bits, self.max
+        )
+    }
+}
+
+impl std::error::Error for PrefixError {}
+
+/// An IP network: an address and a prefix length, such as `10.0.0.0/8` or
+/// `2001:db8::/32` (a bare address is the network of that one address).
+/// The address is kept masked to its prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IpNet {
+    address: IpAddr,
+    prefix: u8,
+}
+
+impl IpNet {
+    /// The network of `prefix` bits that holds `address` (IPv4-mapped IPv6
+    /// addresses are IPv4, with the prefix counted in IPv4 bits).
+    ///
+    /// # Errors
+    ///
+    /// [`PrefixError`] for a prefix longer than the address.
+    pub fn new(address: IpAddr, prefix: u8) -> Result<Self, PrefixError> {
+        let address = canonical(address);
+        let max = match address {
+            IpAddr::V4(_) => 32,
+            IpAddr::V6(_) => 128,
+        };
+        if prefix > max {
+            return Err(PrefixError { bits: prefix, max });
+        }
+        Ok(Self {
+            address: mask(address, prefix),
+            prefix,
+        })
+    }
+
+    /// The network's first address.
+    #[must_use]
+    pub const fn address(&self) -> IpAddr {
+        self.address
+    }
+
+    /// The prefix length in bits.
+    #[must_use]
+    pub const fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    /// Whether `address` is in this network.
+    #[must_use]
+    pub fn contains(&self, address: IpAddr) -> bool {
+        let address = canonical(address);
+        address.is_ipv4() == self.address.is_ipv4() && mask(address, self.prefix) == self.address
+    }
+}
+
+/// `address` with every bit past the first `prefix` cleared.
+fn mask(address: IpAddr, prefix: u8) -> IpAddr {
+    match address {
+        IpAddr::V4(v4) => {
+            let bits = u32::from(v4);
+            let kept = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::V4(Ipv4Addr::from(bits & kept))
+        }
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6);
+            let kept = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::V6(Ipv6Addr::from(bits & kept))
+        }
+    }
+}
+
+impl fmt::Display for IpNet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.address, self.prefix)
+    }
+}
+
+/// Why a string is not an [`IpNet`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpNetError(String);
+
+impl fmt::Display for IpNetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "not an IP network (address/prefix): {:?}", self.0)
+    }
+}
+
+impl std::error::Error for IpNetError {}
+
+impl FromStr for IpNet {
+    type Err = IpNetError;
+
+    fn from_str(text: &str) -> Result<Self, IpNetError> {
+        let invalid = || IpNetError(text.to_owned());
+        let (address, prefix) = match text.split_once('/') {
+            Some((address, prefix)) => {
+                // Digits only: `u8::from_str` would take a leading `+`.
+                if prefix.is_empty() || !prefix.bytes().all(|byte| byte.is_ascii_digit()) {
+                    return Err(invalid());
+                }
+                (address, Some(prefix.parse::<u8>().map_err(|_| invalid())?))
+            }
+            None => (text, None),
+        };
+        let address = canonical(address.parse::<IpAddr>().map_err(|_| invalid())?);
+        let prefix = prefix.unwrap_or(if address.is_ipv4() { 32 } else { 128 });
+        Self::new(address, prefix).map_err(|_| invalid())
+    }
+}
+
+/// The key [`PeerIp`] gives a request: the client's network, as bytes
+/// (`AsRef<[u8]>`, for a backend that keys by bytes) and as text
+/// (`Display`: `198.51.100.7/32`, `2001:db8:1:2::/64`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IpKey {
+    /// The family (4 or 6), the prefix, then the masked address's bytes.
+    bytes: [u8; 18],
+    len: u8,
+}
+
+impl IpKey {
+    fn new(net: IpNet) -> Self {
+        let mut bytes = [0; 18];
+        bytes[1] = net.prefix;
+        let len = match net.address {
+            IpAddr::V4(v4) => {
+                bytes[0] = 4;
+                bytes[2..6].copy_from_slice(&v4.octets());
+                6
+            }
+            IpAddr::V6(v6) => {
+                bytes[0] = 6;
+                bytes[2..18].copy_from_slice(&v6.octets());
+                18
+            }
+        };
+        Self { bytes, len }
+    }
+
+    /// The network.
+    #[must_use]
+    pub fn net(&self) -> IpNet {
+        let address = if self.bytes[0] == 4 {
+            IpAddr::V4(Ipv4Addr::new(
+                self.bytes[2],
+                self.bytes[3],
+                self.bytes[4],
+                self.bytes[5],
+            ))
+        } else {
+            let mut octets = [0; 16];
+            octets.copy_from_slice(&self.bytes[2..18]);
+            IpAddr::V6(Ipv6Addr::from(octets))
+        };
+        IpNet {
+            address,
+            prefix: self.bytes[1],
+        }
+    }
+}
+
+impl AsRef<[u8]> for IpKey {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+impl fmt::Display for IpKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.net(), f)
+    }
+}
+
+impl fmt::Debug for IpKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IpKey({self})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use super::{IpNet, forwarded_for, parse_node};
+
+    #[test]
+    fn networks_parse_mask_and_contain() {
+        let net: IpNet = "10.1.2.3/8".parse().unwrap();
+        assert_eq!(net.to_string(), "10.0.0.0/8");
+        assert!(net.contains("10.255.0.1".parse().unwrap()));
+        assert!(!net.contains("11.0.0.1".parse().unwrap()));
+        assert!(net.contains("::ffff:10.9.9.9".parse().unwrap()));
+        let v6: IpNet = "2001:db8:1:2:3:4:5:6/64".parse().unwrap();
+        assert_eq!(v6.to_string(), "2001:db8:1:2::/64");
+        assert!(!v6.contains("10.0.0.1".parse().unwrap()));
+        let everything: IpNet = "0.0.0.0/0".parse().unwrap();
+        assert!(everything.contains("203.0.113.9".parse().unwrap()));
+        assert!(!everything.contains("::1".parse().unwrap()));
+        assert_eq!("192.0.2.1".parse::<IpNet>().unwrap().prefix(), 32);
+        for bad in [
+            "10.0.0.0/33",
+            "::/129",
+            "10.0.0.0/",
+            "10.0.0.0/+8",
+            "ten/8",
+            "",
+            "10.0.0.0/8/8",
+        ] {
+            assert!(bad.parse::<IpNet>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn nodes_parse_with_ports_and_brackets() {
+        let v6: IpAddr = "2001:db8::17".parse().unwrap();
+        assert_eq!(parse_node("[2001:db8::17]:4711"), Some(v6));
+        assert_eq!(parse_node("[2001:db8::17]"), Some(v6));
+        assert_eq!(
+            parse_node("192.0.2.60:80"),
+            Some("192.0.2.60".parse().unwrap())
+        );
+        assert_eq!(parse_node("unknown"), None);
+        assert_eq!(parse_node("_hidden"), None);
+    }
+
+    #[test]
+    fn forwarded_elements_yield_their_for_nodes() {
+        let nodes: Vec<_> = forwarded_for(
+            r#"for=192.0.2.60;proto=http;by=203.0.113.43, For="[2001:db8:cafe::17]:4711", for=unknown, proto=https, for="_x\"y,z""#,
+        )
+        .collect();
+        assert_eq!(
+            nodes,
+            [
+                Some("192.0.2.60".parse().unwrap()),
+                Some("2001:db8:cafe::17".parse().unwrap()),
+                None,
+                None,
+                None
+            ]
+        );
+    }
+}

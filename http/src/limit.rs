@@ -1,0 +1,289 @@
+//! [`Limit`]: the one trait the layer asks, implemented by the in-process
+//! limiters and (feature `redis`) the Redis backend.
+
+use std::error::Error;
+use std::fmt;
+use std::future::{Future, ready};
+
+use tollgate::algorithm::{Algorithm, Receipt};
+use tollgate::cell::CellFor;
+use tollgate::clock::Clock;
+use tollgate::store::{Key, StoreKind};
+use tollgate::{CheckError, Decision, DirectLimiter, Quota, RateLimiter};
+
+/// A limiter the layer can check a request against, whatever decides it:
+/// an in-process [`RateLimiter`] or [`DirectLimiter`], or a backend that
+/// answers over the network (with feature `redis`, `tollgate_redis::RedisLimiter`).
+///
+/// A limiter that can decide without waiting (every in-process one) says so
+/// through [`check_now`](Limit::check_now), and the layer then checks it
+/// with no future and no allocation; [`check_n`](Limit::check_n) is for the
+/// others.
+///
+/// ```
+/// use tollgate::{Quota, RateLimiter};
+/// use tollgate_http::Limit;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter: RateLimiter<u64> = RateLimiter::keyed(Quota::per_second(1)?);
+/// let checked = limiter.check_now(&7, 1).expect("decided in process")?;
+/// assert!(checked.decision.is_allowed());
+/// // GCRA admissions can be given back.
+/// assert!(Limit::refund(&limiter, &7, checked.receipt.unwrap()));
+/// assert_eq!(Limit::<u64>::quota(&limiter).limit(), 1);
+/// # Ok(())
+/// # }
+/// ```
+pub trait Limit<K: ?Sized>: Send + Sync + 'static {
+    /// What gives an admission back ([`refund`](Limit::refund)) when a
+    /// later rule refuses the same request; [`NoReceipt`] for a limiter
+    /// that cannot.
+    type Receipt: Send + Sync + 'static;
+
+    /// The quota the limiter enforces: what `RateLimit-Policy` advertises.
+    fn quota(&self) -> Quota;
+
+    /// Checks `cost` units for `key`, deciding now if this limiter can
+    /// without waiting; `None` if it must be asked through
+    /// [`check_n`](Limit::check_n).
+    fn check_now(&self, key: &K, cost: u32) -> Option<Result<Checked<Self::Receipt>, Failure>> {
+        let _ = (key, cost);
+        None
+    }
+
+    /// Checks `cost` units for `key` (all or nothing), waiting for the
+    /// backend's answer.
+    fn check_n(
+        &self,
+        key: &K,
+        cost: u32,
+    ) -> impl Future<Output = Result<Checked<Self::Receipt>, Failure>> + Send;
+
+    /// Gives back the admission `receipt` came with, if nothing else was
+    /// admitted on `key` since (so that giving it back cannot admit more
+    /// than the quota); returns whether it did.
+    fn refund(&self, key: &K, receipt: Self::Receipt) -> bool {
+        let _ = (key, receipt);
+        false
+    }
+}
+
+/// A limiter's decision, and for an admission it can give back, the
+/// receipt to give it back with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checked<R> {
+    /// The decision.
+    pub decision: Decision,
+    /// For [`Limit::refund`].
+    pub receipt: Option<R>,
+}
+
+/// The receipt of a limiter that cannot give admissions back: there is
+/// none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoReceipt {}
+
+/// Why a limiter gave no decision.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Failure {
+    /// The cost is above the burst (or zero): no wait could admit it.
+    Cost(CheckError),
+    /// A new key found the limiter's key cap reached
+    /// ([`WhenFull::Reject`](tollgate::store::WhenFull::Reject)).
+    Full {
+        /// The cap.
+        max_keys: usize,
+    },
+    /// The backend could not decide (Redis unreachable, timed out, behind
+    /// an open circuit breaker) and its own failure policy returned an
+    /// error.
+    Unavailable(Box<dyn Error + Send + Sync>),
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Cost(error) => fmt::Display::fmt(error, f),
+            Failure::Full { max_keys } => write!(
+                f,
+                "the limiter tracks its maximum of {max_keys} keys; a new key was rejected"
+            ),
+            Failure::Unavailable(error) => {
+                write!(f, "the limiter's backend is unavailable: {error}")
+            }
+        }
+    }
+}
+
+impl Error for Failure {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            Failure::Cost(error) => Some(error),
+            Failure::Full { .. } => None,
+            Failure::Unavailable(error) => Some(&**error),
+        }
+    }
+}
+
+impl From<CheckError> for Failure {
+    fn from(error: CheckError) -> Self {
+        match error {
+            CheckError::StoreFull { max_keys } => Failure::Full { max_keys },
+            other => Failure::Cost(other),
+        }
+    }
+}
+
+/// Decided in process, at once. GCRA admissions come with a receipt (see
+/// [`Algorithm::receipt`]), so a request a later rule refuses is charged
+/// nothing here.
+impl<K, A, C, S> Limit<K> for RateLimiter<K, A, C, S>
+where
+    K: Key,
+    A: Algorithm<State: PartialEq + Clone>,
+    C: Clock + 'static,
+    S: StoreKind<K, A>,
+{
+    type Receipt = Receipt<A::State>;
+
+    fn quota(&self) -> Quota {
+        *RateLimiter::quota(self)
+    }
+
+    #[inline]
+    fn check_now(&self, key: &K, cost: u32) -> Option<Result<Checked<Self::Receipt>, Failure>> {
+        Some(checked(self.check_n_receipt(key, cost)))
+    }
+
+    fn check_n(
+        &self,
+        key: &K,
+        cost: u32,
+    ) -> impl Future<Output = Result<Checked<Self::Receipt>, Failure>> + Send {
+        ready(checked(self.check_n_receipt(key, cost)))
+    }
+
+    fn refund(&self, key: &K, receipt: Self::Receipt) -> bool {
+        RateLimiter::refund(self, key, &receipt)
+    }
+}
+
+/// An in-process check's outcome, as the layer reads it.
+#[inline]
+fn checked<R>(outcome: Result<(Decision, Option<R>), CheckError>) -> Result<Checked<R>, Failure> {
+    outcome
+        .map(|(decision, receipt)| Checked { decision, receipt })
+        .map_err(Failure::from)
+}
+
+/// One budget for every request: the key is ignored.
+impl<K, A, C, P> Limit<K> for DirectLimiter<A, C, P>
+where
+    K: ?Sized,
+    A: Algorithm<State: PartialEq + Clone>,
+    C: Clock + 'static,
+    P: CellFor<A> + 'static,
+    P::Cell: 'static,
+{
+    type Receipt = Receipt<A::State>;
+
+    fn quota(&self) -> Quota {
+        *DirectLimiter::quota(self)
+    }
+
+    #[inline]
+    fn check_now(&self, _key: &K, cost: u32) -> Option<Result<Checked<Self::Receipt>, Failure>> {
+        Some(checked(self.check_n_receipt(cost)))
+    }
+
+    fn check_n(
+        &self,
+        _key: &K,
+        cost: u32,
+    ) -> impl Future<Output = Result<Checked<Self::Receipt>, Failure>> + Send {
+        ready(checked(self.check_n_receipt(cost)))
+    }
+
+    fn refund(&self, _key: &K, receipt: Self::Receipt) -> bool {
+        DirectLimiter::refund(self, &receipt)
+    }
+}
+
+#[cfg(feature = "redis")]
+mod redis {
+    use std::future::Future;
+
+    use tollgate::Quota;
+    use tollgate_redis::{Error, RedisLimiter, Scripted};
+
+    use super::{Checked, Failure, Limit, NoReceipt};
+
+    /// Every check is one round trip; the limiter's own
+    /// [`OnFailure`](tollgate_redis::OnFailure) policy decides first when
+    /// Redis cannot, and only its `Error` policy reaches the layer, as
+    /// [`Failure::Unavailable`]. No receipts: an admission here stays
+    /// charged when a later rule refuses the request.
+    impl<K, A> Limit<K> for RedisLimiter<A>
+    where
+        K: AsRef<[u8]> + Sync + ?Sized,
+        A: Scripted,
+    {
+        type Receipt = NoReceipt;
+
+        fn quota(&self) -> Quota {
+            *RedisLimiter::quota(self)
+        }
+
+        fn check_n(
+            &self,
+            key: &K,
+            cost: u32,
+        ) -> impl Future<Output = Result<Checked<NoReceipt>, Failure>> + Send {
+            let checked = RedisLimiter::check_n(self, key.as_ref(), cost);
+            async move {
+                checked
+                    .await
+                    .map(|decision| Checked {
+                        decision,
+                        receipt: None,
+                    })
+                    .map_err(|error| match error {
+                        Error::Check(error) => Failure::from(error),
+                        other => Failure::Unavailable(Box::new(other)),
+                    })
+            }
+        }
+    }
+}
+
+/// A shared limiter (the same budget behind several layers, or a layer and
+/// a handler).
+impl<K, L> Limit<K> for std::sync::Arc<L>
+where
+    K: ?Sized,
+    L: Limit<K>,
+{
+    type Receipt = L::Receipt;
+
+    fn quota(&self) -> Quota {
+        (**self).quota()
+    }
+
+    #[inline]
+    fn check_now(&self, key: &K, cost: u32) -> Option<Result<Checked<L::Receipt>, Failure>> {
+        (**self).check_now(key, cost)
+    }
+
+    fn check_n(
+        &self,
+        key: &K,
+        cost: u32,
+    ) -> impl Future<Output = Result<Checked<L::Receipt>, Failure>> + Send {
+        (**self).check_n(key, cost)
+    }
+
+    fn refund(&self, key: &K, receipt: L::Receipt) -> bool {
+        (**self).refund(key, receipt)
+    }
+}

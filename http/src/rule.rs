@@ -1,0 +1,240 @@
+//! [`Rule`]: one limit of the layer (a name, a limiter, a key, when it
+//! applies and what a request costs), type-erased so that limits of
+//! different key types and backends sit in one layer.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use http::request::Parts;
+use tollgate::Decision;
+
+use crate::fields::{is_field_string, policy_item};
+use crate::key::{KeyError, KeyExtractor};
+use crate::limit::{Checked, Failure, Limit};
+
+/// Gives an admission back: the units given back, if it could be (see
+/// [`Limit::refund`]).
+pub(crate) type Refund = Box<dyn FnOnce() -> Option<u32> + Send>;
+
+/// An admission or a denial, and for an admission that can be given back,
+/// what gives it back.
+pub(crate) type Outcome = Result<(Decision, Option<Refund>), Failure>;
+
+/// Whether a rule applies to a request.
+type Predicate = Box<dyn Fn(&Parts) -> bool + Send + Sync>;
+
+/// What a request costs under a rule.
+type CostFn = Box<dyn Fn(&Parts) -> u32 + Send + Sync>;
+
+/// A check waiting for its backend.
+pub(crate) type Pending = Pin<Box<dyn Future<Output = Outcome> + Send>>;
+
+/// One limit a request is held to: a policy name, a limiter, how to find
+/// the request's key, and optionally when the limit applies and what a
+/// request costs.
+///
+/// ```
+/// use std::sync::Arc;
+/// use http::request::Parts;
+/// use tollgate::{Quota, RateLimiter};
+/// use tollgate_http::{Header, PeerIp, Rule};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // 100 a minute per client network.
+/// let per_ip = Rule::new("per-ip", RateLimiter::keyed(Quota::per_minute(100)?), PeerIp::new())?;
+/// // Uploads cost by the kilobyte, per API key, on /upload only.
+/// let uploads = Rule::new(
+///     "upload-kb",
+///     RateLimiter::keyed(Quota::per_minute(10_000)?),
+///     Header::new(http::HeaderName::from_static("x-api-key")),
+/// )?
+/// .when(|parts: &Parts| parts.uri.path().starts_with("/upload"))
+/// .cost(|parts: &Parts| {
+///     let bytes: u64 = parts.headers.get(http::header::CONTENT_LENGTH)
+///         .and_then(|value| value.to_str().ok()?.parse().ok())
+///         .unwrap_or(0);
+///     u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX).max(1)
+/// });
+/// # let _ = (per_ip, uploads);
+/// # Ok(())
+/// # }
+/// ```
+pub struct Rule {
+    name: Arc<str>,
+    /// This rule's `RateLimit-Policy` item, made once.
+    policy: String,
+    check: Box<dyn Check>,
+    when: Option<Predicate>,
+    cost: Option<CostFn>,
+}
+
+/// A policy name that cannot go in a structured field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameError(String);
+
+impl fmt::Display for NameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "a policy name must be non-empty printable ASCII (a structured-field String): {:?}",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for NameError {}
+
+impl Rule {
+    /// A limit named `name` (the policy's name in `RateLimit-Policy`,
+    /// `RateLimit` and the problem's `violated-policies`): each request's
+    /// key is found by `key`, and checked against `limiter` with a cost of
+    /// one.
+    ///
+    /// # Errors
+    ///
+    /// [`NameError`] for an empty name or one with a byte outside printable
+    /// ASCII.
+    pub fn new<E, L>(name: impl Into<String>, limiter: L, key: E) -> Result<Self, NameError>
+    where
+        E: KeyExtractor,
+        L: Limit<E::Key>,
+    {
+        let name: String = name.into();
+        if name.is_empty() || !is_field_string(&name) {
+            return Err(NameError(name));
+        }
+        let policy = policy_item(&name, &limiter.quota());
+        Ok(Self {
+            name: name.into(),
+            policy,
+            check: Box::new(Bound {
+                limiter: Arc::new(limiter),
+                extractor: key,
+            }),
+            when: None,
+            cost: None,
+        })
+    }
+
+    /// Applies the limit only to requests for which `predicate` holds (a
+    /// route, a method); by default it applies to every request.
+    #[must_use]
+    pub fn when(mut self, predicate: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
+        self.when = Some(Box::new(predicate));
+        self
+    }
+
+    /// Charges each request `cost(request)` units instead of one. A cost of
+    /// zero charges nothing and checks nothing; a cost above the quota's
+    /// burst is refused at once (no wait could admit it).
+    #[must_use]
+    pub fn cost(mut self, cost: impl Fn(&Parts) -> u32 + Send + Sync + 'static) -> Self {
+        self.cost = Some(Box::new(cost));
+        self
+    }
+
+    /// The policy's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// This rule's `RateLimit-Policy` item.
+    pub(crate) fn policy(&self) -> &str {
+        &self.policy
+    }
+
+    /// What checking `request` against this rule starts; `refundable`:
+    /// whether an admission must come with what gives it back (a later
+    /// rule may refuse the request).
+    pub(crate) fn start(&self, request: &Parts, refundable: bool) -> Step {
+        if self.when.as_ref().is_some_and(|when| !when(request)) {
+            return Step::Skip;
+        }
+        let cost = self.cost.as_ref().map_or(1, |cost| cost(request));
+        if cost == 0 {
+            return Step::Skip;
+        }
+        self.check.start(request, cost, refundable)
+    }
+}
+
+impl fmt::Debug for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rule")
+            .field("name", &self.name)
+            .field("policy", &self.policy)
+            .field("when", &self.when.is_some())
+            .field("cost", &self.cost.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a rule's check of one request stands.
+pub(crate) enum Step {
+    /// The rule does not apply, or the request costs nothing.
+    Skip,
+    /// Decided (or failed) without waiting.
+    Done(Outcome),
+    /// The request has no key for this rule.
+    NoKey(KeyError),
+    /// Waiting for the backend.
+    Pending(Pending),
+}
+
+/// A limiter and its key extractor, with their types erased.
+trait Check: Send + Sync {
+    fn start(&self, request: &Parts, cost: u32, refundable: bool) -> Step;
+}
+
+struct Bound<L, E> {
+    limiter: Arc<L>,
+    extractor: E,
+}
+
+impl<L, E> Check for Bound<L, E>
+where
+    E: KeyExtractor,
+    L: Limit<E::Key>,
+{
+    fn start(&self, request: &Parts, cost: u32, refundable: bool) -> Step {
+        let key = match self.extractor.extract(request) {
+            Ok(key) => key,
+            Err(error) => return Step::NoKey(error),
+        };
+        if let Some(decided) = self.limiter.check_now(&key, cost) {
+            return Step::Done(
+                decided.map(|checked| with_refund(&self.limiter, key, cost, checked, refundable)),
+            );
+        }
+        let limiter = Arc::clone(&self.limiter);
+        Step::Pending(Box::pin(async move {
+            let checked = limiter.check_n(&key, cost).await?;
+            Ok(with_refund(&limiter, key, cost, checked, refundable))
+        }))
+    }
+}
+
+/// The decision, and when asked for, what gives its admission back.
+fn with_refund<K, L>(
+    limiter: &Arc<L>,
+    key: K,
+    cost: u32,
+    checked: Checked<L::Receipt>,
+    refundable: bool,
+) -> (Decision, Option<Refund>)
+where
+    K: Send + Sync + 'static,
+    L: Limit<K>,
+{
+    let refund = match checked.receipt {
+        Some(receipt) if refundable => {
+            let limiter = Arc::clone(limiter);
+            Some(Box::new(move || limiter.refund(&key, receipt).then_some(cost)) as Refund)
+        }
+        _ => None,
+    };
+    (checked.decision, refund)
+}

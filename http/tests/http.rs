@@ -1,0 +1,442 @@
+//! The layer in front of a real axum server on a loopback port, read by a
+//! real HTTP client (reqwest), every rate-limit field parsed with a
+//! structured-field parser and every problem body with a JSON parser.
+
+mod support;
+
+use std::time::Duration;
+
+use http::HeaderName;
+use reqwest::StatusCode;
+use serde_json::Value;
+use support::{Server, client, list, retry_after, send};
+use tollgate::{Builder, Quota, RateLimiter};
+use tollgate_http::{Header, IpKey, IpNet, KeyFn, PeerIp, RateLimitLayer, Rule};
+
+fn per_ip(quota: Quota, peer: PeerIp) -> Rule {
+    Rule::new("per-ip", RateLimiter::<IpKey>::keyed(quota), peer).unwrap()
+}
+
+fn layer(rules: impl IntoIterator<Item = Rule>) -> RateLimitLayer {
+    rules
+        .into_iter()
+        .fold(RateLimitLayer::builder(), tollgate_http::Builder::rule)
+        .build()
+}
+
+#[tokio::test]
+async fn admitted_responses_carry_both_fields() {
+    let server = Server::start(layer([per_ip(
+        Quota::per_minute(5).unwrap(),
+        PeerIp::new(),
+    )]))
+    .await;
+    let client = client();
+    for expected_remaining in (0..5).rev() {
+        let response = client.get(server.url("/")).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let policy = list(response.headers(), "ratelimit-policy");
+        assert_eq!(policy.len(), 1);
+        assert_eq!(policy[0].name, "per-ip");
+        assert_eq!(policy[0].param("q"), 5);
+        assert_eq!(policy[0].param("w"), 60);
+        let limit = list(response.headers(), "ratelimit");
+        assert_eq!(limit.len(), 1);
+        assert_eq!(limit[0].name, "per-ip");
+        assert_eq!(limit[0].param("r"), expected_remaining);
+        // Full again after (5 - remaining) intervals of 12 s.
+        assert_eq!(limit[0].param("t"), 12 * (5 - expected_remaining));
+        assert_eq!(response.text().await.unwrap(), "hello");
+    }
+}
+
+#[tokio::test]
+async fn a_denial_is_a_429_with_retry_after_fields_and_a_problem() {
+    let server = Server::start(layer([per_ip(
+        Quota::per_minute(3).unwrap(),
+        PeerIp::new(),
+    )]))
+    .await;
+    let client = client();
+    let (admitted, denied) = send(&client, &server.url("/"), &[], 5).await;
+    assert_eq!(admitted, 3);
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    let headers = denied.headers().clone();
+    // Twenty seconds an interval, a few milliseconds of which have passed:
+    // rounded up, 20.
+    let wait = retry_after(&headers);
+    assert_eq!(wait, 20);
+    let limit = list(&headers, "ratelimit");
+    assert_eq!(limit.len(), 1);
+    assert_eq!(limit[0].param("r"), 0);
+    assert_eq!(
+        u64::try_from(limit[0].param("t")).unwrap(),
+        wait,
+        "t is Retry-After"
+    );
+    let policy = list(&headers, "ratelimit-policy");
+    assert_eq!((policy[0].param("q"), policy[0].param("w")), (3, 60));
+    assert_eq!(headers["content-type"], "application/problem+json");
+    let problem: Value = serde_json::from_str(&denied.text().await.unwrap()).unwrap();
+    assert_eq!(
+        problem["type"],
+        "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    );
+    assert_eq!(problem["title"], "Quota Exceeded");
+    assert_eq!(problem["status"], 429);
+    assert_eq!(problem["violated-policies"], serde_json::json!(["per-ip"]));
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("retry in 20 s")
+    );
+}
+
+#[tokio::test]
+async fn a_sub_second_wait_is_retry_after_one_never_zero() {
+    // One request every 100 ms: the wait is under a second.
+    let server = Server::start(layer([per_ip(
+        Quota::per_second(10).unwrap().with_burst(1).unwrap(),
+        PeerIp::new(),
+    )]))
+    .await;
+    let (admitted, denied) = send(&client(), &server.url("/"), &[], 2).await;
+    assert_eq!(admitted, 1);
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(retry_after(denied.headers()), 1);
+    assert_eq!(list(denied.headers(), "ratelimit")[0].param("t"), 1);
+    // The advertised policy is 10 per second, in whole seconds.
+    let policy = list(denied.headers(), "ratelimit-policy");
+    assert_eq!((policy[0].param("q"), policy[0].param("w")), (10, 1));
+    // Retrying after the wait succeeds.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (admitted, _) = send(&client(), &server.url("/"), &[], 1).await;
+    assert_eq!(admitted, 1);
+}
+
+fn per_key(quota: Quota) -> Rule {
+    Rule::new(
+        "per-key",
+        RateLimiter::keyed(quota),
+        Header::new(HeaderName::from_static("x-api-key")),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn several_policies_are_checked_together_and_reported_together() {
+    let server = Server::start(layer([
+        per_ip(Quota::per_minute(10).unwrap(), PeerIp::new()),
+        per_key(Quota::per_hour(2).unwrap()),
+    ]))
+    .await;
+    let client = client();
+    let url = server.url("/");
+    let (admitted, denied) = send(&client, &url, &[("x-api-key", "alice")], 3).await;
+    assert_eq!(admitted, 2);
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    let headers = denied.headers().clone();
+    let policy = list(&headers, "ratelimit-policy");
+    let names: Vec<&str> = policy.iter().map(|item| item.name.as_str()).collect();
+    assert_eq!(names, ["per-ip", "per-key"]);
+    assert_eq!((policy[1].param("q"), policy[1].param("w")), (2, 3600));
+    let limit = list(&headers, "ratelimit");
+    assert_eq!(limit.len(), 2);
+    // The per-IP limit admitted this third request, and was given it back
+    // when the per-key limit refused it (30 minutes to wait): 8 left, as
+    // after two requests.
+    assert_eq!((limit[0].name.as_str(), limit[0].param("r")), ("per-ip", 8));
+    assert_eq!(
+        (limit[1].name.as_str(), limit[1].param("r")),
+        ("per-key", 0)
+    );
+    assert_eq!(retry_after(&headers), 1_800);
+    assert_eq!(limit[1].param("t"), 1_800);
+    let problem: Value = serde_json::from_str(&denied.text().await.unwrap()).unwrap();
+    assert_eq!(problem["violated-policies"], serde_json::json!(["per-key"]));
+    // Another key has its own budget, within the same IP's.
+    let (admitted, last) = send(&client, &url, &[("x-api-key", "bob")], 1).await;
+    assert_eq!(admitted, 1);
+    assert_eq!(list(last.headers(), "ratelimit")[0].param("r"), 7);
+    // No key: refused, and the per-IP admission given back.
+    let (admitted, missing) = send(&client, &url, &[], 1).await;
+    assert_eq!(admitted, 0);
+    assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
+    let problem: Value = serde_json::from_str(&missing.text().await.unwrap()).unwrap();
+    assert_eq!(problem["status"], 400);
+    assert!(
+        problem["detail"].as_str().unwrap().contains("x-api-key"),
+        "{problem}"
+    );
+    let (_, last) = send(&client, &url, &[("x-api-key", "carol")], 1).await;
+    assert_eq!(list(last.headers(), "ratelimit")[0].param("r"), 6);
+}
+
+#[tokio::test]
+async fn per_route_rules_apply_only_to_their_routes() {
+    let server =
+        Server::start(layer([per_key(Quota::per_hour(1).unwrap())
+            .when(|parts| parts.uri.path().starts_with("/api/"))]))
+        .await;
+    let client = client();
+    // The root has no rule: no key needed, no fields, never limited.
+    let (admitted, last) = send(&client, &server.url("/"), &[], 5).await;
+    assert_eq!(admitted, 5);
+    assert!(last.headers().get("ratelimit").is_none());
+    let (admitted, _) = send(&client, &server.url("/api/hello"), &[("x-api-key", "k")], 3).await;
+    assert_eq!(admitted, 1);
+}
+
+#[tokio::test]
+async fn a_cost_function_charges_units_and_refuses_what_never_fits() {
+    let cost = |parts: &http::request::Parts| -> u32 {
+        parts
+            .headers
+            .get("x-cost")
+            .and_then(|value| value.to_str().ok()?.parse().ok())
+            .unwrap_or(1)
+    };
+    let server = Server::start(layer([
+        per_ip(Quota::per_hour(10).unwrap(), PeerIp::new()).cost(cost)
+    ]))
+    .await;
+    let client = client();
+    let url = server.url("/");
+    let (admitted, last) = send(&client, &url, &[("x-cost", "4")], 2).await;
+    assert_eq!(admitted, 2);
+    assert_eq!(list(last.headers(), "ratelimit")[0].param("r"), 2);
+    let (admitted, denied) = send(&client, &url, &[("x-cost", "3")], 1).await;
+    assert_eq!(admitted, 0);
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    // One unit refills in 6 minutes: the wait for 3 with 2 left.
+    assert_eq!(retry_after(denied.headers()), 360);
+    // Free requests check nothing.
+    let (admitted, free) = send(&client, &url, &[("x-cost", "0")], 3).await;
+    assert_eq!(admitted, 3);
+    assert!(free.headers().get("ratelimit").is_none());
+    // Above the burst: no wait admits it, so no Retry-After.
+    let (admitted, never) = send(&client, &url, &[("x-cost", "11")], 1).await;
+    assert_eq!(admitted, 0);
+    assert_eq!(never.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(never.headers().get("retry-after").is_none());
+    let problem: Value = serde_json::from_str(&never.text().await.unwrap()).unwrap();
+    assert_eq!(problem["violated-policies"], serde_json::json!(["per-ip"]));
+    assert!(
+        problem["detail"].as_str().unwrap().contains("never"),
+        "{problem}"
+    );
+}
+
+#[tokio::test]
+async fn a_spoofed_forwarded_for_from_an_untrusted_peer_is_ignored() {
+    // Only 10.0.0.0/8 is trusted; the test client connects from 127.0.0.1.
+    let trusted: IpNet = "10.0.0.0/8".parse().unwrap();
+    let server = Server::start(layer([per_ip(
+        Quota::per_hour(3).unwrap(),
+        PeerIp::new().trust_x_forwarded_for([trusted]),
+    )]))
+    .await;
+    let client = client();
+    let mut admitted = 0;
+    for spoof in [
+        "198.51.100.1",
+        "198.51.100.2",
+        "198.51.100.3",
+        "198.51.100.4",
+        "198.51.100.5",
+    ] {
+        admitted += send(&client, &server.url("/"), &[("x-forwarded-for", spoof)], 1)
+            .await
+            .0;
+    }
+    // Five spoofed addresses, one real one: the real one's budget.
+    assert_eq!(admitted, 3);
+}
+
+#[tokio::test]
+async fn a_trusted_proxy_names_the_client_grouped_by_prefix() {
+    // The test client at 127.0.0.1 plays a trusted proxy.
+    let proxies: [IpNet; 2] = ["127.0.0.1".parse().unwrap(), "10.0.0.0/8".parse().unwrap()];
+    let server = Server::start(layer([per_ip(
+        Quota::per_hour(2).unwrap(),
+        PeerIp::new().trust_x_forwarded_for(proxies),
+    )]))
+    .await;
+    let client = client();
+    let url = server.url("/");
+    // Two hosts in one /64 share a budget: 2 of 4 admitted.
+    let (first, _) = send(&client, &url, &[("x-forwarded-for", "2001:db8:1:2::a")], 2).await;
+    let (second, _) = send(
+        &client,
+        &url,
+        &[("x-forwarded-for", "[2001:db8:1:2:ffff::b]:4711")],
+        2,
+    )
+    .await;
+    assert_eq!(first + second, 2);
+    // Another /64 has its own.
+    let (other, _) = send(&client, &url, &[("x-forwarded-for", "2001:db8:1:3::a")], 2).await;
+    assert_eq!(other, 2);
+    // Past a chain of trusted proxies, and across two header lines, to the
+    // first untrusted address: the client, whatever it put before.
+    let (chained, _) = send(
+        &client,
+        &url,
+        &[
+            ("x-forwarded-for", "6.6.6.6, 198.51.100.9"),
+            ("x-forwarded-for", "10.1.1.1, 10.2.2.2"),
+        ],
+        3,
+    )
+    .await;
+    assert_eq!(chained, 2);
+    let (direct, _) = send(&client, &url, &[("x-forwarded-for", "198.51.100.9")], 1).await;
+    assert_eq!(direct, 0, "the same client, its budget spent");
+    // An entry that is not an address stops the walk at the proxy that
+    // reported it (127.0.0.1 here): one budget for all such requests.
+    let (garbage, _) = send(&client, &url, &[("x-forwarded-for", "nonsense")], 1).await;
+    let (unknown, _) = send(&client, &url, &[("x-forwarded-for", "1.2.3.4, unknown")], 2).await;
+    assert_eq!(garbage + unknown, 2);
+}
+
+#[tokio::test]
+async fn forwarded_is_read_the_same_way() {
+    let proxy: IpNet = "127.0.0.1".parse().unwrap();
+    let server = Server::start(layer([per_ip(
+        Quota::per_hour(1).unwrap(),
+        PeerIp::new().trust_forwarded([proxy]),
+    )]))
+    .await;
+    let client = client();
+    let url = server.url("/");
+    let (quoted, _) = send(
+        &client,
+        &url,
+        &[("forwarded", r#"for="[2001:db8:cafe::17]:4711";proto=https"#)],
+        2,
+    )
+    .await;
+    assert_eq!(quoted, 1);
+    // The same /64, in another form, and X-Forwarded-For (not trusted
+    // here) changes nothing.
+    let (same, _) = send(
+        &client,
+        &url,
+        &[
+            ("forwarded", "for=\"[2001:db8:cafe:0:1::1]\""),
+            ("x-forwarded-for", "9.9.9.9"),
+        ],
+        1,
+    )
+    .await;
+    assert_eq!(same, 0);
+    let (v4, _) = send(
+        &client,
+        &url,
+        &[("forwarded", "for=192.0.2.60;by=203.0.113.43")],
+        2,
+    )
+    .await;
+    assert_eq!(v4, 1);
+}
+
+#[tokio::test]
+async fn ipv4_prefixes_group_too() {
+    let proxy: IpNet = "127.0.0.1".parse().unwrap();
+    let server = Server::start(layer([per_ip(
+        Quota::per_hour(1).unwrap(),
+        PeerIp::new()
+            .ipv4_prefix(24)
+            .unwrap()
+            .trust_x_forwarded_for([proxy]),
+    )]))
+    .await;
+    let client = client();
+    let url = server.url("/");
+    let (a, _) = send(&client, &url, &[("x-forwarded-for", "203.0.113.1")], 1).await;
+    let (b, _) = send(&client, &url, &[("x-forwarded-for", "203.0.113.200")], 1).await;
+    let (mapped, _) = send(
+        &client,
+        &url,
+        &[("x-forwarded-for", "::ffff:203.0.113.7")],
+        1,
+    )
+    .await;
+    let (c, _) = send(&client, &url, &[("x-forwarded-for", "203.0.114.1")], 1).await;
+    assert_eq!((a, b, mapped, c), (1, 0, 0, 1));
+}
+
+#[tokio::test]
+async fn a_global_rule_and_a_closure_key_limit_the_whole_service() {
+    let global = Rule::new(
+        "service",
+        Builder::new(Quota::per_hour(4).unwrap()).build_direct(),
+        tollgate_http::Global,
+    )
+    .unwrap();
+    let by_query = Rule::new(
+        "per-tenant",
+        RateLimiter::<String>::keyed(Quota::per_hour(2).unwrap()),
+        KeyFn::new(|parts: &http::request::Parts| parts.uri.query().map(str::to_owned)),
+    )
+    .unwrap();
+    let server = Server::start(layer([global, by_query])).await;
+    let client = client();
+    let (a, last) = send(&client, &server.url("/?a"), &[], 3).await;
+    assert_eq!(a, 2);
+    // The third request passed the service's limit and was refused by its
+    // tenant's: the service's unit was given back.
+    let problem: Value = serde_json::from_str(&last.text().await.unwrap()).unwrap();
+    assert_eq!(
+        problem["violated-policies"],
+        serde_json::json!(["per-tenant"])
+    );
+    let (b, last) = send(&client, &server.url("/?b"), &[], 3).await;
+    assert_eq!(b, 2, "the service's four: two for a, two for b");
+    let problem: Value = serde_json::from_str(&last.text().await.unwrap()).unwrap();
+    assert_eq!(problem["violated-policies"], serde_json::json!(["service"]));
+    // No query: no tenant key.
+    let (none, missing) = send(&client, &server.url("/"), &[], 1).await;
+    assert_eq!((none, missing.status()), (0, StatusCode::TOO_MANY_REQUESTS));
+}
+
+#[tokio::test]
+async fn fields_on_success_can_be_turned_off() {
+    let server = Server::start(
+        RateLimitLayer::builder()
+            .rule(per_ip(Quota::per_hour(1).unwrap(), PeerIp::new()))
+            .fields_on_success(false)
+            .build(),
+    )
+    .await;
+    let (admitted, denied) = send(&client(), &server.url("/"), &[], 2).await;
+    assert_eq!(admitted, 1);
+    // The denial still carries them.
+    assert_eq!(list(denied.headers(), "ratelimit")[0].param("r"), 0);
+    let (_, again) = send(&client(), &server.url("/"), &[], 1).await;
+    assert_eq!(again.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test]
+async fn without_a_peer_address_the_request_is_a_500_not_a_panic() {
+    // A router served without connect info records no peer.
+    let app = axum::Router::new()
+        .route("/", axum::routing::get(|| async { "hello" }))
+        .layer(layer([per_ip(Quota::per_hour(1).unwrap(), PeerIp::new())]));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let response = client()
+        .get(format!("http://{address}/"))
+        .send()
+        .await
+        .unwrap();
+    task.abort();
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let problem: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    assert!(
+        problem["detail"].as_str().unwrap().contains("peer address"),
+        "{problem}"
+    );
+}

@@ -1,0 +1,136 @@
+//! Giving an admission back (`check_n_receipt` and `refund`): on every
+//! store, a refunded admission leaves every later decision exactly as if it
+//! had never happened, and an admission that others followed is never
+//! taken back.
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+
+#[path = "support/builders.rs"]
+mod builders;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use builders::limiter;
+use tollgate::algorithm::{FixedWindow, Gcra};
+use tollgate::clock::ManualClock;
+use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded, StoreKind};
+use tollgate::{Builder, Quota};
+
+/// A refund of the last admission restores the key: the decisions of the
+/// next 40 checks, spread over two refill times, equal those of a
+/// reference limiter that never saw the refunded admission.
+fn refunds_restore_the_key<S: StoreKind<u64, Gcra>>(store: S) {
+    let quota = Quota::per_second(4).unwrap().with_burst(3).unwrap();
+    let clock = ManualClock::new();
+    clock.set_ns(5_000_000_000);
+    let subject = limiter::<Gcra, _>(quota, store.clone(), &clock);
+    let reference = limiter::<Gcra, _>(quota, store, &clock);
+    for _ in 0..2 {
+        assert!(subject.check(&7).unwrap().is_allowed());
+        assert!(reference.check(&7).unwrap().is_allowed());
+    }
+    let (decision, receipt) = subject.check_n_receipt(&7, 1).unwrap();
+    assert!(decision.is_allowed());
+    let receipt = receipt.expect("GCRA admissions carry a receipt");
+    clock.advance(Duration::from_millis(30));
+    assert!(subject.refund(&7, &receipt));
+    assert!(!subject.refund(&7, &receipt), "a receipt gives back once");
+    for step in 0..40 {
+        clock.advance(Duration::from_millis(37));
+        let cost = 1 + step % 3;
+        assert_eq!(
+            subject.check_n(&7, cost).unwrap(),
+            reference.check_n(&7, cost).unwrap(),
+            "step {step}"
+        );
+    }
+}
+
+#[test]
+fn refunds_restore_the_key_on_every_store() {
+    refunds_restore_the_key(LockFree::new(2));
+    refunds_restore_the_key(Sharded::default());
+    refunds_restore_the_key(GlobalMutex);
+    refunds_restore_the_key(PerKey::new());
+}
+
+/// An admission that another followed stays charged, on every store: the
+/// later one was decided with it counted.
+fn a_followed_admission_stays_charged<S: StoreKind<u64, Gcra>>(store: S) {
+    let clock = ManualClock::new();
+    let subject = limiter::<Gcra, _>(Quota::per_hour(3).unwrap(), store, &clock);
+    let (_, first) = subject.check_n_receipt(&1, 1).unwrap();
+    assert!(subject.check(&1).unwrap().is_allowed());
+    assert!(!subject.refund(&1, &first.unwrap()));
+    assert!(subject.check(&1).unwrap().is_allowed());
+    assert!(
+        !subject.check(&1).unwrap().is_allowed(),
+        "exactly 3 admitted"
+    );
+    // A key never admitted has nothing to give back.
+    assert!(!subject.refund(&2, &first.unwrap()));
+}
+
+#[test]
+fn a_followed_admission_stays_charged_on_every_store() {
+    a_followed_admission_stays_charged(LockFree::new(1));
+    a_followed_admission_stays_charged(Sharded::default());
+    a_followed_admission_stays_charged(GlobalMutex);
+    a_followed_admission_stays_charged(PerKey::new());
+}
+
+#[test]
+fn denials_and_algorithms_without_receipts_give_none() {
+    let clock = ManualClock::new();
+    let gcra = limiter::<Gcra, _>(Quota::per_hour(1).unwrap(), LockFree::new(1), &clock);
+    assert!(gcra.check_n_receipt(&1, 1).unwrap().1.is_some());
+    let (denied, receipt) = gcra.check_n_receipt(&1, 1).unwrap();
+    assert!(!denied.is_allowed());
+    assert_eq!(receipt, None);
+    let window = limiter::<FixedWindow, _>(Quota::per_hour(1).unwrap(), LockFree::new(1), &clock);
+    let (allowed, receipt) = window.check_n_receipt(&1, 1).unwrap();
+    assert!(allowed.is_allowed());
+    assert_eq!(receipt, None);
+}
+
+#[test]
+fn a_direct_limiter_refunds_too() {
+    let clock = ManualClock::new();
+    let direct = Builder::new(Quota::per_hour(2).unwrap())
+        .clock(clock.clone())
+        .build_direct();
+    let (_, receipt) = direct.check_n_receipt(2).unwrap();
+    assert!(direct.refund(&receipt.unwrap()));
+    assert!(direct.check_n(2).unwrap().is_allowed());
+    assert!(!direct.check().unwrap().is_allowed());
+}
+
+/// Eight threads admit on one key and give back every other admission
+/// they made, racing: each refund succeeds only if no admission followed,
+/// so the units kept are exactly the admissions minus the refunds, and
+/// never more than the burst (the clock is frozen).
+#[test]
+fn racing_refunds_never_admit_more_than_the_burst() {
+    let quota = Quota::per_hour(50).unwrap();
+    let clock = ManualClock::new();
+    let subject = limiter::<Gcra, _>(quota, LockFree::new(1), &clock);
+    let kept = AtomicU32::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| {
+                for attempt in 0..200 {
+                    let (decision, receipt) = subject.check_n_receipt(&9, 1).unwrap();
+                    if !decision.is_allowed() {
+                        continue;
+                    }
+                    if attempt % 2 == 0 && subject.refund(&9, &receipt.unwrap()) {
+                        continue;
+                    }
+                    kept.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    assert_eq!(kept.load(Ordering::Relaxed), 50);
+    assert!(!subject.check(&9).unwrap().is_allowed());
+}
