@@ -1,0 +1,147 @@
+//! The layer over the Redis backend: a real `redis-server` (started on a
+//! free loopback port by the Redis crate's harness) decides, a real axum
+//! server answers, a real client reads; then the server is killed, and the
+//! layer answers as configured, never with a panic or a hung request.
+
+#[allow(dead_code)]
+#[path = "../../redis/tests/support/redis.rs"]
+mod redis_server;
+mod support;
+
+use std::time::Duration;
+
+use redis_server::RedisServer;
+use reqwest::StatusCode;
+use serde_json::Value;
+use support::{Server, client, list, retry_after, send};
+use tollgate::{Quota, RateLimiter};
+use tollgate_http::{Header, IpKey, OnUnavailable, PeerIp, RateLimitLayer, Rule};
+use tollgate_redis::{Connection, Options, RedisLimiter};
+
+async fn connect(server: &RedisServer) -> Connection {
+    let options = Options::default()
+        .call_timeout(Duration::from_millis(200))
+        .breaker(1, Duration::from_millis(200));
+    Connection::open_with(format!("redis://127.0.0.1:{}/", server.port()), options)
+        .await
+        .expect("connecting to the test's redis-server")
+}
+
+fn start_redis() -> RedisServer {
+    RedisServer::start().unwrap_or_else(|error| panic!("{error}"))
+}
+
+#[tokio::test]
+async fn a_redis_rule_admits_exactly_its_quota_and_reports_it() {
+    let redis = start_redis();
+    let limiter = RedisLimiter::builder("http-exact", Quota::per_hour(3).unwrap())
+        .build(connect(&redis).await)
+        .unwrap();
+    let server = Server::start(
+        RateLimitLayer::builder()
+            .rule(Rule::new("shared", limiter, PeerIp::new()).unwrap())
+            .build(),
+    )
+    .await;
+    let (admitted, denied) = send(&client(), &server.url("/"), &[], 5).await;
+    assert_eq!(admitted, 3);
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    // 20 minutes an interval, on the server's clock, rounded up.
+    assert_eq!(retry_after(denied.headers()), 1_200);
+    let limit = list(denied.headers(), "ratelimit");
+    assert_eq!((limit[0].param("r"), limit[0].param("t")), (0, 1_200));
+    let policy = list(denied.headers(), "ratelimit-policy");
+    assert_eq!((policy[0].param("q"), policy[0].param("w")), (3, 3_600));
+}
+
+#[tokio::test]
+async fn an_in_process_admission_is_given_back_when_redis_refuses() {
+    let redis = start_redis();
+    let per_key = RedisLimiter::builder("http-per-key", Quota::per_hour(1).unwrap())
+        .build(connect(&redis).await)
+        .unwrap();
+    let server = Server::start(
+        RateLimitLayer::builder()
+            .rule(
+                Rule::new(
+                    "per-ip",
+                    RateLimiter::<IpKey>::keyed(Quota::per_hour(10).unwrap()),
+                    PeerIp::new(),
+                )
+                .unwrap(),
+            )
+            .rule(
+                Rule::new(
+                    "per-key",
+                    per_key,
+                    Header::new(http::HeaderName::from_static("x-api-key")),
+                )
+                .unwrap(),
+            )
+            .build(),
+    )
+    .await;
+    let client = client();
+    let url = server.url("/");
+    let (admitted, denied) = send(&client, &url, &[("x-api-key", "k")], 4).await;
+    assert_eq!(admitted, 1);
+    let limit = list(denied.headers(), "ratelimit");
+    // Three refusals by Redis, each given back in process: 9 left.
+    assert_eq!((limit[0].name.as_str(), limit[0].param("r")), ("per-ip", 9));
+    assert_eq!(
+        (limit[1].name.as_str(), limit[1].param("r")),
+        ("per-key", 0)
+    );
+    let (admitted, last) = send(&client, &url, &[("x-api-key", "other")], 1).await;
+    assert_eq!(admitted, 1);
+    assert_eq!(list(last.headers(), "ratelimit")[0].param("r"), 8);
+}
+
+#[tokio::test]
+async fn a_dead_redis_is_a_503_or_a_pass_as_configured() {
+    let mut redis = start_redis();
+    let refusing = RedisLimiter::builder("http-dead", Quota::per_hour(100).unwrap())
+        .build(connect(&redis).await)
+        .unwrap();
+    let passing = RedisLimiter::builder("http-dead-open", Quota::per_hour(100).unwrap())
+        .build(connect(&redis).await)
+        .unwrap();
+    let refuse = Server::start(
+        RateLimitLayer::builder()
+            .rule(Rule::new("shared", refusing, PeerIp::new()).unwrap())
+            .build(),
+    )
+    .await;
+    let pass = Server::start(
+        RateLimitLayer::builder()
+            .rule(Rule::new("shared", passing, PeerIp::new()).unwrap())
+            .on_unavailable(OnUnavailable::Allow)
+            .build(),
+    )
+    .await;
+    let client = client();
+    assert_eq!(send(&client, &refuse.url("/"), &[], 1).await.0, 1);
+    assert_eq!(send(&client, &pass.url("/"), &[], 1).await.0, 1);
+    redis.kill();
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        let (admitted, response) = send(&client, &refuse.url("/"), &[], 1).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "answered within the call timeout"
+        );
+        assert_eq!(admitted, 0);
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(retry_after(response.headers()), 1);
+        let problem: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+        assert_eq!(
+            problem["type"],
+            "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+        );
+        assert_eq!(problem["status"], 503);
+        let (admitted, response) = send(&client, &pass.url("/"), &[], 1).await;
+        assert_eq!(admitted, 1);
+        // Nothing decided it: no fields.
+        assert!(response.headers().get("ratelimit").is_none());
+    }
+}
