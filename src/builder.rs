@@ -26,6 +26,7 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::limiter::{DirectLimiter, RateLimiter};
 use crate::quota::Quota;
 use crate::store::{DefaultStore, Key, KeyCap, StoreKind, WhenFull};
+use crate::wait::Queues;
 
 /// Chooses a limiter's algorithm, clock, store and key cap; starts from the
 /// defaults (GCRA, [`MonotonicClock`], [`DefaultStore`], no cap).
@@ -200,6 +201,7 @@ impl<A: Algorithm, C: Clock, S> Builder<A, C, StoreChosen<S>> {
             quota: self.quota,
             clock: self.clock,
             store: self.keyed.store.build(self.keyed.cap),
+            queues: Queues::new(),
         }
     }
 }

@@ -61,6 +61,7 @@ mod limiter;
 mod quota;
 pub mod store;
 mod sync;
+pub mod wait;
 
 pub use builder::Builder;
 pub use decision::Decision;

@@ -10,6 +10,7 @@ use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
 use crate::store::{DefaultStore, Key, Lookup, Store, StoreKind};
+use crate::wait::Queues;
 
 /// A rate limiter with one quota per key: each key (a user, an IP address, an
 /// API token) gets its own budget.
@@ -46,6 +47,9 @@ pub struct RateLimiter<
     pub(crate) algorithm: A,
     pub(crate) clock: C,
     pub(crate) store: S::Store,
+    /// The keys with reservations waiting for their slot (GCRA only; see
+    /// `crate::wait`). Empty, and allocating nothing per key, otherwise.
+    pub(crate) queues: Queues<K>,
 }
 
 impl<K: Key> RateLimiter<K> {

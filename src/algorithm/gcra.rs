@@ -34,10 +34,40 @@ pub struct GcraState {
 }
 
 impl GcraState {
+    /// The state whose TAT is `tat_ns`.
+    pub(crate) const fn at(tat_ns: u64) -> Self {
+        Self { tat_ns }
+    }
+
     /// The theoretical arrival time: when the key is fully rested.
     #[must_use]
     pub const fn tat_ns(&self) -> u64 {
         self.tat_ns
+    }
+}
+
+impl Gcra {
+    /// This GCRA with its tolerance widened by `extra_ns`: a check against
+    /// it reserves a slot up to `extra_ns` ahead (`crate::wait`).
+    pub(crate) fn widened(&self, extra_ns: u64) -> Self {
+        Self {
+            interval: self.interval.widened(extra_ns),
+        }
+    }
+
+    /// The quota's tolerance: a drained key's refill time.
+    pub(crate) const fn tolerance_ns(&self) -> u64 {
+        self.interval.tolerance_ns()
+    }
+
+    /// The cost of `cost` units in nanoseconds of refill.
+    pub(crate) fn cost_ns(&self, cost: u32) -> u64 {
+        u64::from(cost) * self.interval.emission_interval_ns()
+    }
+
+    /// The decision of an admission that leaves `debt_ns` owed.
+    pub(crate) fn allowed(&self, debt_ns: u64) -> Decision {
+        self.interval.allowed(debt_ns)
     }
 }
 
@@ -93,11 +123,10 @@ impl Algorithm for Gcra {
             return None;
         }
         let tat_ns = clamp_time(now_ns) + saturating_nanos(decision.reset_after());
-        let cost_ns = u64::from(cost).checked_mul(self.interval.emission_interval_ns())?;
         Some(Receipt::new(
             GcraState { tat_ns },
             GcraState {
-                tat_ns: tat_ns.checked_sub(cost_ns)?,
+                tat_ns: tat_ns.checked_sub(self.cost_ns(cost))?,
             },
         ))
     }

@@ -12,6 +12,7 @@
 //! it was measured), so this decision is written once and both call it.
 
 use super::{Verdict, to_u32, validate_cost};
+use crate::clock::MAX_SPAN_NS;
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
@@ -49,6 +50,22 @@ impl Interval {
         self.tolerance_ns
     }
 
+    /// The same constants with the tolerance widened by `extra_ns` (at
+    /// most to `MAX_SPAN_NS`, which keeps every TAT within range): a check
+    /// against it admits a request up to `extra_ns` before it conforms,
+    /// which is a reservation of its future slot (`crate::wait`).
+    pub(crate) fn widened(&self, extra_ns: u64) -> Self {
+        Self {
+            tolerance_ns: self.tolerance_ns.saturating_add(extra_ns).min(MAX_SPAN_NS),
+            ..*self
+        }
+    }
+
+    /// The decision of an admission that leaves `debt_ns` owed.
+    pub(crate) fn allowed(&self, debt_ns: u64) -> Decision {
+        Decision::allow(self.capacity, self.units_free(debt_ns), debt_ns)
+    }
+
     /// Decides `cost` units against a key owing `debt_ns`. The admission is the
     /// debt after admitting.
     #[inline]
@@ -61,7 +78,7 @@ impl Interval {
         if debt_ns <= max_debt_ns {
             let new_debt_ns = debt_ns + cost_ns;
             Ok(Verdict::Allow {
-                decision: Decision::allow(self.capacity, self.units_free(new_debt_ns), new_debt_ns),
+                decision: self.allowed(new_debt_ns),
                 admission: new_debt_ns,
             })
         } else {

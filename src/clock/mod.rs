@@ -18,9 +18,13 @@
 mod coarse;
 mod manual;
 mod monotonic;
+#[cfg(feature = "tokio")]
+mod tokio;
 #[cfg(feature = "tsc")]
 mod tsc;
 
+#[cfg(feature = "tokio")]
+pub use self::tokio::TokioClock;
 pub use coarse::{CoarseClock, Refresher};
 pub use manual::ManualClock;
 pub use monotonic::MonotonicClock;

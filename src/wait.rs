@@ -1,0 +1,675 @@
+//! Waiting for an admission: reservations served in arrival order, each at
+//! its own instant, given back when abandoned.
+//!
+//! # Implementation details
+//!
+//! GCRA can admit a request *in the future*: a check whose tolerance is
+//! widened by the longest wait the caller accepts admits it at once and
+//! moves the key's theoretical arrival time (TAT) on by its cost, exactly as
+//! an admission now would; the request's **slot**, the instant from which
+//! it conforms, is the new TAT minus the quota's tolerance. Later requests
+//! (waiting or not) are decided against that TAT, so they queue behind it:
+//! slots are handed out in the order the reservations reach the key's
+//! cell, each one its cost's intervals after the one before, and a waiter
+//! sleeps until exactly its slot. No waiter polls, and none is woken for
+//! another's slot.
+//!
+//! A reservation abandoned before its slot (its future dropped) gives its
+//! units back, so that cancellation loses no capacity. That cannot be done
+//! by moving the TAT back alone: the reservations behind it were given
+//! slots counting it, and would then be served later than the TAT says,
+//! beside requests that the earlier TAT admits: more than the quota in some
+//! window. So each key with waiters has a [`Queue`] of its pending
+//! reservations, in slot order, and abandoning one does, under the queue's
+//! lock:
+//!
+//! 1. move the TAT back by its cost, with a compare-and-exchange from the
+//!    TAT the queue's last reservation wrote (which nothing else can have
+//!    changed while a reservation is pending: a TAT more than the tolerance
+//!    in the future denies every check, and other reservations of the key
+//!    go through this queue);
+//! 2. move every later reservation's slot earlier by the same amount, and
+//!    wake its waiter to sleep until its new slot.
+//!
+//! The result is exactly the schedule the limiter would have made had the
+//! abandoned request never arrived: each later reservation was made while
+//! the abandoned one was pending, so against a TAT at least a tolerance
+//! ahead, and so back to back with the one before it. A reservation whose
+//! slot has come is **due**: it was admitted then, and is never given back
+//! (giving back an admission that others were decided after could admit
+//! more than the quota). `notes/11-http.md` has the argument in full.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::hash::{BuildHasher, RandomState};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::task::Waker;
+use std::time::Duration;
+
+use crate::RateLimiter;
+use crate::algorithm::{Algorithm, Gcra, GcraState, validate_cost};
+use crate::clock::{Clock, clamp_time, saturating_nanos};
+use crate::decision::Decision;
+use crate::error::CheckError;
+use crate::store::{Key, Lookup, Store, StoreKind};
+use crate::sync::{Arc, Mutex, lock};
+
+/// Why a request cannot wait for an admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WaitError {
+    /// The cost is invalid (zero, above the burst: no wait admits it), or
+    /// a new key found the store full.
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    /// The request would have to wait longer than the most it accepts.
+    /// Nothing was reserved.
+    #[error("the request would wait {wait:?}, more than its maximum of {max_wait:?}")]
+    TooLong {
+        /// How long it would have waited.
+        wait: Duration,
+        /// The most it accepted.
+        max_wait: Duration,
+    },
+}
+
+/// Shards of the table of queues: reservations of different keys rarely
+/// meet on a lock.
+const QUEUE_SHARDS: usize = 8;
+
+/// The queues of the keys that have pending reservations, found by the
+/// key's hash. A key's queue exists while it has pending reservations and
+/// is removed with its last.
+pub(crate) struct Queues<K> {
+    shards: Box<[Mutex<Shard<K>>]>,
+    hasher: RandomState,
+}
+
+/// One shard of [`Queues`]: the queues by their key's hash (colliding keys
+/// share the hash's list).
+type Shard<K> = HashMap<u64, Vec<Arc<Queue<K>>>>;
+
+/// One key's pending reservations, in slot order.
+pub(crate) struct Queue<K> {
+    /// The key, for the refunds (the queue is found by it too).
+    pub(crate) key: K,
+    hash: u64,
+    state: Mutex<QueueState>,
+}
+
+/// What a queue's lock guards.
+struct QueueState {
+    /// Pending reservations, in slot order; `front` is the ticket of the
+    /// first.
+    pending: VecDeque<Pending>,
+    front: u64,
+    /// The TAT the last reservation made through this queue wrote, moved
+    /// back by every refund since.
+    tail_tat_ns: u64,
+    /// Removed from the table: a reservation that finds this looks again.
+    removed: bool,
+}
+
+struct Pending {
+    cost_ns: u64,
+    slot_ns: u64,
+    /// Abandoned, its units given back: skipped, and popped with the front.
+    cancelled: bool,
+    waker: Option<Waker>,
+}
+
+/// Where a reservation stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// Its slot has come (or it was popped as due): admitted.
+    Due,
+    /// Its slot is this instant, in the limiter's clock.
+    WaitsFor(u64),
+}
+
+impl<K> Queues<K> {
+    pub(crate) fn new() -> Self {
+        Self {
+            shards: (0..QUEUE_SHARDS)
+                .map(|_| Mutex::new(HashMap::new()))
+                .collect(),
+            hasher: RandomState::new(),
+        }
+    }
+
+    fn shard(&self, hash: u64) -> &Mutex<Shard<K>> {
+        // The low bits pick the shard; the map hashes the whole word.
+        #[allow(clippy::cast_possible_truncation)]
+        &self.shards[hash as usize % QUEUE_SHARDS]
+    }
+
+    /// Runs `reserve` under `key`'s queue lock (creating the queue if it
+    /// has none), so that reservations of one key are made, and queued, in
+    /// one order. `reserve` returns the reservation's slot and the TAT it
+    /// wrote, or `None` for an admission due at once (nothing queued).
+    ///
+    /// Runs the key's `Hash` before any lock, its `Eq` and `Borrow` under
+    /// the table's shard lock (changing nothing), and its `ToOwned` before
+    /// a new queue is inserted; `reserve` (the store's check: user code
+    /// too) under the queue's lock, and a panic there leaves no queue
+    /// behind.
+    pub(crate) fn reserve<Q, E>(
+        &self,
+        key: &Q,
+        cost_ns: u64,
+        reserve: impl FnOnce() -> Result<Option<(u64, u64)>, E>,
+    ) -> Result<Option<Ticket<K>>, E>
+    where
+        Q: Lookup<K> + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let mut reserve = Some(reserve);
+        loop {
+            let queue = {
+                let mut shard = lock(self.shard(hash));
+                let found = shard
+                    .get(&hash)
+                    .and_then(|queues| queues.iter().find(|queue| key.matches(&queue.key)))
+                    .cloned();
+                found.unwrap_or_else(|| {
+                    let queue = Arc::new(Queue {
+                        key: key.to_owned(),
+                        hash,
+                        state: Mutex::new(QueueState {
+                            pending: VecDeque::new(),
+                            front: 0,
+                            tail_tat_ns: 0,
+                            removed: false,
+                        }),
+                    });
+                    shard.entry(hash).or_default().push(Arc::clone(&queue));
+                    queue
+                })
+            };
+            let mut state = lock(&queue.state);
+            // Emptied and removed between the lookup and the lock: a new
+            // queue takes its place.
+            if state.removed {
+                continue;
+            }
+            let reserve = reserve.take().expect("reserved once: the loop ends here");
+            let (slot_ns, tat_ns) = match catch_unwind(AssertUnwindSafe(reserve)) {
+                Ok(Ok(Some(reserved))) => reserved,
+                outcome => {
+                    drop(state);
+                    self.remove_if_empty(&queue);
+                    return match outcome {
+                        Ok(Ok(_)) => Ok(None),
+                        Ok(Err(error)) => Err(error),
+                        Err(panic) => resume_unwind(panic),
+                    };
+                }
+            };
+            state.tail_tat_ns = tat_ns;
+            state.pending.push_back(Pending {
+                cost_ns,
+                slot_ns,
+                cancelled: false,
+                waker: None,
+            });
+            let id = state.front + state.pending.len() as u64 - 1;
+            drop(state);
+            return Ok(Some(Ticket { queue, id }));
+        }
+    }
+
+    /// Removes `queue` from the table if it has no pending reservation.
+    pub(crate) fn remove_if_empty(&self, queue: &Arc<Queue<K>>) {
+        let mut shard = lock(self.shard(queue.hash));
+        remove_locked(&mut shard, queue);
+    }
+}
+
+/// Removes `queue` from its shard (lock held) if it has no pending
+/// reservation, marking it removed.
+fn remove_locked<K>(shard: &mut Shard<K>, queue: &Arc<Queue<K>>) {
+    let mut state = lock(&queue.state);
+    if !state.pending.is_empty() || state.removed {
+        return;
+    }
+    state.removed = true;
+    drop(state);
+    if let Some(queues) = shard.get_mut(&queue.hash) {
+        queues.retain(|other| !Arc::ptr_eq(other, queue));
+        if queues.is_empty() {
+            shard.remove(&queue.hash);
+        }
+    }
+}
+
+/// A pending reservation: its queue and its place in it.
+pub(crate) struct Ticket<K> {
+    pub(crate) queue: Arc<Queue<K>>,
+    id: u64,
+}
+
+impl<K> Ticket<K> {
+    /// Where the reservation stands at `now_ns`; while it waits, `waker` is
+    /// woken when its slot moves. A due reservation leaves the queue.
+    pub(crate) fn standing(&self, now_ns: u64, waker: Option<&Waker>) -> Standing {
+        let mut state = lock(&self.queue.state);
+        let Some(index) = self.id.checked_sub(state.front) else {
+            return Standing::Due;
+        };
+        let index = usize::try_from(index).expect("a queue's length fits in usize");
+        let entry = &mut state.pending[index];
+        if entry.slot_ns <= now_ns {
+            // Due: this and everything before it (earlier slots) leave.
+            let leaving = index + 1;
+            state.pending.drain(..leaving);
+            state.front += leaving as u64;
+            return Standing::Due;
+        }
+        if let Some(waker) = waker {
+            if !entry
+                .waker
+                .as_ref()
+                .is_some_and(|stored| stored.will_wake(waker))
+            {
+                entry.waker = Some(waker.clone());
+            }
+        }
+        Standing::WaitsFor(entry.slot_ns)
+    }
+
+    /// Where the reservation stands at `now_ns`, changing nothing.
+    fn peek(&self, now_ns: u64) -> Standing {
+        let state = lock(&self.queue.state);
+        let Some(index) = self.id.checked_sub(state.front) else {
+            return Standing::Due;
+        };
+        let index = usize::try_from(index).expect("a queue's length fits in usize");
+        let slot_ns = state.pending[index].slot_ns;
+        if slot_ns <= now_ns {
+            Standing::Due
+        } else {
+            Standing::WaitsFor(slot_ns)
+        }
+    }
+
+    /// Abandons the reservation at `now_ns`: before its slot, gives its
+    /// units back with `refund(tail_tat, restored_tat)` (a
+    /// compare-and-exchange of the key's TAT) and moves every later slot
+    /// earlier by its cost, waking their waiters. Returns whether the
+    /// queue is left empty.
+    pub(crate) fn cancel(&self, now_ns: u64, refund: impl FnOnce(u64, u64) -> bool) -> bool {
+        let mut state = lock(&self.queue.state);
+        let Some(index) = self.id.checked_sub(state.front) else {
+            return state.pending.is_empty();
+        };
+        let index = usize::try_from(index).expect("a queue's length fits in usize");
+        let entry = &state.pending[index];
+        if entry.slot_ns <= now_ns {
+            // Due: admitted, kept. It leaves as `standing` would have it.
+            let leaving = index + 1;
+            state.pending.drain(..leaving);
+            state.front += leaving as u64;
+            return state.pending.is_empty();
+        }
+        let cost_ns = entry.cost_ns;
+        let tail = state.tail_tat_ns;
+        // A refund that fails (which nothing in process makes happen while
+        // a reservation is pending) keeps the units: the schedule stays as
+        // it was, conservative.
+        let refunded = refund(tail, tail - cost_ns);
+        let entry = &mut state.pending[index];
+        entry.cancelled = true;
+        entry.waker = None;
+        if refunded {
+            state.tail_tat_ns = tail - cost_ns;
+            for later in state.pending.iter_mut().skip(index + 1) {
+                later.slot_ns -= cost_ns;
+                if let Some(waker) = later.waker.take() {
+                    waker.wake();
+                }
+            }
+        }
+        // Cancelled entries at the front leave.
+        while state.pending.front().is_some_and(|front| front.cancelled) {
+            state.pending.pop_front();
+            state.front += 1;
+        }
+        state.pending.is_empty()
+    }
+}
+
+impl<K> fmt::Debug for Queues<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let queues: usize = self
+            .shards
+            .iter()
+            .map(|shard| lock(shard).values().map(Vec::len).sum::<usize>())
+            .sum();
+        f.debug_struct("Queues")
+            .field("queues", &queues)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> fmt::Debug for Ticket<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ticket")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A reserved admission of a GCRA limiter ([`RateLimiter::reserve_n`]):
+/// admitted now, or at its slot, for which it waits in line.
+///
+/// Dropping a reservation before its slot gives its units back, and moves
+/// every reservation behind it on the same key forward; at or after its
+/// slot it was admitted, and dropping it changes nothing.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Builder, Quota};
+/// use tollgate::clock::ManualClock;
+///
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let clock = ManualClock::new();
+/// let limiter = Builder::new(Quota::per_second(2)?.with_burst(1)?)
+///     .clock(clock.clone())
+///     .build::<&str>();
+/// let now = limiter.reserve_n("k", 1, Duration::from_secs(1))?;
+/// assert!(now.is_ready());
+/// let next = limiter.reserve_n("k", 1, Duration::from_secs(1))?;
+/// let after = limiter.reserve_n("k", 1, Duration::from_secs(1))?;
+/// assert_eq!(next.wait(), Duration::from_millis(500));
+/// assert_eq!(after.wait(), Duration::from_millis(1000));
+/// // A third would wait 1.5 s, more than it accepts: refused, nothing reserved.
+/// assert!(limiter.reserve_n("k", 1, Duration::from_secs(1)).is_err());
+/// // Abandoning `next` moves `after` into its slot.
+/// drop(next);
+/// assert_eq!(after.wait(), Duration::from_millis(500));
+/// clock.advance(Duration::from_millis(500));
+/// assert!(after.is_ready());
+/// # Ok(())
+/// # }
+/// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
+/// ```
+#[must_use = "dropping a reservation before its slot gives it back"]
+pub struct Reservation<'a, K: Key, C: Clock, S: StoreKind<K, Gcra>> {
+    limiter: &'a RateLimiter<K, Gcra, C, S>,
+    /// `None` once due (or admitted at once).
+    ticket: Option<Ticket<K>>,
+    decision: Decision,
+}
+
+impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> RateLimiter<K, Gcra, C, S> {
+    /// Reserves `n` units for `key` at the earliest slot after every
+    /// reservation already made on it, if that slot is at most `max_wait`
+    /// away. The reservation is ready at once when the key has the units
+    /// now.
+    ///
+    /// # Errors
+    ///
+    /// [`WaitError::Check`] for a cost of zero or above the burst, or a
+    /// new key past a rejecting key cap; [`WaitError::TooLong`] when the
+    /// slot is further than `max_wait`. Nothing is reserved on error.
+    ///
+    /// # Panics
+    ///
+    /// As [`check`](RateLimiter::check), for this key's user code.
+    pub fn reserve_n<Q: Lookup<K> + ?Sized>(
+        &self,
+        key: &Q,
+        n: u32,
+        max_wait: Duration,
+    ) -> Result<Reservation<'_, K, C, S>, WaitError> {
+        let capacity = self.algorithm.capacity();
+        validate_cost(n, capacity)?;
+        let max_wait_ns = saturating_nanos(max_wait);
+        let widened = self.algorithm.widened(max_wait_ns);
+        let tolerance_ns = self.algorithm.tolerance_ns();
+        let mut decision = None;
+        let ticket = self.queues.reserve(key, self.algorithm.cost_ns(n), || {
+            let now_ns = clamp_time(self.clock.now_ns());
+            let reserved = self.store.check(key, &widened, now_ns, n)?;
+            if !reserved.is_allowed() {
+                return Err(WaitError::TooLong {
+                    wait: reserved.retry_after().saturating_add(max_wait),
+                    max_wait,
+                });
+            }
+            // The debt this admission leaves; the slot is when it is down
+            // to the tolerance.
+            let debt_ns = saturating_nanos(reserved.reset_after());
+            let tat_ns = now_ns + debt_ns;
+            if debt_ns <= tolerance_ns {
+                decision = Some(self.algorithm.allowed(debt_ns));
+                return Ok(None);
+            }
+            // At its slot, the key owes exactly the tolerance.
+            decision = Some(self.algorithm.allowed(tolerance_ns));
+            Ok(Some((tat_ns - tolerance_ns, tat_ns)))
+        })?;
+        Ok(Reservation {
+            limiter: self,
+            ticket,
+            decision: decision.expect("set by every reservation that returns"),
+        })
+    }
+}
+
+impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> Reservation<'_, K, C, S> {
+    /// Whether the slot has come: the units are admitted.
+    pub fn is_ready(&mut self) -> bool {
+        matches!(self.standing(None), Standing::Due)
+    }
+
+    /// How long until the slot, on the limiter's clock (zero when ready).
+    /// Only ever shrinks: a reservation ahead that is given back moves this
+    /// one forward.
+    #[must_use]
+    pub fn wait(&self) -> Duration {
+        let Some(ticket) = &self.ticket else {
+            return Duration::ZERO;
+        };
+        let now_ns = self.limiter.clock.now_ns();
+        match ticket.peek(now_ns) {
+            Standing::Due => Duration::ZERO,
+            Standing::WaitsFor(slot_ns) => Duration::from_nanos(slot_ns - now_ns),
+        }
+    }
+
+    /// The decision the units are admitted with: at the slot, the key owes
+    /// its whole tolerance (nothing remains) unless admitted at once.
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// Where the reservation stands now; `waker` is woken when its slot
+    /// moves. Once due, the ticket is gone.
+    pub(crate) fn standing(&mut self, waker: Option<&Waker>) -> Standing {
+        let Some(ticket) = &self.ticket else {
+            return Standing::Due;
+        };
+        let standing = ticket.standing(self.limiter.clock.now_ns(), waker);
+        if standing == Standing::Due {
+            let ticket = self.ticket.take().expect("checked above");
+            self.limiter.queues.remove_if_empty(&ticket.queue);
+        }
+        standing
+    }
+
+    /// The limiter's clock.
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.limiter.clock.now_ns()
+    }
+}
+
+impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> Drop for Reservation<'_, K, C, S> {
+    fn drop(&mut self) {
+        let Some(ticket) = self.ticket.take() else {
+            return;
+        };
+        let limiter = self.limiter;
+        // The refund runs the key's `Hash` and `Eq` (user code); a panic
+        // there keeps the units (the reservation is still cancelled), and
+        // is not raised from a drop, which may run while another unwinds.
+        let cancelled = catch_unwind(AssertUnwindSafe(|| {
+            ticket.cancel(limiter.clock.now_ns(), |tail_ns, restored_ns| {
+                limiter.store.compare_exchange(
+                    &ticket.queue.key,
+                    &limiter.algorithm,
+                    &GcraState::at(tail_ns),
+                    &GcraState::at(restored_ns),
+                )
+            })
+        }));
+        if cancelled.is_err() {
+            ticket.cancel(limiter.clock.now_ns(), |_, _| false);
+        }
+        limiter.queues.remove_if_empty(&ticket.queue);
+    }
+}
+
+impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> fmt::Debug for Reservation<'_, K, C, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reservation")
+            .field("ticket", &self.ticket)
+            .field("decision", &self.decision)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "tokio")]
+mod sleep {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    use std::time::Duration;
+
+    use tokio::time::{Instant, Sleep, sleep_until};
+
+    use super::{Reservation, Standing, WaitError};
+    use crate::RateLimiter;
+    use crate::algorithm::Gcra;
+    use crate::clock::Clock;
+    use crate::decision::Decision;
+    use crate::store::{Key, Lookup, StoreKind};
+
+    impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> RateLimiter<K, Gcra, C, S> {
+        /// Waits until one unit for `key` is admitted: reserves the next
+        /// slot (see [`reserve_n`](RateLimiter::reserve_n)) and sleeps,
+        /// on tokio's timer, until exactly it. Waiters on one key are
+        /// admitted in the order they reserved; dropping the future before
+        /// its slot gives the slot back (feature `tokio`).
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// use tollgate::{Quota, RateLimiter};
+        ///
+        /// # #[tokio::main(flavor = "current_thread")]
+        /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+        /// let limiter: RateLimiter<&str> = RateLimiter::keyed(Quota::per_second(100)?.with_burst(1)?);
+        /// limiter.until_ready("upstream", Duration::from_secs(1)).await?;
+        /// // The next one sleeps about 10 ms.
+        /// limiter.until_ready("upstream", Duration::from_secs(1)).await?;
+        /// # Ok(())
+        /// # }
+        /// ```
+        ///
+        /// # Errors
+        ///
+        /// As [`reserve_n`](RateLimiter::reserve_n), at once: a wait
+        /// beyond `max_wait` waits for nothing.
+        pub async fn until_ready<Q: Lookup<K> + ?Sized>(
+            &self,
+            key: &Q,
+            max_wait: Duration,
+        ) -> Result<Decision, WaitError> {
+            self.until_n_ready(key, 1, max_wait).await
+        }
+
+        /// Waits until `n` units for `key` are admitted, as
+        /// [`until_ready`](RateLimiter::until_ready).
+        ///
+        /// # Errors
+        ///
+        /// As [`reserve_n`](RateLimiter::reserve_n), at once.
+        pub async fn until_n_ready<Q: Lookup<K> + ?Sized>(
+            &self,
+            key: &Q,
+            n: u32,
+            max_wait: Duration,
+        ) -> Result<Decision, WaitError> {
+            let mut reservation = self.reserve_n(key, n, max_wait)?;
+            reservation.ready().await;
+            Ok(reservation.decision())
+        }
+    }
+
+    impl<'a, K: Key, C: Clock, S: StoreKind<K, Gcra>> Reservation<'a, K, C, S> {
+        /// Sleeps, on tokio's timer, until the slot (feature `tokio`).
+        /// Woken early only when a reservation ahead is given back and
+        /// this one moves forward.
+        pub fn ready(&mut self) -> Ready<'_, 'a, K, C, S> {
+            Ready {
+                reservation: self,
+                sleep: None,
+                armed_for: None,
+            }
+        }
+    }
+
+    /// The future of [`Reservation::ready`].
+    #[must_use = "futures do nothing unless polled"]
+    pub struct Ready<'r, 'a, K: Key, C: Clock, S: StoreKind<K, Gcra>> {
+        reservation: &'r mut Reservation<'a, K, C, S>,
+        sleep: Option<Pin<Box<Sleep>>>,
+        /// The slot the timer is set for.
+        armed_for: Option<u64>,
+    }
+
+    impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> Future for Ready<'_, '_, K, C, S> {
+        type Output = ();
+
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            let this = &mut *self;
+            loop {
+                let Standing::WaitsFor(slot_ns) = this.reservation.standing(Some(cx.waker()))
+                else {
+                    return Poll::Ready(());
+                };
+                if this.armed_for != Some(slot_ns) {
+                    // The limiter's clock first, then the timer's: the
+                    // deadline is never earlier than the slot.
+                    let wait =
+                        Duration::from_nanos(slot_ns.saturating_sub(this.reservation.now_ns()));
+                    let deadline = Instant::now() + wait;
+                    match &mut this.sleep {
+                        Some(sleep) => sleep.as_mut().reset(deadline),
+                        None => this.sleep = Some(Box::pin(sleep_until(deadline))),
+                    }
+                    this.armed_for = Some(slot_ns);
+                }
+                let sleep = this.sleep.as_mut().expect("armed above");
+                if sleep.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                // The timer fired: the limiter's clock decides.
+                this.armed_for = None;
+            }
+        }
+    }
+
+    impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> std::fmt::Debug for Ready<'_, '_, K, C, S> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("Ready")
+                .field("reservation", &self.reservation)
+                .field("armed_for", &self.armed_for)
+                .finish_non_exhaustive()
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+pub use sleep::Ready;

@@ -1,0 +1,245 @@
+//! Waiting for an admission (`reserve_n`, `until_ready`): waiters served in
+//! arrival order at exactly the quota's rate, cancellation that loses no
+//! capacity and admits nothing extra, errors at once. On tokio's paused
+//! clock, which the limiter reads too (`TokioClock`), so every instant is
+//! exact and the same on any machine.
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tollgate::clock::TokioClock;
+use tollgate::wait::WaitError;
+use tollgate::{Builder, CheckError, Quota, RateLimiter};
+
+type Limiter = RateLimiter<String, tollgate::algorithm::Gcra, TokioClock>;
+
+/// 10 a second (one every 100 ms) in bursts of 5.
+fn limiter() -> Arc<Limiter> {
+    Arc::new(
+        Builder::new(Quota::per_second(10).unwrap().with_burst(5).unwrap())
+            .clock(TokioClock::new())
+            .build(),
+    )
+}
+
+const INTERVAL: Duration = Duration::from_millis(100);
+const BURST: usize = 5;
+
+/// The instant the `k`-th admission (from 0) of a key kept busy from
+/// `start` comes: the burst at once, then one an interval.
+fn slot(k: usize) -> Duration {
+    INTERVAL * u32::try_from(k.saturating_sub(BURST - 1)).unwrap()
+}
+
+/// Each waiter's arrival index and admission time, in admission order.
+type Served = Arc<Mutex<Vec<(usize, Duration)>>>;
+
+#[tokio::test(start_paused = true)]
+async fn a_thousand_waiters_are_served_in_order_at_exactly_the_rate() {
+    let limiter = limiter();
+    let start = Instant::now();
+    let served: Served = Arc::default();
+    let tasks: Vec<_> = (0..1_000)
+        .map(|index| {
+            let limiter = Arc::clone(&limiter);
+            let served = Arc::clone(&served);
+            tokio::spawn(async move {
+                assert!(
+                    limiter
+                        .until_ready("hot", Duration::from_secs(1_000))
+                        .await
+                        .unwrap()
+                        .is_allowed()
+                );
+                served.lock().unwrap().push((index, start.elapsed()));
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let served = served.lock().unwrap();
+    assert_eq!(served.len(), 1_000);
+    for (k, &(index, at)) in served.iter().enumerate() {
+        assert_eq!(index, k, "served out of arrival order");
+        assert_eq!(at, slot(k), "waiter {k} served off its slot");
+    }
+    // The key is as drained as 1 000 admissions leave it: nothing extra.
+    assert!(!limiter.check("hot").unwrap().is_allowed());
+}
+
+/// A small deterministic generator (xorshift64*), so that the cancellations
+/// are "random" yet the same on every run.
+struct Random(u64);
+
+impl Random {
+    fn below(&mut self, bound: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % bound
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelled_waiters_lose_no_capacity_and_admit_nothing_extra() {
+    let limiter = limiter();
+    let start = Instant::now();
+    let served: Served = Arc::default();
+    let mut random = Random(0x9e37_79b9_7f4a_7c15);
+    let mut cancelled_at = Vec::new();
+    let tasks: Vec<_> = (0..1_000)
+        .map(|index| {
+            // About a third give up, at a random instant within the run,
+            // halfway between two slots (never on one).
+            let give_up = (random.below(3) == 0)
+                .then(|| INTERVAL * u32::try_from(random.below(800)).unwrap() + INTERVAL / 2);
+            cancelled_at.push(give_up);
+            let limiter = Arc::clone(&limiter);
+            let served = Arc::clone(&served);
+            tokio::spawn(async move {
+                let wait = limiter.until_ready("hot", Duration::from_secs(1_000));
+                let admitted = match give_up {
+                    Some(at) => tokio::select! {
+                        admitted = wait => Some(admitted),
+                        () = tokio::time::sleep_until(start + at) => None,
+                    },
+                    None => Some(wait.await),
+                };
+                if let Some(admitted) = admitted {
+                    assert!(admitted.unwrap().is_allowed());
+                    served.lock().unwrap().push((index, start.elapsed()));
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let served = std::mem::take(&mut *served.lock().unwrap());
+    let gave_up = cancelled_at.iter().flatten().count();
+    assert!(gave_up > 250, "the test cancels about a third: {gave_up}");
+    // Every admission on its slot, with no slot left empty: each abandoned
+    // slot went to the next in line, and none was given twice.
+    for (k, &(_, at)) in served.iter().enumerate() {
+        assert_eq!(at, slot(k), "admission {k} off its slot");
+    }
+    // In arrival order.
+    assert!(
+        served.windows(2).all(|pair| pair[0].0 < pair[1].0),
+        "out of order"
+    );
+    // Exactly the waiters that had not given up by their slot were served.
+    let served_indices: Vec<usize> = served.iter().map(|&(index, _)| index).collect();
+    for (k, &index) in served_indices.iter().enumerate() {
+        if let Some(at) = cancelled_at[index] {
+            assert!(at > slot(k), "waiter {index} was served after it gave up");
+        }
+    }
+    assert!(
+        served.len() < 1_000 && served.len() > 500,
+        "{}",
+        served.len()
+    );
+    // And the key is drained exactly as far as those admissions leave it:
+    // at the last slot, nothing remains.
+    let last = served.last().unwrap().1;
+    tokio::time::sleep_until(start + last).await;
+    assert!(!limiter.check("hot").unwrap().is_allowed());
+    tokio::time::sleep(INTERVAL).await;
+    assert!(limiter.check("hot").unwrap().is_allowed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn waits_beyond_the_maximum_and_costs_above_the_burst_fail_at_once() {
+    let limiter = limiter();
+    let start = Instant::now();
+    for _ in 0..BURST {
+        assert!(
+            limiter
+                .until_ready("k", Duration::ZERO)
+                .await
+                .unwrap()
+                .is_allowed()
+        );
+    }
+    assert_eq!(
+        limiter.until_ready("k", Duration::from_millis(99)).await,
+        Err(WaitError::TooLong {
+            wait: INTERVAL,
+            max_wait: Duration::from_millis(99)
+        })
+    );
+    assert_eq!(
+        limiter.until_n_ready("k", 6, Duration::from_secs(60)).await,
+        Err(WaitError::Check(CheckError::InsufficientCapacity {
+            cost: 6,
+            capacity: 5
+        }))
+    );
+    assert_eq!(
+        limiter.until_n_ready("k", 0, Duration::from_secs(60)).await,
+        Err(WaitError::Check(CheckError::ZeroCost))
+    );
+    assert_eq!(start.elapsed(), Duration::ZERO, "nothing waited");
+    // Nothing was reserved: the next unit is one interval away.
+    let decision = limiter.until_ready("k", INTERVAL).await.unwrap();
+    assert_eq!(
+        (decision.remaining(), decision.reset_after()),
+        (0, INTERVAL * 5)
+    );
+    assert_eq!(start.elapsed(), INTERVAL);
+}
+
+#[tokio::test(start_paused = true)]
+async fn plain_checks_do_not_jump_the_queue() {
+    let limiter = limiter();
+    for _ in 0..BURST {
+        assert!(limiter.check("k").unwrap().is_allowed());
+    }
+    let mut first = limiter.reserve_n("k", 1, Duration::from_secs(1)).unwrap();
+    assert_eq!(first.wait(), INTERVAL);
+    // At the first waiter's slot, a check finds the unit taken.
+    tokio::time::sleep(INTERVAL).await;
+    assert!(!limiter.check("k").unwrap().is_allowed());
+    assert!(first.is_ready());
+    drop(first);
+    // Dropped once due: kept, nothing given back.
+    assert!(!limiter.check("k").unwrap().is_allowed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reservation_given_back_moves_the_next_forward_and_wakes_it() {
+    let limiter = limiter();
+    let start = Instant::now();
+    for _ in 0..BURST {
+        assert!(
+            limiter
+                .until_ready("k", Duration::ZERO)
+                .await
+                .unwrap()
+                .is_allowed()
+        );
+    }
+    let ahead = limiter.reserve_n("k", 3, Duration::from_secs(1)).unwrap();
+    assert_eq!(ahead.wait(), INTERVAL * 3);
+    let behind = {
+        let limiter = Arc::clone(&limiter);
+        tokio::spawn(async move {
+            assert!(
+                limiter
+                    .until_n_ready("k", 2, Duration::from_secs(1))
+                    .await
+                    .unwrap()
+                    .is_allowed()
+            );
+            start.elapsed()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    drop(ahead);
+    // Behind waited for 5 intervals; with the 3 ahead given back, 2.
+    assert_eq!(behind.await.unwrap(), INTERVAL * 2);
+}
