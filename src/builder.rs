@@ -201,6 +201,10 @@ impl<A: Algorithm, C: Clock, S> Builder<A, C, StoreChosen<S>> {
             quota: self.quota,
             clock: self.clock,
             store: self.keyed.store.build(self.keyed.cap),
+            receipts: self
+                .keyed
+                .cap
+                .is_none_or(|cap| cap.when_full() == WhenFull::Reject),
             queues: Queues::new(),
         }
     }

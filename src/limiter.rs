@@ -47,6 +47,11 @@ pub struct RateLimiter<
     pub(crate) algorithm: A,
     pub(crate) clock: C,
     pub(crate) store: S::Store,
+    /// Whether admissions carry receipts: not under a
+    /// [`WhenFull::AdmitUntracked`](crate::store::WhenFull::AdmitUntracked)
+    /// cap, which admits keys it does not store, so that an admission's
+    /// receipt could match another's state.
+    pub(crate) receipts: bool,
     /// The keys with reservations waiting for their slot (GCRA only; see
     /// `crate::wait`). Empty, and allocating nothing per key, otherwise.
     pub(crate) queues: Queues<K>,
@@ -119,7 +124,9 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
 
     /// [`check_n`](RateLimiter::check_n), and for an admission the
     /// algorithm can give back ([`Algorithm::receipt`]: GCRA's), a receipt
-    /// for [`refund`](RateLimiter::refund).
+    /// for [`refund`](RateLimiter::refund). A limiter whose key cap admits
+    /// new keys untracked ([`WhenFull::AdmitUntracked`](crate::store::WhenFull::AdmitUntracked))
+    /// gives none: an untracked admission stores nothing to give back.
     ///
     /// ```
     /// use tollgate::{Quota, RateLimiter};
@@ -130,7 +137,7 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     /// let (decision, receipt) = limiter.check_n_receipt("alice", 1)?;
     /// assert!(decision.is_allowed());
     /// // Another limit refused the request: give this admission back.
-    /// assert!(limiter.refund("alice", &receipt.unwrap()));
+    /// assert!(limiter.refund("alice", receipt.unwrap()));
     /// assert!(limiter.check("alice")?.is_allowed());
     /// # Ok(())
     /// # }
@@ -149,7 +156,12 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     ) -> Result<(Decision, Option<Receipt<A::State>>), CheckError> {
         let now_ns = self.clock.now_ns();
         let decision = self.store.check(key, &self.algorithm, now_ns, n)?;
-        Ok((decision, self.algorithm.receipt(&decision, now_ns, n)))
+        let receipt = if self.receipts {
+            self.algorithm.receipt(&decision, now_ns, n)
+        } else {
+            None
+        };
+        Ok((decision, receipt))
     }
 
     /// Gives back the admission `receipt` came with, if nothing else has
@@ -161,7 +173,8 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     /// # Panics
     ///
     /// As [`check`](RateLimiter::check), for this key's user code.
-    pub fn refund<Q: Lookup<K> + ?Sized>(&self, key: &Q, receipt: &Receipt<A::State>) -> bool
+    #[allow(clippy::needless_pass_by_value)] // consumed: a receipt gives back once
+    pub fn refund<Q: Lookup<K> + ?Sized>(&self, key: &Q, receipt: Receipt<A::State>) -> bool
     where
         A::State: PartialEq + Clone,
     {
@@ -316,7 +329,8 @@ impl<A: Algorithm, C: Clock, P: CellFor<A>> DirectLimiter<A, C, P> {
     /// Gives back the admission `receipt` came with, if nothing else has
     /// been admitted since, as [`RateLimiter::refund`].
     #[allow(clippy::missing_panics_doc)] // NEVER_RETIRED: an internal invariant
-    pub fn refund(&self, receipt: &Receipt<A::State>) -> bool
+    #[allow(clippy::needless_pass_by_value)] // consumed: a receipt gives back once
+    pub fn refund(&self, receipt: Receipt<A::State>) -> bool
     where
         A::State: PartialEq + Clone,
     {

@@ -106,6 +106,10 @@ struct QueueState {
     /// The TAT the last reservation made through this queue wrote, moved
     /// back by every refund since.
     tail_tat_ns: u64,
+    /// The latest clock reading any operation of the queue has made: a
+    /// slot at or before it is due for good, whatever a later (or slower)
+    /// reading says, so that an admission once due is never given back.
+    seen_ns: u64,
     /// Removed from the table: a reservation that finds this looks again.
     removed: bool,
 }
@@ -145,8 +149,9 @@ impl<K> Queues<K> {
 
     /// Runs `reserve` under `key`'s queue lock (creating the queue if it
     /// has none), so that reservations of one key are made, and queued, in
-    /// one order. `reserve` returns the reservation's slot and the TAT it
-    /// wrote, or `None` for an admission due at once (nothing queued).
+    /// one order. `reserve` returns the clock reading it decided at, and
+    /// the reservation's slot and the TAT it wrote, or `None` for an
+    /// admission due at once (nothing queued).
     ///
     /// Runs the key's `Hash` before any lock, its `Eq` and `Borrow` under
     /// the table's shard lock (changing nothing), and its `ToOwned` before
@@ -157,7 +162,7 @@ impl<K> Queues<K> {
         &self,
         key: &Q,
         cost_ns: u64,
-        reserve: impl FnOnce() -> Result<Option<(u64, u64)>, E>,
+        reserve: impl FnOnce() -> Result<(u64, Option<(u64, u64)>), E>,
     ) -> Result<Option<Ticket<K>>, E>
     where
         Q: Lookup<K> + ?Sized,
@@ -179,6 +184,7 @@ impl<K> Queues<K> {
                             pending: VecDeque::new(),
                             front: 0,
                             tail_tat_ns: 0,
+                            seen_ns: 0,
                             removed: false,
                         }),
                     });
@@ -194,7 +200,10 @@ impl<K> Queues<K> {
             }
             let reserve = reserve.take().expect("reserved once: the loop ends here");
             let (slot_ns, tat_ns) = match catch_unwind(AssertUnwindSafe(reserve)) {
-                Ok(Ok(Some(reserved))) => reserved,
+                Ok(Ok((now_ns, Some(reserved)))) => {
+                    state.seen_ns = state.seen_ns.max(now_ns);
+                    reserved
+                }
                 outcome => {
                     drop(state);
                     self.remove_if_empty(&queue);
@@ -248,21 +257,45 @@ pub(crate) struct Ticket<K> {
     id: u64,
 }
 
+impl QueueState {
+    /// The clock reading `now`, never older than any the queue has seen.
+    fn advance(&mut self, now_ns: u64) -> u64 {
+        self.seen_ns = self.seen_ns.max(now_ns);
+        self.seen_ns
+    }
+
+    /// The pending entry of ticket `id`, if it has not left.
+    fn index(&self, id: u64) -> Option<usize> {
+        let index =
+            usize::try_from(id.checked_sub(self.front)?).expect("a queue's length fits in usize");
+        Some(index)
+    }
+
+    /// Ticket `index` is due: it and every entry before it (earlier slots)
+    /// leave, and so do the cancelled entries then at the front.
+    fn leave_through(&mut self, index: usize) {
+        self.pending.drain(..=index);
+        self.front += index as u64 + 1;
+        while self.pending.front().is_some_and(|front| front.cancelled) {
+            self.pending.pop_front();
+            self.front += 1;
+        }
+    }
+}
+
 impl<K> Ticket<K> {
-    /// Where the reservation stands at `now_ns`; while it waits, `waker` is
-    /// woken when its slot moves. A due reservation leaves the queue.
-    pub(crate) fn standing(&self, now_ns: u64, waker: Option<&Waker>) -> Standing {
+    /// Where the reservation stands at `now()` (read under the queue's
+    /// lock); while it waits, `waker` is woken when its slot moves. A due
+    /// reservation leaves the queue.
+    pub(crate) fn standing(&self, now: impl FnOnce() -> u64, waker: Option<&Waker>) -> Standing {
         let mut state = lock(&self.queue.state);
-        let Some(index) = self.id.checked_sub(state.front) else {
+        let now_ns = state.advance(now());
+        let Some(index) = state.index(self.id) else {
             return Standing::Due;
         };
-        let index = usize::try_from(index).expect("a queue's length fits in usize");
         let entry = &mut state.pending[index];
         if entry.slot_ns <= now_ns {
-            // Due: this and everything before it (earlier slots) leave.
-            let leaving = index + 1;
-            state.pending.drain(..leaving);
-            state.front += leaving as u64;
+            state.leave_through(index);
             return Standing::Due;
         }
         if let Some(waker) = waker {
@@ -277,41 +310,22 @@ impl<K> Ticket<K> {
         Standing::WaitsFor(entry.slot_ns)
     }
 
-    /// Where the reservation stands at `now_ns`, changing nothing.
-    fn peek(&self, now_ns: u64) -> Standing {
-        let state = lock(&self.queue.state);
-        let Some(index) = self.id.checked_sub(state.front) else {
-            return Standing::Due;
-        };
-        let index = usize::try_from(index).expect("a queue's length fits in usize");
-        let slot_ns = state.pending[index].slot_ns;
-        if slot_ns <= now_ns {
-            Standing::Due
-        } else {
-            Standing::WaitsFor(slot_ns)
-        }
-    }
-
-    /// Abandons the reservation at `now_ns`: before its slot, gives its
-    /// units back with `refund(tail_tat, restored_tat)` (a
-    /// compare-and-exchange of the key's TAT) and moves every later slot
-    /// earlier by its cost, waking their waiters. Returns whether the
-    /// queue is left empty.
-    pub(crate) fn cancel(&self, now_ns: u64, refund: impl FnOnce(u64, u64) -> bool) -> bool {
+    /// Abandons the reservation at `now()` (read under the queue's lock):
+    /// before its slot, gives its units back with
+    /// `refund(tail_tat, restored_tat)` (a compare-and-exchange of the
+    /// key's TAT) and moves every later slot earlier by its cost, waking
+    /// their waiters; at or after it, keeps it (it was admitted).
+    pub(crate) fn cancel(&self, now: impl FnOnce() -> u64, refund: impl FnOnce(u64, u64) -> bool) {
         let mut state = lock(&self.queue.state);
-        let Some(index) = self.id.checked_sub(state.front) else {
-            return state.pending.is_empty();
+        let now_ns = state.advance(now());
+        let Some(index) = state.index(self.id) else {
+            return;
         };
-        let index = usize::try_from(index).expect("a queue's length fits in usize");
-        let entry = &state.pending[index];
-        if entry.slot_ns <= now_ns {
-            // Due: admitted, kept. It leaves as `standing` would have it.
-            let leaving = index + 1;
-            state.pending.drain(..leaving);
-            state.front += leaving as u64;
-            return state.pending.is_empty();
+        if state.pending[index].slot_ns <= now_ns {
+            state.leave_through(index);
+            return;
         }
-        let cost_ns = entry.cost_ns;
+        let cost_ns = state.pending[index].cost_ns;
         let tail = state.tail_tat_ns;
         // A refund that fails (which nothing in process makes happen while
         // a reservation is pending) keeps the units: the schedule stays as
@@ -323,30 +337,50 @@ impl<K> Ticket<K> {
         if refunded {
             state.tail_tat_ns = tail - cost_ns;
             for later in state.pending.iter_mut().skip(index + 1) {
-                later.slot_ns -= cost_ns;
+                // A slot before the clock's origin is due at once: the
+                // schedule without the abandoned request would have
+                // admitted it already.
+                later.slot_ns = later.slot_ns.saturating_sub(cost_ns);
                 if let Some(waker) = later.waker.take() {
                     waker.wake();
                 }
             }
         }
-        // Cancelled entries at the front leave.
         while state.pending.front().is_some_and(|front| front.cancelled) {
             state.pending.pop_front();
             state.front += 1;
         }
-        state.pending.is_empty()
+    }
+
+    /// The slot, or `Due`, at `now_ns` (read under the queue's lock by the
+    /// caller's closure); a reading that finds it due makes it due for
+    /// good (see `QueueState::seen_ns`).
+    fn peek(&self, now: impl FnOnce() -> u64) -> Standing {
+        let mut state = lock(&self.queue.state);
+        let now_ns = state.advance(now());
+        match state.index(self.id) {
+            Some(index) if state.pending[index].slot_ns > now_ns => {
+                Standing::WaitsFor(state.pending[index].slot_ns)
+            }
+            _ => Standing::Due,
+        }
+    }
+}
+
+impl<K> Queues<K> {
+    /// How many keys have a queue.
+    pub(crate) fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| lock(shard).values().map(Vec::len).sum::<usize>())
+            .sum()
     }
 }
 
 impl<K> fmt::Debug for Queues<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let queues: usize = self
-            .shards
-            .iter()
-            .map(|shard| lock(shard).values().map(Vec::len).sum::<usize>())
-            .sum();
         f.debug_struct("Queues")
-            .field("queues", &queues)
+            .field("queues", &self.len())
             .finish_non_exhaustive()
     }
 }
@@ -433,8 +467,11 @@ impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> RateLimiter<K, Gcra, C, S> {
             let now_ns = clamp_time(self.clock.now_ns());
             let reserved = self.store.check(key, &widened, now_ns, n)?;
             if !reserved.is_allowed() {
+                // It would fit at `retry_after` with the widened tolerance,
+                // which is that much further than the quota's.
+                let extra = Duration::from_nanos(widened.tolerance_ns() - tolerance_ns);
                 return Err(WaitError::TooLong {
-                    wait: reserved.retry_after().saturating_add(max_wait),
+                    wait: reserved.retry_after().saturating_add(extra),
                     max_wait,
                 });
             }
@@ -444,17 +481,26 @@ impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> RateLimiter<K, Gcra, C, S> {
             let tat_ns = now_ns + debt_ns;
             if debt_ns <= tolerance_ns {
                 decision = Some(self.algorithm.allowed(debt_ns));
-                return Ok(None);
+                return Ok((now_ns, None));
             }
             // At its slot, the key owes exactly the tolerance.
             decision = Some(self.algorithm.allowed(tolerance_ns));
-            Ok(Some((tat_ns - tolerance_ns, tat_ns)))
+            Ok((now_ns, Some((tat_ns - tolerance_ns, tat_ns))))
         })?;
         Ok(Reservation {
             limiter: self,
             ticket,
             decision: decision.expect("set by every reservation that returns"),
         })
+    }
+}
+
+impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> RateLimiter<K, Gcra, C, S> {
+    /// How many keys have reservations waiting for their slot (each such
+    /// key holds a queue): zero once every reservation is due or dropped.
+    #[must_use]
+    pub fn waiting_keys(&self) -> usize {
+        self.queues.len()
     }
 }
 
@@ -472,10 +518,13 @@ impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> Reservation<'_, K, C, S> {
         let Some(ticket) = &self.ticket else {
             return Duration::ZERO;
         };
-        let now_ns = self.limiter.clock.now_ns();
-        match ticket.peek(now_ns) {
+        let mut now_ns = 0;
+        match ticket.peek(|| {
+            now_ns = self.limiter.clock.now_ns();
+            now_ns
+        }) {
             Standing::Due => Duration::ZERO,
-            Standing::WaitsFor(slot_ns) => Duration::from_nanos(slot_ns - now_ns),
+            Standing::WaitsFor(slot_ns) => Duration::from_nanos(slot_ns.saturating_sub(now_ns)),
         }
     }
 
@@ -491,7 +540,8 @@ impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> Reservation<'_, K, C, S> {
         let Some(ticket) = &self.ticket else {
             return Standing::Due;
         };
-        let standing = ticket.standing(self.limiter.clock.now_ns(), waker);
+        let clock = &self.limiter.clock;
+        let standing = ticket.standing(|| clock.now_ns(), waker);
         if standing == Standing::Due {
             let ticket = self.ticket.take().expect("checked above");
             self.limiter.queues.remove_if_empty(&ticket.queue);
@@ -500,6 +550,7 @@ impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> Reservation<'_, K, C, S> {
     }
 
     /// The limiter's clock.
+    #[cfg(feature = "tokio")]
     pub(crate) fn now_ns(&self) -> u64 {
         self.limiter.clock.now_ns()
     }
@@ -514,18 +565,21 @@ impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> Drop for Reservation<'_, K, C, S> 
         // The refund runs the key's `Hash` and `Eq` (user code); a panic
         // there keeps the units (the reservation is still cancelled), and
         // is not raised from a drop, which may run while another unwinds.
+        let now = || limiter.clock.now_ns();
         let cancelled = catch_unwind(AssertUnwindSafe(|| {
-            ticket.cancel(limiter.clock.now_ns(), |tail_ns, restored_ns| {
+            ticket.cancel(now, |tail_ns, restored_ns| {
                 limiter.store.compare_exchange(
                     &ticket.queue.key,
                     &limiter.algorithm,
                     &GcraState::at(tail_ns),
                     &GcraState::at(restored_ns),
                 )
-            })
+            });
         }));
         if cancelled.is_err() {
-            ticket.cancel(limiter.clock.now_ns(), |_, _| false);
+            // Cancelled without a refund; a clock that panics again leaves
+            // the entry to become due and leave with the next due one.
+            let _ = catch_unwind(AssertUnwindSafe(|| ticket.cancel(now, |_, _| false)));
         }
         limiter.queues.remove_if_empty(&ticket.queue);
     }

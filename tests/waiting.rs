@@ -243,3 +243,111 @@ async fn a_reservation_given_back_moves_the_next_forward_and_wakes_it() {
     // Behind waited for 5 intervals; with the 3 ahead given back, 2.
     assert_eq!(behind.await.unwrap(), INTERVAL * 2);
 }
+
+/// Runs `test` with a deadline of virtual time: a waiter never woken
+/// fails the test instead of hanging it (tokio's paused clock jumps to the
+/// deadline once every task waits).
+async fn within<F: std::future::Future>(test: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(1_000_000), test)
+        .await
+        .expect("a waiter was never woken")
+}
+
+#[tokio::test(start_paused = true)]
+async fn near_the_clocks_origin_a_shifted_slot_is_due_at_once() {
+    within(async {
+        // A rested key at the clock's origin: slots there are within the
+        // tolerance of 0, and moving one earlier must not wrap.
+        let limiter = limiter();
+        let now = limiter.reserve_n("k", 1, Duration::from_secs(1)).unwrap();
+        assert_eq!(now.wait(), Duration::ZERO);
+        let big = limiter.reserve_n("k", 5, Duration::from_secs(1)).unwrap();
+        let mut after = limiter.reserve_n("k", 1, Duration::from_secs(1)).unwrap();
+        assert_eq!(big.wait(), INTERVAL);
+        assert_eq!(after.wait(), INTERVAL * 2);
+        drop(big);
+        // Without the five, the third would have been admitted at once.
+        assert_eq!(after.wait(), Duration::ZERO);
+        assert!(after.is_ready());
+        after.ready().await;
+        // Two admitted at 0: three left of the burst, and no more.
+        for _ in 0..3 {
+            assert!(limiter.check("k").unwrap().is_allowed());
+        }
+        assert!(!limiter.check("k").unwrap().is_allowed());
+        drop((now, after));
+        assert_eq!(limiter.waiting_keys(), 0);
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn queues_are_removed_with_their_last_reservation() {
+    within(async {
+        let limiter = limiter();
+        for _ in 0..BURST {
+            assert!(limiter.check("k").unwrap().is_allowed());
+        }
+        // Two waiters; the second gives up, then the first is served.
+        let mut first = limiter.reserve_n("k", 1, Duration::from_secs(1)).unwrap();
+        let second = limiter.reserve_n("k", 1, Duration::from_secs(1)).unwrap();
+        assert_eq!(limiter.waiting_keys(), 1);
+        drop(second);
+        first.ready().await;
+        drop(first);
+        assert_eq!(limiter.waiting_keys(), 0);
+        // A reservation refused, one admitted at once: no queue left either.
+        assert!(
+            limiter
+                .reserve_n("other", 6, Duration::from_secs(1))
+                .is_err()
+        );
+        let at_once = limiter.reserve_n("other", 1, Duration::ZERO).unwrap();
+        drop(at_once);
+        assert_eq!(limiter.waiting_keys(), 0);
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reservation_dropped_once_due_is_kept() {
+    within(async {
+        let limiter = limiter();
+        for _ in 0..BURST {
+            assert!(limiter.check("k").unwrap().is_allowed());
+        }
+        let due = limiter.reserve_n("k", 1, Duration::from_secs(1)).unwrap();
+        // Its slot comes and goes without anyone looking.
+        tokio::time::sleep(INTERVAL * 3 / 2).await;
+        drop(due);
+        // Kept: the next unit comes at 2 intervals, not at once.
+        assert!(!limiter.check("k").unwrap().is_allowed());
+        tokio::time::sleep(INTERVAL / 2).await;
+        assert!(limiter.check("k").unwrap().is_allowed());
+        assert_eq!(limiter.waiting_keys(), 0);
+    })
+    .await;
+}
+
+/// Once a reader has seen a reservation due, a clock reading older than
+/// its slot (a clock stepped back, or a thread's stale reading) does not
+/// make it pending again: dropping it gives nothing back.
+#[test]
+fn a_reservation_once_seen_due_is_never_given_back() {
+    let clock = tollgate::clock::ManualClock::new();
+    let limiter = Builder::new(Quota::per_second(10).unwrap().with_burst(1).unwrap())
+        .clock(clock.clone())
+        .build::<u64>();
+    clock.set(Duration::from_secs(10));
+    assert!(limiter.check(&1).unwrap().is_allowed());
+    let reserved = limiter.reserve_n(&1, 1, Duration::from_secs(1)).unwrap();
+    assert_eq!(reserved.wait(), INTERVAL);
+    clock.advance(INTERVAL);
+    assert_eq!(reserved.wait(), Duration::ZERO);
+    clock.set(Duration::from_secs(10));
+    assert_eq!(reserved.wait(), Duration::ZERO, "due for good");
+    drop(reserved);
+    // Kept: a reservation now waits behind it, two intervals.
+    let next = limiter.reserve_n(&1, 1, Duration::from_secs(1)).unwrap();
+    assert_eq!(next.wait(), INTERVAL * 2);
+}

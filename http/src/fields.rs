@@ -86,12 +86,44 @@ pub(crate) fn limit_item(out: &mut String, name: &str, decision: &Decision) {
     } else {
         whole_seconds_up(decision.retry_after())
     };
-    let _ = write!(out, ";r={};t={t}", decision.remaining());
+    out.push_str(";r=");
+    push_decimal(out, u64::from(decision.remaining()));
+    out.push_str(";t=");
+    push_decimal(out, t);
+}
+
+/// Appends `value` in decimal, without the formatting machinery (this is
+/// on every admitted request's path).
+fn push_decimal(out: &mut String, mut value: u64) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        // A digit: the remainder is below 10.
+        #[allow(clippy::cast_possible_truncation)]
+        let digit = (value % 10) as u8;
+        digits[start] = b'0' + digit;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    for &digit in &digits[start..] {
+        out.push(char::from(digit));
+    }
 }
 
 /// Appends `text` to a JSON string body, escaped.
 fn push_json_string(out: &mut String, text: &str) {
     out.push('"');
+    if !text
+        .bytes()
+        .any(|byte| byte < 0x20 || byte == b'"' || byte == b'\\')
+    {
+        out.push_str(text);
+        out.push('"');
+        return;
+    }
     for character in text.chars() {
         match character {
             '"' => out.push_str("\\\""),

@@ -5,13 +5,13 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 
-use http::request::Parts;
+use crate::head::RequestHead;
 use http::{Extensions, HeaderName, HeaderValue, StatusCode};
 
 /// Chooses the key a request is limited by.
 ///
 /// Implemented by [`PeerIp`], [`Header`], [`Global`] and [`KeyFn`] (any
-/// closure from the request's [`Parts`] to a key).
+/// closure from the request's [`RequestHead`] to a key).
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The key.
     type Key: Send + Sync + 'static;
@@ -23,7 +23,7 @@ pub trait KeyExtractor: Send + Sync + 'static {
     /// A [`KeyError`] when the request carries no key (the layer answers
     /// with the error's status and a problem body, and the request goes no
     /// further).
-    fn extract(&self, request: &Parts) -> Result<Self::Key, KeyError>;
+    fn extract(&self, request: &RequestHead<'_>) -> Result<Self::Key, KeyError>;
 }
 
 /// A request the layer could find no key for.
@@ -68,20 +68,19 @@ impl fmt::Display for KeyError {
 
 impl std::error::Error for KeyError {}
 
-/// A closure from the request's [`Parts`] to its key (`None`: no key, a
+/// A closure from the request's [`RequestHead`] to its key (`None`: no key, a
 /// 400).
 ///
 /// ```
-/// use tollgate_http::{KeyExtractor, KeyFn};
+/// use tollgate_http::{KeyExtractor, KeyFn, RequestHead};
 ///
 /// // The tenant in the path: /tenants/{tenant}/...
-/// let tenant = KeyFn::new(|parts: &http::request::Parts| {
-///     let mut segments = parts.uri.path().split('/').skip(1);
+/// let tenant = KeyFn::new(|parts: &RequestHead<'_>| {
+///     let mut segments = parts.uri().path().split('/').skip(1);
 ///     (segments.next() == Some("tenants")).then(|| segments.next().map(str::to_owned))?
 /// });
 /// let request = http::Request::get("/tenants/acme/orders").body(()).unwrap();
-/// let (parts, ()) = request.into_parts();
-/// assert_eq!(tenant.extract(&parts).unwrap(), "acme");
+/// assert_eq!(tenant.extract(&RequestHead::of(&request)).unwrap(), "acme");
 /// ```
 #[derive(Clone)]
 pub struct KeyFn<F>(F);
@@ -95,12 +94,12 @@ impl<F> KeyFn<F> {
 
 impl<F, K> KeyExtractor for KeyFn<F>
 where
-    F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
+    F: Fn(&RequestHead<'_>) -> Option<K> + Send + Sync + 'static,
     K: Send + Sync + 'static,
 {
     type Key = K;
 
-    fn extract(&self, request: &Parts) -> Result<K, KeyError> {
+    fn extract(&self, request: &RequestHead<'_>) -> Result<K, KeyError> {
         (self.0)(request).ok_or(KeyError::Unidentified)
     }
 }
@@ -128,7 +127,7 @@ impl AsRef<[u8]> for GlobalKey {
 impl KeyExtractor for Global {
     type Key = GlobalKey;
 
-    fn extract(&self, _request: &Parts) -> Result<GlobalKey, KeyError> {
+    fn extract(&self, _request: &RequestHead<'_>) -> Result<GlobalKey, KeyError> {
         Ok(GlobalKey)
     }
 }
@@ -153,9 +152,9 @@ impl Header {
 impl KeyExtractor for Header {
     type Key = HeaderValue;
 
-    fn extract(&self, request: &Parts) -> Result<HeaderValue, KeyError> {
+    fn extract(&self, request: &RequestHead<'_>) -> Result<HeaderValue, KeyError> {
         request
-            .headers
+            .headers()
             .get(&self.name)
             .filter(|value| !value.is_empty())
             .cloned()
@@ -196,7 +195,7 @@ impl KeyExtractor for Header {
 /// that reported it, which a client cannot choose.
 ///
 /// ```
-/// use tollgate_http::{IpNet, KeyExtractor, PeerIp};
+/// use tollgate_http::{IpNet, KeyExtractor, PeerIp, RequestHead};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let peer = PeerIp::new().trust_x_forwarded_for(["10.0.0.0/8".parse::<IpNet>()?]);
@@ -206,16 +205,14 @@ impl KeyExtractor for Header {
 ///     .header("x-forwarded-for", "198.51.100.7, 10.0.0.9")
 ///     .body(())?;
 /// request.extensions_mut().insert("10.0.0.2:443".parse::<std::net::SocketAddr>()?);
-/// let (parts, ()) = request.into_parts();
-/// assert_eq!(peer.extract(&parts)?.to_string(), "198.51.100.7/32");
+/// assert_eq!(peer.extract(&RequestHead::of(&request))?.to_string(), "198.51.100.7/32");
 ///
 /// // The same header straight from a client: ignored.
 /// let mut spoofed = http::Request::get("/")
 ///     .header("x-forwarded-for", "198.51.100.7")
 ///     .body(())?;
 /// spoofed.extensions_mut().insert("203.0.113.5:50000".parse::<std::net::SocketAddr>()?);
-/// let (parts, ()) = spoofed.into_parts();
-/// assert_eq!(peer.extract(&parts)?.to_string(), "203.0.113.5/32");
+/// assert_eq!(peer.extract(&RequestHead::of(&spoofed))?.to_string(), "203.0.113.5/32");
 /// # Ok(())
 /// # }
 /// ```
@@ -312,8 +309,8 @@ impl PeerIp {
     }
 
     /// The client's address, before grouping.
-    fn client(&self, request: &Parts) -> Result<IpAddr, KeyError> {
-        let peer = canonical((self.peer)(&request.extensions).ok_or(KeyError::NoPeerAddress)?);
+    fn client(&self, request: &RequestHead<'_>) -> Result<IpAddr, KeyError> {
+        let peer = canonical((self.peer)(request.extensions()).ok_or(KeyError::NoPeerAddress)?);
         if self.forwarded == ForwardedHeader::None || !self.is_trusted(peer) {
             return Ok(peer);
         }
@@ -321,33 +318,32 @@ impl PeerIp {
             ForwardedHeader::XForwardedFor => "x-forwarded-for",
             _ => "forwarded",
         };
-        // Every occurrence of the header, in order, as one list.
-        let mut hops: Vec<Option<IpAddr>> = Vec::new();
-        for value in request.headers.get_all(name) {
-            let Ok(value) = value.to_str() else {
-                // Not text: nothing in it can be trusted, and nothing
-                // before it either.
-                hops.clear();
-                hops.push(None);
-                continue;
-            };
-            match self.forwarded {
-                ForwardedHeader::XForwardedFor => hops.extend(
-                    value
-                        .split(',')
-                        .map(|entry| parse_node(entry.trim()).map(canonical)),
-                ),
-                _ => hops.extend(forwarded_for(value).map(|node| node.map(canonical))),
-            }
-        }
+        // Every occurrence of the header, in order, is one list; it is read
+        // from its last entry back, each entry on its own, so that what a
+        // client wrote before (bytes that are not text, an unclosed quote)
+        // cannot spoil what the proxies appended after it.
         let mut client = peer;
-        for hop in hops.into_iter().rev() {
-            let Some(address) = hop else {
-                break;
+        for value in request.headers().get_all(name).iter().rev() {
+            let hops: Vec<Option<IpAddr>> = match self.forwarded {
+                ForwardedHeader::XForwardedFor => value
+                    .as_bytes()
+                    .split(|&byte| byte == b',')
+                    .map(|entry| {
+                        std::str::from_utf8(entry)
+                            .ok()
+                            .and_then(|entry| parse_node(entry.trim()))
+                    })
+                    .collect(),
+                _ => forwarded_for(&String::from_utf8_lossy(value.as_bytes())),
             };
-            client = address;
-            if !self.is_trusted(address) {
-                break;
+            for hop in hops.into_iter().rev() {
+                let Some(address) = hop.map(canonical) else {
+                    return Ok(client);
+                };
+                client = address;
+                if !self.is_trusted(address) {
+                    return Ok(client);
+                }
             }
         }
         Ok(client)
@@ -378,7 +374,7 @@ impl fmt::Debug for PeerIp {
 impl KeyExtractor for PeerIp {
     type Key = IpKey;
 
-    fn extract(&self, request: &Parts) -> Result<IpKey, KeyError> {
+    fn extract(&self, request: &RequestHead<'_>) -> Result<IpKey, KeyError> {
         let client = self.client(request)?;
         let prefix = match client {
             IpAddr::V4(_) => self.ipv4_prefix,
@@ -426,22 +422,47 @@ fn parse_node(node: &str) -> Option<IpAddr> {
 
 /// The `for=` node of each element of a `Forwarded` value, in order:
 /// `None` for an element without one, or whose node is not an address
-/// (`unknown`, an obfuscated `_identifier`).
-fn forwarded_for(value: &str) -> impl Iterator<Item = Option<IpAddr>> + '_ {
-    split_unquoted(value, ',').map(|element| {
-        split_unquoted(element, ';').find_map(|pair| {
-            let (name, node) = pair.split_once('=')?;
-            if !name.trim().eq_ignore_ascii_case("for") {
-                return None;
-            }
-            let node = node.trim();
-            let node = match node.strip_prefix('"') {
-                Some(quoted) => unquote(quoted.strip_suffix('"')?)?,
-                None => node.to_owned(),
-            };
-            parse_node(&node)
+/// (`unknown`, an obfuscated `_identifier`). A value whose quotes do not
+/// close (a client's, to swallow the elements proxies append after it) is
+/// split at every comma instead, so the appended elements still parse.
+fn forwarded_for(value: &str) -> Vec<Option<IpAddr>> {
+    let elements: Vec<&str> = if quotes_close(value) {
+        split_unquoted(value, ',').collect()
+    } else {
+        value.split(',').collect()
+    };
+    elements
+        .into_iter()
+        .map(|element| {
+            split_unquoted(element, ';').find_map(|pair| {
+                let (name, node) = pair.split_once('=')?;
+                if !name.trim().eq_ignore_ascii_case("for") {
+                    return None;
+                }
+                let node = node.trim();
+                let node = match node.strip_prefix('"') {
+                    Some(quoted) => unquote(quoted.strip_suffix('"')?)?,
+                    None => node.to_owned(),
+                };
+                parse_node(&node)
+            })
         })
-    })
+        .collect()
+}
+
+/// Whether every quoted string in `value` closes.
+fn quotes_close(value: &str) -> bool {
+    let mut quoted = false;
+    let mut escaped = false;
+    for character in value.chars() {
+        match character {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            _ => {}
+        }
+    }
+    !quoted
 }
 
 /// Splits `value` at each `separator` outside a quoted string.
@@ -724,11 +745,18 @@ mod tests {
     }
 
     #[test]
+    fn an_unclosed_quote_swallows_nothing_appended_after_it() {
+        assert_eq!(
+            forwarded_for(r#"for="[::1, for=198.51.100.9"#),
+            [None, Some("198.51.100.9".parse().unwrap())]
+        );
+    }
+
+    #[test]
     fn forwarded_elements_yield_their_for_nodes() {
-        let nodes: Vec<_> = forwarded_for(
+        let nodes = forwarded_for(
             r#"for=192.0.2.60;proto=http;by=203.0.113.43, For="[2001:db8:cafe::17]:4711", for=unknown, proto=https, for="_x\"y,z""#,
-        )
-        .collect();
+        );
         assert_eq!(
             nodes,
             [

@@ -35,7 +35,7 @@
 //!             RateLimiter::keyed(Quota::per_minute(100)?),
 //!             Header::new(http::HeaderName::from_static("x-api-key")),
 //!         )?
-//!         .when(|parts| parts.uri.path().starts_with("/api/")),
+//!         .when(|parts| parts.uri().path().starts_with("/api/")),
 //!     )
 //!     .build();
 //! let app: Router = Router::new().route("/api/hello", get(|| async { "hello" })).layer(layer);
@@ -54,11 +54,13 @@
 
 mod fields;
 mod grpc;
+mod head;
 mod key;
 mod limit;
 mod rule;
 mod service;
 
+pub use head::RequestHead;
 pub use key::{
     Global, GlobalKey, Header, IpKey, IpNet, IpNetError, KeyError, KeyExtractor, KeyFn, PeerIp,
     PrefixError,

@@ -165,7 +165,7 @@ where
     }
 
     fn refund(&self, key: &K, receipt: Self::Receipt) -> bool {
-        RateLimiter::refund(self, key, &receipt)
+        RateLimiter::refund(self, key, receipt)
     }
 }
 
@@ -206,7 +206,7 @@ where
     }
 
     fn refund(&self, _key: &K, receipt: Self::Receipt) -> bool {
-        DirectLimiter::refund(self, &receipt)
+        DirectLimiter::refund(self, receipt)
     }
 }
 

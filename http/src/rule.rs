@@ -7,7 +7,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use http::request::Parts;
+use crate::head::RequestHead;
+use http::HeaderValue;
 use tollgate::Decision;
 
 use crate::fields::{is_field_string, policy_item};
@@ -23,10 +24,10 @@ pub(crate) type Refund = Box<dyn FnOnce() -> Option<u32> + Send>;
 pub(crate) type Outcome = Result<(Decision, Option<Refund>), Failure>;
 
 /// Whether a rule applies to a request.
-type Predicate = Box<dyn Fn(&Parts) -> bool + Send + Sync>;
+type Predicate = Box<dyn Fn(&RequestHead<'_>) -> bool + Send + Sync>;
 
 /// What a request costs under a rule.
-type CostFn = Box<dyn Fn(&Parts) -> u32 + Send + Sync>;
+type CostFn = Box<dyn Fn(&RequestHead<'_>) -> u32 + Send + Sync>;
 
 /// A check waiting for its backend.
 pub(crate) type Pending = Pin<Box<dyn Future<Output = Outcome> + Send>>;
@@ -36,10 +37,8 @@ pub(crate) type Pending = Pin<Box<dyn Future<Output = Outcome> + Send>>;
 /// request costs.
 ///
 /// ```
-/// use std::sync::Arc;
-/// use http::request::Parts;
 /// use tollgate::{Quota, RateLimiter};
-/// use tollgate_http::{Header, PeerIp, Rule};
+/// use tollgate_http::{Header, PeerIp, RequestHead, Rule};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// // 100 a minute per client network.
@@ -50,9 +49,9 @@ pub(crate) type Pending = Pin<Box<dyn Future<Output = Outcome> + Send>>;
 ///     RateLimiter::keyed(Quota::per_minute(10_000)?),
 ///     Header::new(http::HeaderName::from_static("x-api-key")),
 /// )?
-/// .when(|parts: &Parts| parts.uri.path().starts_with("/upload"))
-/// .cost(|parts: &Parts| {
-///     let bytes: u64 = parts.headers.get(http::header::CONTENT_LENGTH)
+/// .when(|parts: &RequestHead<'_>| parts.uri().path().starts_with("/upload"))
+/// .cost(|parts: &RequestHead<'_>| {
+///     let bytes: u64 = parts.headers().get(http::header::CONTENT_LENGTH)
 ///         .and_then(|value| value.to_str().ok()?.parse().ok())
 ///         .unwrap_or(0);
 ///     u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX).max(1)
@@ -64,7 +63,7 @@ pub(crate) type Pending = Pin<Box<dyn Future<Output = Outcome> + Send>>;
 pub struct Rule {
     name: Arc<str>,
     /// This rule's `RateLimit-Policy` item, made once.
-    policy: String,
+    policy: HeaderValue,
     check: Box<dyn Check>,
     when: Option<Predicate>,
     cost: Option<CostFn>,
@@ -105,7 +104,9 @@ impl Rule {
         if name.is_empty() || !is_field_string(&name) {
             return Err(NameError(name));
         }
-        let policy = policy_item(&name, &limiter.quota());
+        // Printable ASCII: the name was just checked.
+        let policy = HeaderValue::try_from(policy_item(&name, &limiter.quota()))
+            .map_err(|_| NameError(name.clone()))?;
         Ok(Self {
             name: name.into(),
             policy,
@@ -121,7 +122,10 @@ impl Rule {
     /// Applies the limit only to requests for which `predicate` holds (a
     /// route, a method); by default it applies to every request.
     #[must_use]
-    pub fn when(mut self, predicate: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
+    pub fn when(
+        mut self,
+        predicate: impl Fn(&RequestHead<'_>) -> bool + Send + Sync + 'static,
+    ) -> Self {
         self.when = Some(Box::new(predicate));
         self
     }
@@ -130,7 +134,7 @@ impl Rule {
     /// zero charges nothing and checks nothing; a cost above the quota's
     /// burst is refused at once (no wait could admit it).
     #[must_use]
-    pub fn cost(mut self, cost: impl Fn(&Parts) -> u32 + Send + Sync + 'static) -> Self {
+    pub fn cost(mut self, cost: impl Fn(&RequestHead<'_>) -> u32 + Send + Sync + 'static) -> Self {
         self.cost = Some(Box::new(cost));
         self
     }
@@ -142,14 +146,14 @@ impl Rule {
     }
 
     /// This rule's `RateLimit-Policy` item.
-    pub(crate) fn policy(&self) -> &str {
+    pub(crate) fn policy(&self) -> &HeaderValue {
         &self.policy
     }
 
     /// What checking `request` against this rule starts; `refundable`:
     /// whether an admission must come with what gives it back (a later
     /// rule may refuse the request).
-    pub(crate) fn start(&self, request: &Parts, refundable: bool) -> Step {
+    pub(crate) fn start(&self, request: &RequestHead<'_>, refundable: bool) -> Step {
         if self.when.as_ref().is_some_and(|when| !when(request)) {
             return Step::Skip;
         }
@@ -186,7 +190,7 @@ pub(crate) enum Step {
 
 /// A limiter and its key extractor, with their types erased.
 trait Check: Send + Sync {
-    fn start(&self, request: &Parts, cost: u32, refundable: bool) -> Step;
+    fn start(&self, request: &RequestHead<'_>, cost: u32, refundable: bool) -> Step;
 }
 
 struct Bound<L, E> {
@@ -199,7 +203,7 @@ where
     E: KeyExtractor,
     L: Limit<E::Key>,
 {
-    fn start(&self, request: &Parts, cost: u32, refundable: bool) -> Step {
+    fn start(&self, request: &RequestHead<'_>, cost: u32, refundable: bool) -> Step {
         let key = match self.extractor.extract(request) {
             Ok(key) => key,
             Err(error) => return Step::NoKey(error),

@@ -10,7 +10,6 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
-use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
@@ -22,6 +21,7 @@ use crate::fields::{
     QUOTA_EXCEEDED, TEMPORARY_REDUCED_CAPACITY, limit_item, problem, whole_seconds_up,
 };
 use crate::grpc;
+use crate::head::RequestHead;
 use crate::key::KeyError;
 use crate::limit::Failure;
 use crate::rule::{Outcome, Pending, Refund, Rule, Step};
@@ -49,8 +49,16 @@ pub enum OnUnavailable {
 ///
 /// Each request is checked against every rule that applies to it, in the
 /// order the rules were added. The first refusal answers the request,
-/// which goes no further, and the rules after it are not checked (nor
-/// charged); the rules before it were charged.
+/// which goes no further: the rules after it are not checked (nor
+/// charged), and the admissions of the rules before it are given back
+/// where that cannot admit more than their quotas, that is, where nothing
+/// else was admitted on the same key since (in process, for GCRA limits;
+/// see [`Limit::refund`](crate::Limit::refund)). A key shared by many
+/// requests at once (a [`Global`](crate::Global) limit under load) is
+/// rarely left untouched for that long: put the most specific limits
+/// (per key, per user) before the shared ones, so that what they refuse
+/// never reaches the shared budget. The same holds for a request dropped
+/// while a limit waits for its backend.
 ///
 /// A refusal is a 429 with `Retry-After` in whole seconds rounded up
 /// (never 0), the `RateLimit-Policy` and `RateLimit` fields of
@@ -156,10 +164,53 @@ pub struct RateLimit<S> {
     config: Arc<Config>,
 }
 
+/// A short list whose first item needs no allocation: most layers have
+/// one rule, and a request through them allocates nothing for it.
+struct Few<T> {
+    first: Option<T>,
+    rest: Vec<T>,
+}
+
+impl<T> Few<T> {
+    const fn new() -> Self {
+        Self {
+            first: None,
+            rest: Vec::new(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.rest.len()
+    }
+
+    fn push(&mut self, item: T) {
+        if self.first.is_none() {
+            self.first = Some(item);
+        } else {
+            self.rest.push(item);
+        }
+    }
+
+    fn get_mut(&mut self, index: usize) -> Option<&mut T> {
+        match index.checked_sub(1) {
+            None => self.first.as_mut(),
+            Some(rest) => self.rest.get_mut(rest),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &T> {
+        self.first.iter().chain(&self.rest)
+    }
+
+    fn into_iter(self) -> impl Iterator<Item = T> {
+        self.first.into_iter().chain(self.rest)
+    }
+}
+
 /// The decisions of the rules a request has passed so far.
 struct Passed {
     /// Rule index and decision.
-    decisions: Vec<(usize, Decision)>,
+    decisions: Few<(usize, Decision)>,
     /// What gives back the admissions that can be, should a later rule
     /// refuse the request, by their place in `decisions`.
     refunds: Vec<(usize, Refund)>,
@@ -173,9 +224,9 @@ enum Refusal {
 }
 
 impl Passed {
-    fn new(rules: usize) -> Self {
+    const fn new() -> Self {
         Self {
-            decisions: Vec::with_capacity(rules),
+            decisions: Few::new(),
             refunds: Vec::new(),
         }
     }
@@ -209,7 +260,9 @@ impl Passed {
             let Some(units) = refund() else {
                 continue;
             };
-            let decision = &mut self.decisions[place].1;
+            let Some((_, decision)) = self.decisions.get_mut(place) else {
+                continue;
+            };
             // The reset time stays as it was: never earlier than the truth.
             if let Some(restored) = Decision::from_parts(
                 decision.limit(),
@@ -225,47 +278,49 @@ impl Passed {
         }
     }
 
-    /// The two fields for these decisions (and `extra`, a refusing one).
+    /// The two fields for these decisions (and `extra`, a refusing one):
+    /// one line of each a rule, which a client reads as one list per field
+    /// (a structured-field list may be split over several lines).
     fn fields(&self, config: &Config, extra: Option<(usize, &Decision)>) -> Option<Fields> {
-        let decisions = self
+        let mut fields = Few::new();
+        let mut item = String::new();
+        for (index, decision) in self
             .decisions
             .iter()
             .map(|(index, decision)| (*index, decision))
-            .chain(extra);
-        let mut policy = String::new();
-        let mut limit = String::new();
-        for (index, decision) in decisions {
+            .chain(extra)
+        {
             let rule = &config.rules[index];
-            if !policy.is_empty() {
-                policy.push_str(", ");
-                limit.push_str(", ");
-            }
-            policy.push_str(rule.policy());
-            limit_item(&mut limit, rule.name(), decision);
+            item.clear();
+            limit_item(&mut item, rule.name(), decision);
+            // Printable ASCII (names are checked when a rule is made).
+            let limit = HeaderValue::from_str(&item).ok()?;
+            fields.push((rule.policy().clone(), limit));
         }
-        if policy.is_empty() {
-            return None;
-        }
-        // Printable ASCII throughout (names are checked when a rule is made).
-        Some(Fields {
-            policy: HeaderValue::try_from(policy).ok()?,
-            limit: HeaderValue::try_from(limit).ok()?,
-        })
+        (fields.len() > 0).then_some(Fields(fields))
     }
 }
 
-/// `RateLimit-Policy` and `RateLimit`, ready to add to a response.
-struct Fields {
-    policy: HeaderValue,
-    limit: HeaderValue,
+/// A request dropped before it went through (its client gone, a timeout
+/// while a limit waited for its backend) gives its admissions back, as a
+/// refused one does.
+impl Drop for Passed {
+    fn drop(&mut self) {
+        self.refund_all();
+    }
 }
+
+/// `RateLimit-Policy` and `RateLimit` lines, ready to add to a response.
+struct Fields(Few<(HeaderValue, HeaderValue)>);
 
 impl Fields {
     fn add_to(self, headers: &mut http::HeaderMap) {
         // Appended: an inner layer's items stay, and one list is read from
         // every line of a field.
-        headers.append(RATELIMIT_POLICY, self.policy);
-        headers.append(RATELIMIT, self.limit);
+        for (policy, limit) in self.0.into_iter() {
+            headers.append(RATELIMIT_POLICY, policy);
+            headers.append(RATELIMIT, limit);
+        }
     }
 }
 
@@ -282,7 +337,7 @@ enum Checked<B> {
 impl Config {
     /// Runs the rules from `first` on, until one must wait, one refuses, or
     /// all are done.
-    fn run<B>(&self, request: &Parts, passed: &mut Passed, first: usize) -> Checked<B> {
+    fn run<B>(&self, request: &RequestHead<'_>, passed: &mut Passed, first: usize) -> Checked<B> {
         for (index, rule) in self.rules.iter().enumerate().skip(first) {
             let refundable = index + 1 < self.rules.len();
             let outcome = match rule.start(request, refundable) {
@@ -298,6 +353,8 @@ impl Config {
                 return Checked::Refused(self.refuse(request, passed, &refusal));
             }
         }
+        // Through: the admissions stand.
+        passed.refunds.clear();
         let fields = if self.fields_on_success {
             passed.fields(self, None)
         } else {
@@ -309,14 +366,14 @@ impl Config {
     /// The layer's answer to a refused request.
     fn refuse<B>(
         &self,
-        request: &Parts,
+        request: &RequestHead<'_>,
         passed: &Passed,
         refusal: &Refusal,
     ) -> Response<LimitBody<B>> {
         let grpc = request
-            .headers
+            .headers()
             .get(CONTENT_TYPE)
-            .is_some_and(|value| value.as_bytes().starts_with(b"application/grpc"));
+            .is_some_and(|value| is_grpc(value.as_bytes()));
         let answer = match refusal {
             Refusal::Denied(index, decision) => {
                 let rule = &self.rules[*index];
@@ -388,6 +445,16 @@ impl Config {
         };
         answer.into_response(grpc)
     }
+}
+
+/// Whether a `content-type` is gRPC's (`application/grpc`, alone or with
+/// a `+format` or parameters; not gRPC-Web, whose clients read a refusal
+/// from the HTTP status), case-insensitively.
+fn is_grpc(content_type: &[u8]) -> bool {
+    const GRPC: &[u8] = b"application/grpc";
+    content_type.len() >= GRPC.len()
+        && content_type[..GRPC.len()].eq_ignore_ascii_case(GRPC)
+        && matches!(content_type.get(GRPC.len()), None | Some(b'+' | b';'))
 }
 
 /// A refusal, before it is written for HTTP or for gRPC.
@@ -462,11 +529,11 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let (parts, body) = request.into_parts();
-        let mut passed = Passed::new(self.config.rules.len());
-        let state = match self.config.run(&parts, &mut passed, 0) {
+        let mut passed = Passed::new();
+        let checked = self.config.run(&RequestHead::of(&request), &mut passed, 0);
+        let state = match checked {
             Checked::Admitted(fields) => State::Inner {
-                future: self.inner.call(Request::from_parts(parts, body)),
+                future: self.inner.call(request),
                 fields,
             },
             Checked::Refused(response) => State::Refused {
@@ -480,8 +547,7 @@ where
                 State::Waiting {
                     future: Box::pin(finish(
                         Arc::clone(&self.config),
-                        parts,
-                        body,
+                        request,
                         passed,
                         index,
                         pending,
@@ -497,8 +563,7 @@ where
 /// The checks from a rule that had to wait, then the inner service.
 async fn finish<S, ReqBody, ResBody>(
     config: Arc<Config>,
-    parts: Parts,
-    body: ReqBody,
+    request: Request<ReqBody>,
     mut passed: Passed,
     mut index: usize,
     mut pending: Pending,
@@ -509,10 +574,11 @@ where
 {
     let fields = loop {
         let outcome = pending.await;
+        let head = RequestHead::of(&request);
         if let Err(refusal) = passed.record(&config, index, outcome) {
-            return Ok(config.refuse(&parts, &passed, &refusal));
+            return Ok(config.refuse(&head, &passed, &refusal));
         }
-        match config.run(&parts, &mut passed, index + 1) {
+        match config.run(&head, &mut passed, index + 1) {
             Checked::Admitted(fields) => break fields,
             Checked::Refused(response) => return Ok(response),
             Checked::Waiting(next, next_pending) => {
@@ -521,7 +587,7 @@ where
             }
         }
     };
-    let mut response = inner.call(Request::from_parts(parts, body)).await?;
+    let mut response = inner.call(request).await?;
     if let Some(fields) = fields {
         fields.add_to(response.headers_mut());
     }

@@ -177,7 +177,7 @@ async fn several_policies_are_checked_together_and_reported_together() {
 async fn per_route_rules_apply_only_to_their_routes() {
     let server =
         Server::start(layer([per_key(Quota::per_hour(1).unwrap())
-            .when(|parts| parts.uri.path().starts_with("/api/"))]))
+            .when(|parts| parts.uri().path().starts_with("/api/"))]))
         .await;
     let client = client();
     // The root has no rule: no key needed, no fields, never limited.
@@ -190,9 +190,9 @@ async fn per_route_rules_apply_only_to_their_routes() {
 
 #[tokio::test]
 async fn a_cost_function_charges_units_and_refuses_what_never_fits() {
-    let cost = |parts: &http::request::Parts| -> u32 {
+    let cost = |parts: &tollgate_http::RequestHead<'_>| -> u32 {
         parts
-            .headers
+            .headers()
             .get("x-cost")
             .and_then(|value| value.to_str().ok()?.parse().ok())
             .unwrap_or(1)
@@ -378,7 +378,7 @@ async fn a_global_rule_and_a_closure_key_limit_the_whole_service() {
     let by_query = Rule::new(
         "per-tenant",
         RateLimiter::<String>::keyed(Quota::per_hour(2).unwrap()),
-        KeyFn::new(|parts: &http::request::Parts| parts.uri.query().map(str::to_owned)),
+        KeyFn::new(|parts: &tollgate_http::RequestHead<'_>| parts.uri().query().map(str::to_owned)),
     )
     .unwrap();
     let server = Server::start(layer([global, by_query])).await;
@@ -396,9 +396,59 @@ async fn a_global_rule_and_a_closure_key_limit_the_whole_service() {
     assert_eq!(b, 2, "the service's four: two for a, two for b");
     let problem: Value = serde_json::from_str(&last.text().await.unwrap()).unwrap();
     assert_eq!(problem["violated-policies"], serde_json::json!(["service"]));
-    // No query: no tenant key.
-    let (none, missing) = send(&client, &server.url("/"), &[], 1).await;
-    assert_eq!((none, missing.status()), (0, StatusCode::TOO_MANY_REQUESTS));
+    // The service's budget is spent: refused before the tenant's key is
+    // looked for.
+    let (none, spent) = send(&client, &server.url("/"), &[], 1).await;
+    assert_eq!((none, spent.status()), (0, StatusCode::TOO_MANY_REQUESTS));
+}
+
+#[tokio::test]
+async fn a_closure_that_finds_no_key_is_a_400() {
+    let by_query = Rule::new(
+        "per-tenant",
+        RateLimiter::<String>::keyed(Quota::per_hour(2).unwrap()),
+        KeyFn::new(|parts: &tollgate_http::RequestHead<'_>| parts.uri().query().map(str::to_owned)),
+    )
+    .unwrap();
+    let server = Server::start(layer([by_query])).await;
+    let (admitted, missing) = send(&client(), &server.url("/"), &[], 1).await;
+    assert_eq!((admitted, missing.status()), (0, StatusCode::BAD_REQUEST));
+    let problem: Value = serde_json::from_str(&missing.text().await.unwrap()).unwrap();
+    assert_eq!(problem["status"], 400);
+}
+
+#[tokio::test]
+async fn what_a_client_writes_before_the_proxy_cannot_spoil_the_proxys_entry() {
+    let proxy: IpNet = "127.0.0.1".parse().unwrap();
+    let xff = Server::start(layer([per_ip(
+        Quota::per_hour(1).unwrap(),
+        PeerIp::new().trust_x_forwarded_for([proxy]),
+    )]))
+    .await;
+    let forwarded = Server::start(layer([per_ip(
+        Quota::per_hour(1).unwrap(),
+        PeerIp::new().trust_forwarded([proxy]),
+    )]))
+    .await;
+    let client = client();
+    // Bytes that are not text, then what the proxy appended: each client
+    // address gets its own unit, as if the junk were not there.
+    for client_address in ["198.51.100.1", "198.51.100.2", "198.51.100.3"] {
+        let mut value = b"\xff\xfe, ".to_vec();
+        value.extend_from_slice(client_address.as_bytes());
+        let value = reqwest::header::HeaderValue::from_bytes(&value).unwrap();
+        let response = client
+            .get(xff.url("/"))
+            .header("x-forwarded-for", value)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{client_address}");
+        // An unclosed quote cannot swallow the element appended after it.
+        let value = format!(r#"for="[::1, for={client_address}"#);
+        let (admitted, _) = send(&client, &forwarded.url("/"), &[("forwarded", &value)], 1).await;
+        assert_eq!(admitted, 1, "{client_address}");
+    }
 }
 
 #[tokio::test]

@@ -16,6 +16,7 @@ use tollgate_redis::{Connection, RedisLimiter};
 use crate::for_each_algorithm;
 use crate::instances::{Instance, admitted};
 use crate::redis_server::RedisServer;
+use crate::stats::{median, ratio_spread};
 use tollgate::algorithm::{FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 
 /// The baseline script: redis_rate's algorithm (see the file).
@@ -297,17 +298,6 @@ async fn cell(clients: &Clients, subject: Subject, mode: Mode, per_cell: Duratio
     }
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-/// The median of `values` and their range.
-fn spread(values: &mut [f64]) -> (f64, f64, f64) {
-    let middle = median(values);
-    (middle, values[0], values[values.len() - 1])
-}
-
 async fn throughput(url: &str, budget: &Budget) {
     use fred::interfaces::ClientLike;
     println!("## Checks per second on one connection\n");
@@ -416,12 +406,6 @@ async fn throughput(url: &str, budget: &Budget) {
         println!("- {target}: {}", if met { "met" } else { "missed" });
     }
     println!();
-}
-
-/// The median of the round-by-round ratios `a / b`, and their range.
-fn ratio_spread(a: &[f64], b: &[f64]) -> (f64, f64, f64) {
-    let mut ratios: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
-    spread(&mut ratios)
 }
 
 /// Redis's memory for `MEMORY_KEYS` keys of each algorithm, and of

@@ -5,7 +5,8 @@
 //! or `cargo run --release -p tollgate-lab -- --full` (longer cells, the whole
 //! memory sweep); `--out DIR` chooses where the SVG plots go (default
 //! `lab-output`); `--distributed` runs only the Redis sections, which every
-//! run ends with when it can start a `redis-server`.
+//! run ends with when it can start a `redis-server`, and `--http` only the
+//! section on the HTTP layer (against tower_governor).
 
 #[path = "../../tests/support/churn.rs"]
 mod churn;
@@ -25,6 +26,8 @@ mod redis_server;
 mod report;
 #[path = "../../tests/support/scenarios.rs"]
 mod scenarios;
+mod serving;
+mod stats;
 mod svg;
 #[path = "../../tests/support/waves.rs"]
 mod waves;
@@ -71,12 +74,14 @@ macro_rules! for_each_algorithm {
 fn main() {
     let mut full = false;
     let mut only_distributed = false;
+    let mut only_http = false;
     let mut out = std::path::PathBuf::from("lab-output");
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--full" => full = true,
             "--distributed" => only_distributed = true,
+            "--http" => only_http = true,
             "--out" => match args.next() {
                 Some(dir) => out = dir.into(),
                 None => usage("--out needs a directory"),
@@ -94,8 +99,17 @@ fn main() {
         per_cell: std::time::Duration::from_millis(if full { 300 } else { 100 }),
         rounds: if full { 20 } else { 10 },
     };
-    if only_distributed {
-        distributed::run(&distributed);
+    let serving = serving::Budget {
+        per_cell: std::time::Duration::from_millis(if full { 200 } else { 60 }),
+        rounds: if full { 20 } else { 10 },
+    };
+    if only_distributed || only_http {
+        if only_http {
+            serving::run(&serving);
+        }
+        if only_distributed {
+            distributed::run(&distributed);
+        }
         println!("Total time: {:.0?}", started.elapsed());
         return;
     }
@@ -130,6 +144,7 @@ fn main() {
         }
         Err(error) => eprintln!("could not write the plots to {}: {error}", out.display()),
     }
+    serving::run(&serving);
     distributed::run(&distributed);
     println!("\nTotal time: {:.0?}", started.elapsed());
 }
@@ -138,7 +153,7 @@ fn usage(problem: &str) -> ! {
     if !problem.is_empty() {
         eprintln!("tollgate-lab: {problem}");
     }
-    eprintln!("usage: tollgate-lab [--full] [--distributed] [--out DIR]");
+    eprintln!("usage: tollgate-lab [--full] [--distributed] [--http] [--out DIR]");
     std::process::exit(if problem.is_empty() { 0 } else { 2 });
 }
 

@@ -168,7 +168,11 @@ pub trait PackedAlgorithm: Algorithm<State: Copy, Admission = <Self as Algorithm
 /// What giving an admission back takes ([`Algorithm::receipt`]): the state
 /// the admission wrote, and the state to put back in its place if nothing
 /// else has been admitted since.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// Neither `Clone` nor `Copy`: a refund consumes it, so that one admission
+/// is given back at most once (a second refund could otherwise take back
+/// a later admission that happened to write the same state).
+#[derive(Debug, PartialEq, Eq)]
 pub struct Receipt<S> {
     written: S,
     restored: S,
