@@ -77,6 +77,16 @@ pub enum Error {
     /// written by something else, or a server that cannot run it).
     #[error("the rate-limit script failed: {0}")]
     Script(redis::RedisError),
+    /// A reservation's slot is further than the most the caller would wait
+    /// ([`RedisLimiter::reserve_n`](crate::RedisLimiter::reserve_n)).
+    /// Nothing was reserved.
+    #[error("the request would wait {wait:?}, more than its maximum of {max_wait:?}")]
+    TooLong {
+        /// How long it would have waited.
+        wait: std::time::Duration,
+        /// The most it accepted.
+        max_wait: std::time::Duration,
+    },
     /// The script's reply was not a well-formed decision (a bug, or keys in
     /// the limiter's namespace written by something else).
     #[error("malformed reply from the rate-limit script: {0}")]

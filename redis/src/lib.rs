@@ -21,5 +21,5 @@ mod script;
 pub use connection::{Connection, Options};
 pub use error::{ConfigError, Error};
 pub use failure::{OnFailure, Unavailable};
-pub use limiter::{Decisions, RedisBuilder, RedisLimiter, Request, check_all};
+pub use limiter::{Decisions, RedisBuilder, RedisLimiter, RedisReservation, Request, check_all};
 pub use script::{END_OF_TIME_US, MAX_SPAN_US, SCRIPT, Scripted};

@@ -13,7 +13,7 @@ use crate::connection::{Call as Sent, Connection};
 use crate::error::{ConfigError, Error};
 use crate::failure::{Admission, Fallback, OnFailure, Unavailable};
 use crate::key::Namespace;
-use crate::script::{END_OF_TIME_US, SCRIPT, ScriptLimit, Scripted};
+use crate::script::{END_OF_TIME_US, MAX_SPAN_US, SCRIPT, ScriptLimit, Scripted};
 
 /// The longest expiry grace, 2^40 ms (34 years): every expiry stays an
 /// exact integer in the script.
@@ -302,7 +302,7 @@ impl<A: Scripted> RedisLimiter<A> {
         let core = &self.core;
         validate_cost(cost, core.limit.burst)?;
         let now = core.time.now();
-        let mut call = Call::new(peek);
+        let mut call = Call::new(if peek { Mode::Peek } else { Mode::Check });
         call.push(core.entry(core.namespace.key(key), cost, &now));
         match call.send(&core.connection, &core.script).await {
             Ok(replies) => decision(&replies, core.limit.burst, now.fraction_ns),
@@ -458,7 +458,7 @@ pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
         .iter()
         .map(|request| request.limiter.time.now())
         .collect();
-    let mut call = Call::new(false);
+    let mut call = Call::new(Mode::Check);
     for (request, now) in requests.iter().zip(&times) {
         call.push(
             request
@@ -497,10 +497,19 @@ struct Now {
     fraction_ns: u64,
 }
 
+/// What a call asks of the script.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Check,
+    Peek,
+    /// Reserve (one GCRA limit), waiting at most this many microseconds.
+    Reserve(u64),
+}
+
 /// One call of the script: its keys and arguments, written straight into
 /// the command (the `EVAL` fallback writes them again).
 struct Call<'a> {
-    peek: bool,
+    mode: Mode,
     limits: Vec<Entry<'a>>,
 }
 
@@ -514,9 +523,9 @@ struct Entry<'a> {
 }
 
 impl<'a> Call<'a> {
-    fn new(peek: bool) -> Self {
+    fn new(mode: Mode) -> Self {
         Self {
-            peek,
+            mode,
             limits: Vec::new(),
         }
     }
@@ -532,7 +541,11 @@ impl<'a> Call<'a> {
         for limit in &self.limits {
             command.arg(&limit.key);
         }
-        command.arg(if self.peek { "1" } else { "0" });
+        command.arg(match self.mode {
+            Mode::Check => "0",
+            Mode::Peek => "1",
+            Mode::Reserve(_) => "2",
+        });
         for Entry {
             limit,
             cost,
@@ -552,39 +565,47 @@ impl<'a> Call<'a> {
                 .arg(limit.burst)
                 .arg(grace_ms);
         }
+        if let Mode::Reserve(max_wait_us) = self.mode {
+            command.arg(max_wait_us);
+        }
         command
     }
 
-    /// Runs the call unless the connection's breaker is open, and tells
-    /// the breaker how it went.
+    /// Runs the call (see [`evaluate`]).
     async fn send(&self, connection: &Connection, script: &Script) -> Result<Vec<i64>, Sent> {
-        let breaker = connection.breaker();
-        if let Admission::Skip(open_for) = breaker.admit() {
-            return Err(Sent::Unavailable(Unavailable::BreakerOpen(open_for)));
-        }
-        let result = self.run(connection, script).await;
-        match &result {
-            Ok(_) => breaker.succeeded(),
-            Err(Sent::Unavailable(_)) => breaker.failed(),
-            Err(Sent::Failed(_)) => {}
-        }
-        result
+        evaluate(connection, script, |name, body| self.command(name, body)).await
     }
+}
 
-    /// `EVALSHA`, or `EVAL` when the server has not got the script.
-    async fn run(&self, connection: &Connection, script: &Script) -> Result<Vec<i64>, Sent> {
-        // Both commands within one call timeout.
-        connection
-            .within(async {
-                match connection.send(&self.command("EVALSHA", &script.sha)).await {
-                    Err(error) if error.kind() == ErrorKind::NoScriptError => {
-                        connection.send(&self.command("EVAL", &script.source)).await
-                    }
-                    other => other,
-                }
-            })
-            .await
+/// Runs the script with the command `command(name, body)` builds
+/// (`EVALSHA` with the SHA-1, or `EVAL` with the source when the server
+/// has not got it, both within one call timeout), unless the connection's
+/// breaker is open, and tells the breaker how it went.
+async fn evaluate(
+    connection: &Connection,
+    script: &Script,
+    command: impl Fn(&str, &str) -> redis::Cmd,
+) -> Result<Vec<i64>, Sent> {
+    let breaker = connection.breaker();
+    if let Admission::Skip(open_for) = breaker.admit() {
+        return Err(Sent::Unavailable(Unavailable::BreakerOpen(open_for)));
     }
+    let result = connection
+        .within(async {
+            match connection.send(&command("EVALSHA", &script.sha)).await {
+                Err(error) if error.kind() == ErrorKind::NoScriptError => {
+                    connection.send(&command("EVAL", &script.source)).await
+                }
+                other => other,
+            }
+        })
+        .await;
+    match &result {
+        Ok(_) => breaker.succeeded(),
+        Err(Sent::Unavailable(_)) => breaker.failed(),
+        Err(Sent::Failed(_)) => {}
+    }
+    result
 }
 
 /// The decision in four integers of the script's reply.
@@ -611,6 +632,261 @@ fn decision(reply: &[i64], limit: u32, fraction_ns: u64) -> Result<Decision, Err
         from_reading(reset_us),
     )
     .ok_or_else(malformed)
+}
+
+impl RedisLimiter<Gcra> {
+    /// Reserves `cost` units for `key` at the earliest slot after every
+    /// reservation already made on it, by any instance, if that slot is at
+    /// most `max_wait` away (notes/11): one round trip, in which the script
+    /// admits the request now for its future slot. Reservations of one key
+    /// are served in the order Redis runs them, whichever instance made
+    /// them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::TooLong`] when the slot is further than `max_wait`
+    /// (nothing is reserved), [`Error::Check`] for a cost of zero or above
+    /// the burst, and [`Error::Unavailable`] when Redis cannot answer,
+    /// whatever the failure policy (a reservation is Redis's or none).
+    pub async fn reserve_n(
+        &self,
+        key: impl AsRef<[u8]>,
+        cost: u32,
+        max_wait: Duration,
+    ) -> Result<RedisReservation<'_>, Error> {
+        let core = &self.core;
+        validate_cost(cost, core.limit.burst)?;
+        let tolerance_us = u64::from(core.limit.burst) * core.limit.span_us;
+        // Whole microseconds, rounded down: never longer than asked.
+        let max_wait_us = u64::try_from(max_wait.as_micros())
+            .unwrap_or(u64::MAX)
+            .min(MAX_SPAN_US.saturating_sub(tolerance_us));
+        let now = core.time.now();
+        let redis_key = core.namespace.key(key.as_ref());
+        let mut call = Call::new(Mode::Reserve(max_wait_us));
+        call.push(core.entry(redis_key.clone(), cost, &now));
+        let reply = match call.send(&core.connection, &core.script).await {
+            Ok(reply) => reply,
+            Err(Sent::Unavailable(cause)) => return Err(Error::Unavailable(cause)),
+            Err(Sent::Failed(error)) => return Err(Error::Script(error)),
+        };
+        let malformed = || Error::Reply(format!("{reply:?}"));
+        let &[allowed, remaining, retry_us, reset_us, tat_us] = &reply[..] else {
+            return Err(malformed());
+        };
+        let (Ok(remaining), Ok(retry_us), Ok(reset_us), Ok(tat_us)) = (
+            u32::try_from(remaining),
+            u64::try_from(retry_us),
+            u64::try_from(reset_us),
+            u64::try_from(tat_us),
+        ) else {
+            return Err(malformed());
+        };
+        let from_reading = |us: u64| {
+            Duration::from_nanos(us.saturating_mul(1_000).saturating_sub(now.fraction_ns))
+        };
+        if allowed != 1 {
+            return Err(Error::TooLong {
+                wait: from_reading(retry_us.saturating_add(max_wait_us)),
+                max_wait,
+            });
+        }
+        let wait_us = reset_us.saturating_sub(tolerance_us);
+        // At its slot the key owes exactly the tolerance; admitted at once,
+        // what the script said.
+        let decision = if wait_us > 0 {
+            Decision::from_parts(
+                core.limit.burst,
+                0,
+                Duration::ZERO,
+                from_reading(tolerance_us),
+            )
+        } else {
+            Decision::from_parts(
+                core.limit.burst,
+                remaining,
+                Duration::ZERO,
+                from_reading(reset_us),
+            )
+        }
+        .ok_or_else(malformed)?;
+        Ok(RedisReservation {
+            refund: Some(Refund {
+                connection: core.connection.clone(),
+                script: Arc::clone(&core.script),
+                time: core.time.clone(),
+                key: redis_key,
+                written_us: tat_us,
+                restored_us: tat_us.saturating_sub(u64::from(cost) * core.limit.span_us),
+                tolerance_us,
+            })
+            .filter(|_| wait_us > 0),
+            deadline: tokio::time::Instant::now() + from_reading(wait_us),
+            delay: from_reading(wait_us),
+            decision,
+            _limiter: PhantomData,
+        })
+    }
+
+    /// Waits until one unit for `key` is admitted: [`reserve_n`](RedisLimiter::reserve_n)
+    /// and a sleep until exactly the slot. Dropping the future before the
+    /// slot gives the reservation back if no one reserved after it.
+    ///
+    /// # Errors
+    ///
+    /// As [`reserve_n`](RedisLimiter::reserve_n), at once.
+    pub async fn until_ready(
+        &self,
+        key: impl AsRef<[u8]>,
+        max_wait: Duration,
+    ) -> Result<Decision, Error> {
+        self.until_n_ready(key, 1, max_wait).await
+    }
+
+    /// Waits until `cost` units for `key` are admitted, as
+    /// [`until_ready`](RedisLimiter::until_ready).
+    ///
+    /// # Errors
+    ///
+    /// As [`reserve_n`](RedisLimiter::reserve_n), at once.
+    pub async fn until_n_ready(
+        &self,
+        key: impl AsRef<[u8]>,
+        cost: u32,
+        max_wait: Duration,
+    ) -> Result<Decision, Error> {
+        let mut reservation = self.reserve_n(key, cost, max_wait).await?;
+        reservation.ready().await;
+        Ok(reservation.decision())
+    }
+}
+
+/// A reservation of a future admission in Redis ([`RedisLimiter::reserve_n`]).
+///
+/// Dropped before its slot, it is given back (in a task spawned on the
+/// current tokio runtime) if no one has reserved or been admitted on the
+/// key since, and kept otherwise: moving the slots of reservations made
+/// after it, possibly by other instances, would need to tell their waiters
+/// (notes/11). [`cancel`](RedisReservation::cancel) gives it back now and
+/// says whether it could.
+#[must_use = "dropping a reservation before its slot gives it back"]
+#[derive(Debug)]
+pub struct RedisReservation<'a> {
+    /// What gives it back; `None` once due, admitted at once, or given back.
+    refund: Option<Refund>,
+    deadline: tokio::time::Instant,
+    delay: Duration,
+    decision: Decision,
+    _limiter: PhantomData<&'a RedisLimiter<Gcra>>,
+}
+
+/// Everything a refund needs, owned, so that a dropped reservation can
+/// send it from a task of its own.
+struct Refund {
+    connection: Connection,
+    script: Arc<Script>,
+    time: Time,
+    key: Vec<u8>,
+    written_us: u64,
+    restored_us: u64,
+    tolerance_us: u64,
+}
+
+impl Refund {
+    /// Restores the TAT if the key still holds the one this reservation
+    /// wrote and its slot has not come (the script judges both).
+    async fn send(self) -> Result<bool, Error> {
+        let now = self.time.now();
+        let reply = evaluate(&self.connection, &self.script, |name, body| {
+            let mut command = redis::cmd(name);
+            command
+                .arg(body)
+                .arg(1)
+                .arg(&self.key)
+                .arg("3")
+                .arg(self.written_us)
+                .arg(self.restored_us);
+            match now.us {
+                Some(us) => command.arg(us),
+                None => command.arg(""),
+            };
+            command.arg(self.tolerance_us);
+            command
+        })
+        .await;
+        match reply {
+            Ok(reply) => Ok(reply == [1]),
+            Err(Sent::Unavailable(cause)) => Err(Error::Unavailable(cause)),
+            Err(Sent::Failed(error)) => Err(Error::Script(error)),
+        }
+    }
+}
+
+impl std::fmt::Debug for Refund {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Refund")
+            .field("key", &String::from_utf8_lossy(&self.key))
+            .field("written_us", &self.written_us)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisReservation<'_> {
+    /// How long until the slot, on this process's timer (zero when due).
+    #[must_use]
+    pub fn wait(&self) -> Duration {
+        self.deadline
+            .saturating_duration_since(tokio::time::Instant::now())
+    }
+
+    /// The decision the units are admitted with.
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// How far the slot was from the clock reading the reservation was
+    /// decided at: exact, where [`wait`](RedisReservation::wait) counts
+    /// down on this process's timer from when the reply arrived.
+    #[must_use]
+    pub fn delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// Sleeps until the slot: the units are then admitted.
+    pub async fn ready(&mut self) {
+        tokio::time::sleep_until(self.deadline).await;
+        self.refund = None;
+    }
+
+    /// Gives the reservation back now, if no one has reserved or been
+    /// admitted on the key since and its slot has not come; returns
+    /// whether it did.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when Redis cannot answer (the reservation is
+    /// then kept).
+    pub async fn cancel(mut self) -> Result<bool, Error> {
+        match self.refund.take() {
+            Some(refund) => refund.send().await,
+            None => Ok(false),
+        }
+    }
+}
+
+impl Drop for RedisReservation<'_> {
+    fn drop(&mut self) {
+        let Some(refund) = self.refund.take() else {
+            return;
+        };
+        if self.deadline <= tokio::time::Instant::now() {
+            return;
+        }
+        // Outside a runtime nothing can be sent: the reservation is kept.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(refund.send());
+        }
+    }
 }
 
 impl<A: Scripted> std::fmt::Debug for RedisLimiter<A> {

@@ -41,6 +41,9 @@ macro_rules! on_both_deployments {
 }
 
 on_both_deployments! {
+    reservations_of_two_instances_take_consecutive_slots: reservations_in_order,
+    a_reservation_is_given_back_only_when_last: reservations_given_back,
+    waiters_on_the_servers_clock_are_admitted_at_the_rate: waiters_at_the_rate,
     a_flushed_script_cache_reaches_no_caller: script_flush_mid_run,
     limits_checked_together_are_all_or_nothing: limits_together,
 }
@@ -616,4 +619,151 @@ fn a_panicking_clock_charges_nothing() {
     assert_eq!(peeked.remaining(), 1, "two left, peek reports after one");
     let peeked = target.runtime.block_on(other.peek("k")).unwrap();
     assert_eq!(peeked.remaining(), 2, "three left, peek reports after one");
+}
+
+/// 50 a second (one every 20 ms) in bursts of 2, on a frozen client clock:
+/// every wait is exact.
+fn waiting_quota() -> Quota {
+    Quota::per_second(50).unwrap().with_burst(2).unwrap()
+}
+
+const SLOT: Duration = Duration::from_millis(20);
+
+/// Two instances (two limiters of one name, on two connections) reserve
+/// in turn on one drained key: each reservation takes the next slot after
+/// every one made before it, whichever instance made it; one beyond the
+/// maximum wait is refused, exactly, reserving nothing.
+fn reservations_in_order(kind: Kind) {
+    let target = Target::start(kind);
+    let clock = ManualClock::new();
+    clock.set(Duration::from_secs(1_000));
+    target.runtime.block_on(async {
+        let instance = |connection| {
+            RedisLimiter::builder("in-order", waiting_quota())
+                .clock(clock.clone())
+                .expiry_grace(Duration::from_secs(3_600))
+                .build(connection)
+                .unwrap()
+        };
+        let first = instance(target.connection.clone());
+        let second = instance(target.reconnect().await);
+        assert_eq!(first.redis_key("k"), second.redis_key("k"));
+        for _ in 0..2 {
+            assert!(first.check("k").await.unwrap().is_allowed());
+        }
+        let mut held = Vec::new();
+        for k in 1..=10u32 {
+            let instance = if k % 2 == 0 { &first } else { &second };
+            let reservation = instance
+                .reserve_n("k", 1, Duration::from_secs(1))
+                .await
+                .unwrap();
+            assert_eq!(reservation.delay(), SLOT * k, "reservation {k}");
+            assert!(reservation.wait() <= SLOT * k);
+            assert_eq!(reservation.decision().remaining(), 0);
+            held.push(reservation);
+        }
+        match first.reserve_n("k", 1, Duration::from_millis(100)).await {
+            Err(Error::TooLong { wait, max_wait }) => {
+                assert_eq!((wait, max_wait), (SLOT * 11, Duration::from_millis(100)));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Nothing reserved by the refusal: the next slot is the 11th.
+        let next = second
+            .reserve_n("k", 1, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(next.delay(), SLOT * 11);
+        // Costs outside one to the burst are refused before any round trip.
+        assert!(matches!(
+            first.reserve_n("k", 3, Duration::from_secs(1)).await,
+            Err(Error::Check(tollgate::CheckError::InsufficientCapacity {
+                cost: 3,
+                capacity: 2
+            }))
+        ));
+        // Kept: the test ends with every reservation held to its end.
+        for reservation in held {
+            std::mem::forget(reservation);
+        }
+        std::mem::forget(next);
+    });
+}
+
+/// A reservation no one reserved after is given back (by `cancel`, and
+/// by being dropped), one that others followed is kept.
+fn reservations_given_back(kind: Kind) {
+    let target = Target::start(kind);
+    let clock = ManualClock::new();
+    clock.set(Duration::from_secs(1_000));
+    let limiter = target.limiter::<Gcra>(waiting_quota(), clock.clone());
+    target.runtime.block_on(async {
+        for _ in 0..2 {
+            assert!(limiter.check("k").await.unwrap().is_allowed());
+        }
+        let one = limiter
+            .reserve_n("k", 1, Duration::from_secs(1))
+            .await
+            .unwrap();
+        let two = limiter
+            .reserve_n("k", 1, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert!(!one.cancel().await.unwrap(), "two came after one: kept");
+        assert!(two.cancel().await.unwrap(), "the last is given back");
+        // One kept, two given back: the next reservation takes two's slot.
+        let three = limiter
+            .reserve_n("k", 1, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(three.delay(), SLOT * 2);
+        // Dropped: given back from a task of its own.
+        drop(three);
+        let mut given_back = false;
+        for _ in 0..200 {
+            let denied = limiter.peek("k").await.unwrap();
+            if denied.retry_after() == SLOT * 2 {
+                given_back = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(given_back, "the dropped reservation was not given back");
+    });
+}
+
+/// Thirty waiters from two instances on one key, on the server's clock and
+/// a real timer: each is admitted, and no sooner than the quota allows:
+/// 30 units at one every 20 ms after a burst of 2 take at least 28 slots.
+fn waiters_at_the_rate(kind: Kind) {
+    let target = Target::start(kind);
+    target.runtime.block_on(async {
+        let name = format!("waiters-{}", std::process::id());
+        let build = |connection| {
+            RedisLimiter::builder(name.clone(), waiting_quota())
+                .build(connection)
+                .unwrap()
+        };
+        let first = std::sync::Arc::new(build(target.connection.clone()));
+        let second = std::sync::Arc::new(build(target.reconnect().await));
+        let started = std::time::Instant::now();
+        let waiters: Vec<_> = (0..30)
+            .map(|k| {
+                let limiter = std::sync::Arc::clone(if k % 2 == 0 { &first } else { &second });
+                tokio::spawn(async move {
+                    limiter
+                        .until_ready("hot", Duration::from_secs(5))
+                        .await
+                        .unwrap()
+                })
+            })
+            .collect();
+        for waiter in waiters {
+            assert!(waiter.await.unwrap().is_allowed());
+        }
+        assert!(started.elapsed() >= SLOT * 28, "{:?}", started.elapsed());
+        // And the key is drained as 30 admissions leave it.
+        assert!(!first.check("hot").await.unwrap().is_allowed());
+    });
 }

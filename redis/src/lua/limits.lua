@@ -14,7 +14,8 @@
 --   through string.format's "%d".
 --
 -- KEYS[i]            the Redis key of limit i
--- ARGV[1]            "1" to decide without writing (peek), else "0"
+-- ARGV[1]            "1" to decide without writing (peek), "2" to reserve
+--                    (below), else "0"
 -- ARGV[2 + 6(i-1)..] limit i: now in microseconds (or "" for the server's
 --                    TIME), algorithm, cost, constant a, constant b, expiry
 --                    grace in milliseconds
@@ -25,6 +26,36 @@
 -- All limits are decided first; only if every one admits are they written
 -- (all or nothing). Returns four integers per limit: allowed (1 or 0),
 -- remaining, retry_after_us, reset_after_us.
+--
+-- Reserving ("2"; one GCRA limit, notes/11): ARGV[8] is the longest wait
+-- in microseconds the caller accepts, and the limit's tolerance is widened
+-- by it, so that a request up to that far from conforming is admitted now
+-- for its future slot (the new TAT minus the tolerance); a fifth integer
+-- is the TAT written (0 when denied).
+--
+-- Giving a reservation back ("3"): KEYS[1]; ARGV[2] the TAT it wrote,
+-- ARGV[3] the TAT to restore, ARGV[4] now (or "" for TIME), ARGV[5] the
+-- tolerance. Restores only if the key still holds the TAT it wrote (no
+-- one reserved or was admitted since) and its slot has not come; returns
+-- { 1 } if it did, else { 0 }.
+
+if ARGV[1] == "3" then
+  local key, written = KEYS[1], ARGV[2]
+  local now = tonumber(ARGV[4])
+  if not now then
+    local time = redis.call("TIME")
+    now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  end
+  if redis.call("GET", key) ~= written or tonumber(written) - tonumber(ARGV[5]) <= now then
+    return { 0 }
+  end
+  redis.call("SET", key, ARGV[3], "KEEPTTL")
+  return { 1 }
+end
+local reserving = ARGV[1] == "2"
+if reserving and (#KEYS ~= 1 or ARGV[3] ~= "g") then
+  return redis.error_reply("tollgate: only one GCRA limit can be reserved")
+end
 --
 -- The whole chunk runs on every call, so it creates few closures (each is
 -- an allocation): the algorithms are branches of one loop, and a limit's
@@ -106,6 +137,9 @@ for i = 1, #KEYS do
     end
     local tolerance = burst * interval
     local max_debt = tolerance - cost * interval
+    if reserving then
+      max_debt = max_debt + (tonumber(ARGV[8]) or 0)
+    end
     if debt <= max_debt then
       allowed, retry = 1, 0
       debt = debt + cost * interval
@@ -296,6 +330,9 @@ for i = 1, #KEYS do
   replies[#replies + 1] = remaining
   replies[#replies + 1] = retry
   replies[#replies + 1] = reset
+  if reserving then
+    replies[#replies + 1] = allowed == 1 and now + reset or 0
+  end
 end
 
 if all_allowed and not peek then

@@ -1,0 +1,77 @@
+//! An axum service limited per API key and per client network, in process.
+//!
+//! ```sh
+//! cargo run -p tollgate-http --example axum_in_process            # serves on 127.0.0.1:3000
+//! curl -i -H 'x-api-key: alice' http://127.0.0.1:3000/api/hello
+//! cargo run -p tollgate-http --example axum_in_process -- --demo  # serves, calls itself, prints
+//! ```
+//!
+//! `/api/*` needs an `x-api-key` and is held to 5 a minute per key; every
+//! path is held to 20 a minute per client network (IPv6 by /64). The key's
+//! limit comes first: what it refuses never reaches the per-network budget.
+
+use std::net::SocketAddr;
+
+use axum::Router;
+use axum::routing::get;
+use http::HeaderName;
+use tollgate::{Quota, RateLimiter};
+use tollgate_http::{Header, IpKey, PeerIp, RateLimitLayer, Rule};
+
+/// The service: its routes behind the two limits.
+fn app() -> Result<Router, Box<dyn std::error::Error>> {
+    let per_key = Rule::new(
+        "per-key",
+        RateLimiter::<http::HeaderValue>::keyed(Quota::per_minute(5)?),
+        Header::new(HeaderName::from_static("x-api-key")),
+    )?
+    .when(|head| head.uri().path().starts_with("/api/"));
+    let per_ip = Rule::new(
+        "per-ip",
+        RateLimiter::<IpKey>::keyed(Quota::per_minute(20)?),
+        PeerIp::new(),
+    )?;
+    let layer = RateLimitLayer::builder().rule(per_key).rule(per_ip).build();
+    Ok(Router::new()
+        .route("/", get(|| async { "hello\n" }))
+        .route("/api/hello", get(|| async { "hello, API client\n" }))
+        .layer(layer))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let demo = std::env::args().any(|arg| arg == "--demo");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+    let address = listener.local_addr()?;
+    println!("listening on http://{address}");
+    let server = axum::serve(
+        listener,
+        app()?.into_make_service_with_connect_info::<SocketAddr>(),
+    );
+    if !demo {
+        server.await?;
+        return Ok(());
+    }
+    tokio::spawn(async move { server.await });
+    let client = reqwest::Client::new();
+    for attempt in 1..=7 {
+        let response = client
+            .get(format!("http://{address}/api/hello"))
+            .header("x-api-key", "alice")
+            .send()
+            .await?;
+        println!("\nrequest {attempt}: {}", response.status());
+        for name in [
+            "retry-after",
+            "ratelimit-policy",
+            "ratelimit",
+            "content-type",
+        ] {
+            for value in response.headers().get_all(name) {
+                println!("  {name}: {}", value.to_str()?);
+            }
+        }
+        println!("  {}", response.text().await?.trim_end());
+    }
+    Ok(())
+}
