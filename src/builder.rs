@@ -169,6 +169,7 @@ impl<A: Algorithm, C: Clock> Builder<A, C, NoStoreChosen> {
         DirectLimiter {
             cell: P::Cell::new(&algorithm),
             algorithm,
+            queues: Queues::new(),
             quota: self.quota,
             clock: self.clock,
         }

@@ -133,7 +133,7 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     ///
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter: RateLimiter<&str> = RateLimiter::keyed(Quota::per_hour(1)?);
+    /// let limiter: RateLimiter<String> = RateLimiter::keyed(Quota::per_hour(1)?);
     /// let (decision, receipt) = limiter.check_n_receipt("alice", 1)?;
     /// assert!(decision.is_allowed());
     /// // Another limit refused the request: give this admission back.
@@ -257,6 +257,8 @@ pub struct DirectLimiter<A: Algorithm = Gcra, C: Clock = MonotonicClock, P: Cell
     pub(crate) algorithm: A,
     pub(crate) clock: C,
     pub(crate) cell: P::Cell,
+    /// Reservations waiting for their slot (GCRA only; `crate::wait`).
+    pub(crate) queues: Queues<()>,
 }
 
 impl DirectLimiter {

@@ -46,13 +46,14 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::task::Waker;
 use std::time::Duration;
 
-use crate::RateLimiter;
 use crate::algorithm::{Algorithm, Gcra, GcraState, validate_cost};
+use crate::cell::{Cell, CellFor};
 use crate::clock::{Clock, clamp_time, saturating_nanos};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::store::{Key, Lookup, Store, StoreKind};
 use crate::sync::{Arc, Mutex, lock};
+use crate::{DirectLimiter, RateLimiter};
 
 /// Why a request cannot wait for an admission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -393,8 +394,37 @@ impl<K> fmt::Debug for Ticket<K> {
     }
 }
 
-/// A reserved admission of a GCRA limiter ([`RateLimiter::reserve_n`]):
-/// admitted now, or at its slot, for which it waits in line.
+/// A limiter that can reserve future admissions: GCRA, keyed
+/// ([`RateLimiter`]) or direct ([`DirectLimiter`]). Sealed: its methods
+/// are the crate's.
+pub trait Ledger: private::Sealed {}
+
+// The sealed trait's methods are the crate's, and so are the types they
+// name: no user can call or implement them.
+#[allow(private_interfaces)]
+mod private {
+    use super::Queues;
+
+    /// What a [`Reservation`](super::Reservation) needs of its limiter.
+    pub trait Sealed {
+        /// The key a queue is kept for (`()` for a direct limiter).
+        type Key;
+
+        /// The limiter's clock.
+        fn now_ns(&self) -> u64;
+
+        /// Moves `key`'s TAT from `tail_ns` to `restored_ns` if it still
+        /// is `tail_ns`.
+        fn refund(&self, key: &Self::Key, tail_ns: u64, restored_ns: u64) -> bool;
+
+        /// The queues of its keys.
+        fn queues(&self) -> &Queues<Self::Key>;
+    }
+}
+
+/// A reserved admission of a GCRA limiter ([`RateLimiter::reserve_n`],
+/// [`DirectLimiter::reserve_n`]): admitted now, or at its slot, for which
+/// it waits in line.
 ///
 /// Dropping a reservation before its slot gives its units back, and moves
 /// every reservation behind it on the same key forward; at or after its
@@ -410,11 +440,11 @@ impl<K> fmt::Debug for Ticket<K> {
 /// let clock = ManualClock::new();
 /// let limiter = Builder::new(Quota::per_second(2)?.with_burst(1)?)
 ///     .clock(clock.clone())
-///     .build::<&str>();
-/// let now = limiter.reserve_n("k", 1, Duration::from_secs(1))?;
+///     .build::<String>();
+/// let mut now = limiter.reserve_n("k", 1, Duration::from_secs(1))?;
 /// assert!(now.is_ready());
 /// let next = limiter.reserve_n("k", 1, Duration::from_secs(1))?;
-/// let after = limiter.reserve_n("k", 1, Duration::from_secs(1))?;
+/// let mut after = limiter.reserve_n("k", 1, Duration::from_secs(1))?;
 /// assert_eq!(next.wait(), Duration::from_millis(500));
 /// assert_eq!(after.wait(), Duration::from_millis(1000));
 /// // A third would wait 1.5 s, more than it accepts: refused, nothing reserved.
@@ -429,11 +459,111 @@ impl<K> fmt::Debug for Ticket<K> {
 /// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
 /// ```
 #[must_use = "dropping a reservation before its slot gives it back"]
-pub struct Reservation<'a, K: Key, C: Clock, S: StoreKind<K, Gcra>> {
-    limiter: &'a RateLimiter<K, Gcra, C, S>,
+pub struct Reservation<'a, L: Ledger> {
+    limiter: &'a L,
     /// `None` once due (or admitted at once).
-    ticket: Option<Ticket<K>>,
+    ticket: Option<Ticket<L::Key>>,
     decision: Decision,
+}
+
+/// Reserves through `queues` for `key`: the widened check `check(gcra,
+/// now, n)` on the key's state, under its queue's lock.
+#[allow(clippy::too_many_arguments)]
+fn reserve<'a, L, Q>(
+    limiter: &'a L,
+    gcra: &Gcra,
+    key: &Q,
+    n: u32,
+    max_wait: Duration,
+    check: impl FnOnce(&Gcra, u64, u32) -> Result<Decision, CheckError>,
+) -> Result<Reservation<'a, L>, WaitError>
+where
+    L: Ledger,
+    Q: Lookup<L::Key> + ?Sized,
+{
+    validate_cost(n, gcra.capacity())?;
+    let widened = gcra.widened(saturating_nanos(max_wait));
+    let tolerance_ns = gcra.tolerance_ns();
+    let mut decision = None;
+    let ticket = limiter.queues().reserve(key, gcra.cost_ns(n), || {
+        let now_ns = clamp_time(limiter.now_ns());
+        let reserved = check(&widened, now_ns, n)?;
+        if !reserved.is_allowed() {
+            // It would fit at `retry_after` with the widened tolerance,
+            // which is that much further than the quota's.
+            let extra = Duration::from_nanos(widened.tolerance_ns() - tolerance_ns);
+            return Err(WaitError::TooLong {
+                wait: reserved.retry_after().saturating_add(extra),
+                max_wait,
+            });
+        }
+        // The debt this admission leaves; the slot is when it is down to
+        // the tolerance.
+        let debt_ns = saturating_nanos(reserved.reset_after());
+        let tat_ns = now_ns + debt_ns;
+        if debt_ns <= tolerance_ns {
+            decision = Some(gcra.allowed(debt_ns));
+            return Ok((now_ns, None));
+        }
+        // At its slot, the key owes exactly the tolerance.
+        decision = Some(gcra.allowed(tolerance_ns));
+        Ok((now_ns, Some((tat_ns - tolerance_ns, tat_ns))))
+    })?;
+    Ok(Reservation {
+        limiter,
+        ticket,
+        decision: decision.expect("set by every reservation that returns"),
+    })
+}
+
+impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> Ledger for RateLimiter<K, Gcra, C, S> {}
+
+#[allow(private_interfaces)] // see `private`
+impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> private::Sealed for RateLimiter<K, Gcra, C, S> {
+    type Key = K;
+
+    fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    fn refund(&self, key: &K, tail_ns: u64, restored_ns: u64) -> bool {
+        self.store.compare_exchange(
+            key,
+            &self.algorithm,
+            &GcraState::at(tail_ns),
+            &GcraState::at(restored_ns),
+        )
+    }
+
+    fn queues(&self) -> &Queues<K> {
+        &self.queues
+    }
+}
+
+impl<C: Clock, P: CellFor<Gcra>> Ledger for DirectLimiter<Gcra, C, P> {}
+
+#[allow(private_interfaces)] // see `private`
+impl<C: Clock, P: CellFor<Gcra>> private::Sealed for DirectLimiter<Gcra, C, P> {
+    type Key = ();
+
+    fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    fn refund(&self, (): &(), tail_ns: u64, restored_ns: u64) -> bool {
+        // A direct limiter never retires its cell.
+        self.cell
+            .compare_exchange(
+                &self.algorithm,
+                &GcraState::at(tail_ns),
+                &GcraState::at(restored_ns),
+            )
+            .unwrap_or(false)
+    }
+
+    fn queues(&self) -> &Queues<()> {
+        &self.queues
+    }
 }
 
 impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> RateLimiter<K, Gcra, C, S> {
@@ -456,46 +586,17 @@ impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> RateLimiter<K, Gcra, C, S> {
         key: &Q,
         n: u32,
         max_wait: Duration,
-    ) -> Result<Reservation<'_, K, C, S>, WaitError> {
-        let capacity = self.algorithm.capacity();
-        validate_cost(n, capacity)?;
-        let max_wait_ns = saturating_nanos(max_wait);
-        let widened = self.algorithm.widened(max_wait_ns);
-        let tolerance_ns = self.algorithm.tolerance_ns();
-        let mut decision = None;
-        let ticket = self.queues.reserve(key, self.algorithm.cost_ns(n), || {
-            let now_ns = clamp_time(self.clock.now_ns());
-            let reserved = self.store.check(key, &widened, now_ns, n)?;
-            if !reserved.is_allowed() {
-                // It would fit at `retry_after` with the widened tolerance,
-                // which is that much further than the quota's.
-                let extra = Duration::from_nanos(widened.tolerance_ns() - tolerance_ns);
-                return Err(WaitError::TooLong {
-                    wait: reserved.retry_after().saturating_add(extra),
-                    max_wait,
-                });
-            }
-            // The debt this admission leaves; the slot is when it is down
-            // to the tolerance.
-            let debt_ns = saturating_nanos(reserved.reset_after());
-            let tat_ns = now_ns + debt_ns;
-            if debt_ns <= tolerance_ns {
-                decision = Some(self.algorithm.allowed(debt_ns));
-                return Ok((now_ns, None));
-            }
-            // At its slot, the key owes exactly the tolerance.
-            decision = Some(self.algorithm.allowed(tolerance_ns));
-            Ok((now_ns, Some((tat_ns - tolerance_ns, tat_ns))))
-        })?;
-        Ok(Reservation {
-            limiter: self,
-            ticket,
-            decision: decision.expect("set by every reservation that returns"),
-        })
+    ) -> Result<Reservation<'_, Self>, WaitError> {
+        reserve(
+            self,
+            &self.algorithm,
+            key,
+            n,
+            max_wait,
+            |widened, now_ns, n| self.store.check(key, widened, now_ns, n),
+        )
     }
-}
 
-impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> RateLimiter<K, Gcra, C, S> {
     /// How many keys have reservations waiting for their slot (each such
     /// key holds a queue): zero once every reservation is due or dropped.
     #[must_use]
@@ -504,7 +605,38 @@ impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> RateLimiter<K, Gcra, C, S> {
     }
 }
 
-impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> Reservation<'_, K, C, S> {
+impl<C: Clock, P: CellFor<Gcra>> DirectLimiter<Gcra, C, P> {
+    /// Reserves `n` units at the earliest slot after every reservation
+    /// already made, if that slot is at most `max_wait` away, as
+    /// [`RateLimiter::reserve_n`].
+    ///
+    /// # Errors
+    ///
+    /// [`WaitError::Check`] for a cost of zero or above the burst;
+    /// [`WaitError::TooLong`] when the slot is further than `max_wait`.
+    #[allow(clippy::missing_panics_doc)] // a direct limiter's cell is never retired
+    pub fn reserve_n(
+        &self,
+        n: u32,
+        max_wait: Duration,
+    ) -> Result<Reservation<'_, Self>, WaitError> {
+        reserve(
+            self,
+            &self.algorithm,
+            &(),
+            n,
+            max_wait,
+            |widened, now_ns, n| {
+                Ok(self
+                    .cell
+                    .check(widened, now_ns, n)?
+                    .expect("a direct limiter never retires its cell"))
+            },
+        )
+    }
+}
+
+impl<L: Ledger> Reservation<'_, L> {
     /// Whether the slot has come: the units are admitted.
     pub fn is_ready(&mut self) -> bool {
         matches!(self.standing(None), Standing::Due)
@@ -520,7 +652,7 @@ impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> Reservation<'_, K, C, S> {
         };
         let mut now_ns = 0;
         match ticket.peek(|| {
-            now_ns = self.limiter.clock.now_ns();
+            now_ns = self.limiter.now_ns();
             now_ns
         }) {
             Standing::Due => Duration::ZERO,
@@ -540,11 +672,11 @@ impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> Reservation<'_, K, C, S> {
         let Some(ticket) = &self.ticket else {
             return Standing::Due;
         };
-        let clock = &self.limiter.clock;
-        let standing = ticket.standing(|| clock.now_ns(), waker);
+        let limiter = self.limiter;
+        let standing = ticket.standing(|| limiter.now_ns(), waker);
         if standing == Standing::Due {
             let ticket = self.ticket.take().expect("checked above");
-            self.limiter.queues.remove_if_empty(&ticket.queue);
+            limiter.queues().remove_if_empty(&ticket.queue);
         }
         standing
     }
@@ -552,28 +684,23 @@ impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> Reservation<'_, K, C, S> {
     /// The limiter's clock.
     #[cfg(feature = "tokio")]
     pub(crate) fn now_ns(&self) -> u64 {
-        self.limiter.clock.now_ns()
+        self.limiter.now_ns()
     }
 }
 
-impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> Drop for Reservation<'_, K, C, S> {
+impl<L: Ledger> Drop for Reservation<'_, L> {
     fn drop(&mut self) {
         let Some(ticket) = self.ticket.take() else {
             return;
         };
         let limiter = self.limiter;
+        let now = || limiter.now_ns();
         // The refund runs the key's `Hash` and `Eq` (user code); a panic
         // there keeps the units (the reservation is still cancelled), and
         // is not raised from a drop, which may run while another unwinds.
-        let now = || limiter.clock.now_ns();
         let cancelled = catch_unwind(AssertUnwindSafe(|| {
             ticket.cancel(now, |tail_ns, restored_ns| {
-                limiter.store.compare_exchange(
-                    &ticket.queue.key,
-                    &limiter.algorithm,
-                    &GcraState::at(tail_ns),
-                    &GcraState::at(restored_ns),
-                )
+                limiter.refund(&ticket.queue.key, tail_ns, restored_ns)
             });
         }));
         if cancelled.is_err() {
@@ -581,11 +708,11 @@ impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> Drop for Reservation<'_, K, C, S> 
             // the entry to become due and leave with the next due one.
             let _ = catch_unwind(AssertUnwindSafe(|| ticket.cancel(now, |_, _| false)));
         }
-        limiter.queues.remove_if_empty(&ticket.queue);
+        limiter.queues().remove_if_empty(&ticket.queue);
     }
 }
 
-impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> fmt::Debug for Reservation<'_, K, C, S> {
+impl<L: Ledger> fmt::Debug for Reservation<'_, L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Reservation")
             .field("ticket", &self.ticket)
@@ -603,12 +730,13 @@ mod sleep {
 
     use tokio::time::{Instant, Sleep, sleep_until};
 
-    use super::{Reservation, Standing, WaitError};
-    use crate::RateLimiter;
+    use super::{Ledger, Reservation, Standing, WaitError};
     use crate::algorithm::Gcra;
+    use crate::cell::CellFor;
     use crate::clock::Clock;
     use crate::decision::Decision;
     use crate::store::{Key, Lookup, StoreKind};
+    use crate::{DirectLimiter, RateLimiter};
 
     impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> RateLimiter<K, Gcra, C, S> {
         /// Waits until one unit for `key` is admitted: reserves the next
@@ -623,7 +751,7 @@ mod sleep {
         ///
         /// # #[tokio::main(flavor = "current_thread")]
         /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-        /// let limiter: RateLimiter<&str> = RateLimiter::keyed(Quota::per_second(100)?.with_burst(1)?);
+        /// let limiter: RateLimiter<String> = RateLimiter::keyed(Quota::per_second(100)?.with_burst(1)?);
         /// limiter.until_ready("upstream", Duration::from_secs(1)).await?;
         /// // The next one sleeps about 10 ms.
         /// limiter.until_ready("upstream", Duration::from_secs(1)).await?;
@@ -661,11 +789,39 @@ mod sleep {
         }
     }
 
-    impl<'a, K: Key, C: Clock, S: StoreKind<K, Gcra>> Reservation<'a, K, C, S> {
+    impl<C: Clock, P: CellFor<Gcra>> DirectLimiter<Gcra, C, P> {
+        /// Waits until `n` units are admitted, as
+        /// [`RateLimiter::until_ready`] (feature `tokio`).
+        ///
+        /// # Errors
+        ///
+        /// As [`reserve_n`](DirectLimiter::reserve_n), at once.
+        pub async fn until_n_ready(
+            &self,
+            n: u32,
+            max_wait: Duration,
+        ) -> Result<Decision, WaitError> {
+            let mut reservation = self.reserve_n(n, max_wait)?;
+            reservation.ready().await;
+            Ok(reservation.decision())
+        }
+
+        /// Waits until one unit is admitted, as
+        /// [`RateLimiter::until_ready`] (feature `tokio`).
+        ///
+        /// # Errors
+        ///
+        /// As [`reserve_n`](DirectLimiter::reserve_n), at once.
+        pub async fn until_ready(&self, max_wait: Duration) -> Result<Decision, WaitError> {
+            self.until_n_ready(1, max_wait).await
+        }
+    }
+
+    impl<'a, L: Ledger> Reservation<'a, L> {
         /// Sleeps, on tokio's timer, until the slot (feature `tokio`).
         /// Woken early only when a reservation ahead is given back and
         /// this one moves forward.
-        pub fn ready(&mut self) -> Ready<'_, 'a, K, C, S> {
+        pub fn ready(&mut self) -> Ready<'_, 'a, L> {
             Ready {
                 reservation: self,
                 sleep: None,
@@ -676,14 +832,14 @@ mod sleep {
 
     /// The future of [`Reservation::ready`].
     #[must_use = "futures do nothing unless polled"]
-    pub struct Ready<'r, 'a, K: Key, C: Clock, S: StoreKind<K, Gcra>> {
-        reservation: &'r mut Reservation<'a, K, C, S>,
+    pub struct Ready<'r, 'a, L: Ledger> {
+        reservation: &'r mut Reservation<'a, L>,
         sleep: Option<Pin<Box<Sleep>>>,
         /// The slot the timer is set for.
         armed_for: Option<u64>,
     }
 
-    impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> Future for Ready<'_, '_, K, C, S> {
+    impl<L: Ledger> Future for Ready<'_, '_, L> {
         type Output = ();
 
         fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
@@ -715,7 +871,7 @@ mod sleep {
         }
     }
 
-    impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> std::fmt::Debug for Ready<'_, '_, K, C, S> {
+    impl<L: Ledger> std::fmt::Debug for Ready<'_, '_, L> {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.debug_struct("Ready")
                 .field("reservation", &self.reservation)

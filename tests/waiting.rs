@@ -351,3 +351,45 @@ fn a_reservation_once_seen_due_is_never_given_back() {
     let next = limiter.reserve_n(&1, 1, Duration::from_secs(1)).unwrap();
     assert_eq!(next.wait(), INTERVAL * 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_direct_limiter_serves_its_waiters_in_order_and_takes_cancellations_back() {
+    within(async {
+        let limiter = Arc::new(
+            Builder::new(Quota::per_second(10).unwrap().with_burst(5).unwrap())
+                .clock(TokioClock::new())
+                .build_direct(),
+        );
+        let start = Instant::now();
+        let served: Served = Arc::default();
+        let tasks: Vec<_> = (0..50)
+            .map(|index| {
+                let limiter = Arc::clone(&limiter);
+                let served = Arc::clone(&served);
+                tokio::spawn(async move {
+                    let wait = limiter.until_ready(Duration::from_secs(60));
+                    // Waiter 20 gives up a quarter interval before its slot.
+                    if index == 20 {
+                        let give_up = start + slot(20) - INTERVAL / 4;
+                        tokio::select! {
+                            _ = wait => panic!("served after giving up"),
+                            () = tokio::time::sleep_until(give_up) => return,
+                        }
+                    }
+                    assert!(wait.await.unwrap().is_allowed());
+                    served.lock().unwrap().push((index, start.elapsed()));
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let served = std::mem::take(&mut *served.lock().unwrap());
+        assert_eq!(served.len(), 49);
+        for (k, &(index, at)) in served.iter().enumerate() {
+            assert_eq!(index, if k < 20 { k } else { k + 1 }, "out of order");
+            assert_eq!(at, slot(k), "admission {k} off its slot");
+        }
+    })
+    .await;
+}

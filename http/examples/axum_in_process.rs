@@ -41,7 +41,13 @@ fn app() -> Result<Router, Box<dyn std::error::Error>> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let demo = std::env::args().any(|arg| arg == "--demo");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+    // The demo takes any free port; serving, the usual 3000.
+    let listener = tokio::net::TcpListener::bind(if demo {
+        "127.0.0.1:0"
+    } else {
+        "127.0.0.1:3000"
+    })
+    .await?;
     let address = listener.local_addr()?;
     println!("listening on http://{address}");
     let server = axum::serve(
