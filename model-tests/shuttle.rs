@@ -257,3 +257,96 @@ fn canary_check_then_insert_is_caught() {
         assert_eq!(admitted, 1, "two cells for one key: admitted {admitted}");
     });
 }
+
+/// The reservation protocol (`tollgate::wait`) under concurrency: on a
+/// drained key with a frozen clock, two waiters keep their reservations
+/// while two others give theirs up and a fifth thread checks. Whatever the
+/// interleaving: the check is denied (nothing jumps the queue), the two
+/// kept reservations hold the next two slots exactly (nothing lost to the
+/// abandoned ones, nothing given twice), and a reservation after them all
+/// takes the third.
+fn waiting(canary: Option<tollgate::canary::Canary>) {
+    use std::time::Duration;
+
+    use shuttle::sync::atomic::AtomicUsize;
+
+    tollgate::canary::plant(canary);
+    let interval = Duration::from_millis(100);
+    let clock = ManualClock::new();
+    clock.set(Duration::from_secs(100));
+    let limiter = Arc::new(
+        Builder::new(Quota::per_second(10).unwrap().with_burst(2).unwrap())
+            .clock(clock)
+            .build::<u64>(),
+    );
+    for _ in 0..2 {
+        assert!(limiter.check(&7).unwrap().is_allowed());
+    }
+    let given_up = Arc::new(AtomicUsize::new(0));
+    let keepers: Vec<_> = (0..2)
+        .map(|_| {
+            let (limiter, given_up) = (Arc::clone(&limiter), Arc::clone(&given_up));
+            thread::spawn(move || {
+                let kept = limiter.reserve_n(&7, 1, Duration::from_secs(10)).unwrap();
+                while given_up.load(Ordering::Acquire) < 2 {
+                    thread::yield_now();
+                }
+                let wait = kept.wait();
+                // Kept to the end: its units stay reserved.
+                std::mem::forget(kept);
+                wait
+            })
+        })
+        .collect();
+    let quitters: Vec<_> = (0..2)
+        .map(|_| {
+            let (limiter, given_up) = (Arc::clone(&limiter), Arc::clone(&given_up));
+            thread::spawn(move || {
+                drop(limiter.reserve_n(&7, 1, Duration::from_secs(10)).unwrap());
+                given_up.fetch_add(1, Ordering::Release);
+            })
+        })
+        .collect();
+    let checker = {
+        let limiter = Arc::clone(&limiter);
+        thread::spawn(move || limiter.check(&7).unwrap().is_allowed())
+    };
+    for quitter in quitters {
+        quitter.join().unwrap();
+    }
+    assert!(!checker.join().unwrap(), "a check jumped the queue");
+    let mut waits: Vec<Duration> = keepers
+        .into_iter()
+        .map(|keeper| keeper.join().unwrap())
+        .collect();
+    waits.sort();
+    assert_eq!(
+        waits,
+        [interval, interval * 2],
+        "the kept reservations' slots"
+    );
+    let next = limiter.reserve_n(&7, 1, Duration::from_secs(10)).unwrap();
+    assert_eq!(next.wait(), interval * 3, "the slot after them");
+    std::mem::forget(next);
+}
+
+#[test]
+fn waiting_keeps_order_and_loses_no_slot() {
+    both_schedulers("waiting: 2 kept, 2 given up, 1 check", || waiting(None));
+}
+
+#[test]
+#[should_panic(expected = "the kept reservations' slots")]
+fn canary_cancel_without_shift_is_caught() {
+    both_schedulers("canary: cancel without shift", || {
+        waiting(Some(tollgate::canary::Canary::CancelWithoutShift));
+    });
+}
+
+#[test]
+#[should_panic(expected = "the kept reservations' slots")]
+fn canary_cancel_without_refund_is_caught() {
+    both_schedulers("canary: cancel without refund", || {
+        waiting(Some(tollgate::canary::Canary::CancelWithoutRefund));
+    });
+}

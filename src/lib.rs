@@ -68,8 +68,9 @@ pub use decision::Decision;
 pub use error::{CheckError, QuotaError};
 pub use limiter::{DirectLimiter, RateLimiter};
 pub use quota::Quota;
-/// The loom canaries' switch (see `model-tests/loom.rs`); loom builds only.
-#[cfg(feature = "loom")]
+/// The canaries' switch (see `model-tests/loom.rs` and
+/// `model-tests/shuttle.rs`); loom and shuttle builds only.
+#[cfg(any(feature = "loom", feature = "shuttle"))]
 #[doc(hidden)]
 pub use sync::canary;
 

@@ -166,15 +166,16 @@ pub(crate) mod epoch {
     }
 }
 
-/// Planted bugs for the loom canaries (`model-tests/loom.rs`): each is a
-/// one-line deviation from the lock-free table's protocol, switched on by a
-/// model before it runs, so that a green run of the real models is known to
-/// be able to fail. Compiled only under `--features loom`; everywhere else
+/// Planted bugs for the canaries of the loom models (`model-tests/loom.rs`)
+/// and the shuttle tests (`model-tests/shuttle.rs`): each is a one-line
+/// deviation from a protocol, switched on by a model before it runs, so
+/// that a green run of the real models is known to be able to fail.
+/// Compiled only under `--features loom` or `shuttle`; everywhere else
 /// [`canary::planted`] is a constant `false` and the deviations compile out.
 pub mod canary {
     /// A deviation from the protocol.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    #[cfg_attr(not(feature = "loom"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "loom", feature = "shuttle")), allow(dead_code))]
     pub enum Canary {
         /// Publishes a slot's control byte with `Relaxed` instead of
         /// `Release`: a lookup can read the slot before it is written.
@@ -187,31 +188,35 @@ pub mod canary {
         /// A replaced table is freed at once, without waiting for the checks
         /// that may still be reading it.
         FreeWithoutGrace,
+        /// An abandoned reservation moves the TAT back but leaves the later
+        /// reservations' slots where they were (`crate::wait`).
+        CancelWithoutShift,
+        /// An abandoned reservation gives nothing back.
+        CancelWithoutRefund,
     }
 
-    #[cfg(feature = "loom")]
+    #[cfg(any(feature = "loom", feature = "shuttle"))]
     std::thread_local! {
-        // loom runs a model's threads on the test's own OS thread, so a
-        // canary planted by the test is seen by every thread of its model
-        // and by no other test running in parallel.
+        // loom and shuttle run a model's threads on the test's own OS
+        // thread, so a canary planted by the test is seen by every thread
+        // of its model and by no other test running in parallel.
         static PLANTED: std::cell::Cell<Option<Canary>> = const { std::cell::Cell::new(None) };
     }
 
     /// Plants `canary` (or none) for the models this thread runs next.
-    #[cfg(feature = "loom")]
+    #[cfg(any(feature = "loom", feature = "shuttle"))]
     pub fn plant(canary: Option<Canary>) {
         PLANTED.with(|planted| planted.set(canary));
     }
 
     /// Whether `canary` is planted.
-    #[cfg(feature = "loom")]
+    #[cfg(any(feature = "loom", feature = "shuttle"))]
     pub(crate) fn planted(canary: Canary) -> bool {
         PLANTED.with(|planted| planted.get() == Some(canary))
     }
 
-    /// Whether `canary` is planted: never, outside loom builds.
-    #[cfg(not(feature = "loom"))]
-    #[cfg_attr(feature = "shuttle", allow(dead_code))]
+    /// Whether `canary` is planted: never, outside the model builds.
+    #[cfg(not(any(feature = "loom", feature = "shuttle")))]
     #[inline]
     pub(crate) const fn planted(_canary: Canary) -> bool {
         false

@@ -52,6 +52,7 @@ use crate::clock::{Clock, clamp_time, saturating_nanos};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::store::{Key, Lookup, Store, StoreKind};
+use crate::sync::canary::{self, Canary};
 use crate::sync::{Arc, Mutex, lock};
 use crate::{DirectLimiter, RateLimiter};
 
@@ -331,13 +332,20 @@ impl<K> Ticket<K> {
         // A refund that fails (which nothing in process makes happen while
         // a reservation is pending) keeps the units: the schedule stays as
         // it was, conservative.
-        let refunded = refund(tail, tail - cost_ns);
+        let refunded =
+            !canary::planted(Canary::CancelWithoutRefund) && refund(tail, tail - cost_ns);
         let entry = &mut state.pending[index];
         entry.cancelled = true;
         entry.waker = None;
         if refunded {
             state.tail_tat_ns = tail - cost_ns;
-            for later in state.pending.iter_mut().skip(index + 1) {
+            // Every later slot (none, for the canary that forgets them).
+            let shifted = if canary::planted(Canary::CancelWithoutShift) {
+                0
+            } else {
+                usize::MAX
+            };
+            for later in state.pending.iter_mut().skip(index + 1).take(shifted) {
                 // A slot before the clock's origin is due at once: the
                 // schedule without the abandoned request would have
                 // admitted it already.
