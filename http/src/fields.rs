@@ -94,7 +94,7 @@ pub(crate) fn limit_item(out: &mut String, name: &str, decision: &Decision) {
 
 /// Appends `value` in decimal, without the formatting machinery (this is
 /// on every admitted request's path).
-fn push_decimal(out: &mut String, mut value: u64) {
+pub(crate) fn push_decimal(out: &mut String, mut value: u64) {
     let mut digits = [0u8; 20];
     let mut start = digits.len();
     loop {
@@ -152,7 +152,9 @@ pub(crate) fn problem(
     push_json_string(&mut body, kind);
     body.push_str(",\"title\":");
     push_json_string(&mut body, title);
-    let _ = write!(body, ",\"status\":{status},\"detail\":");
+    body.push_str(",\"status\":");
+    push_decimal(&mut body, u64::from(status));
+    body.push_str(",\"detail\":");
     push_json_string(&mut body, detail);
     if !violated.is_empty() {
         body.push_str(",\"violated-policies\":[");
@@ -168,13 +170,75 @@ pub(crate) fn problem(
     body
 }
 
+/// A rule's pieces of its quota-exceeded problem, JSON-escaped once when
+/// the rule is made.
+#[derive(Debug, Clone)]
+pub(crate) struct RuleJson {
+    /// The detail up to the wait.
+    exhausted: String,
+    /// The name as a JSON string, quoted.
+    name: String,
+}
+
+/// The text of a quota-exceeded problem's detail before the wait.
+fn exhausted_detail(name: &str) -> String {
+    format!("the \"{name}\" quota is exhausted for this client; retry in ")
+}
+
+impl RuleJson {
+    pub(crate) fn new(name: &str) -> Self {
+        let mut exhausted = String::new();
+        push_json_string(&mut exhausted, &exhausted_detail(name));
+        // Without its closing quote: the wait follows.
+        exhausted.pop();
+        let mut quoted = String::new();
+        push_json_string(&mut quoted, name);
+        Self {
+            exhausted,
+            name: quoted,
+        }
+    }
+}
+
+/// The quota-exceeded problem of a denial by the rule of `json`, with a
+/// wait of `wait` seconds: [`problem`]'s document, from pieces made once.
+pub(crate) fn exhausted_problem(json: &RuleJson, wait: u64) -> String {
+    const HEAD: &str = concat!(
+        "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",",
+        "\"title\":\"Quota Exceeded\",\"status\":429,\"detail\":"
+    );
+    let mut body = String::with_capacity(HEAD.len() + json.exhausted.len() + json.name.len() + 48);
+    body.push_str(HEAD);
+    body.push_str(&json.exhausted);
+    push_decimal(&mut body, wait);
+    body.push_str(" s\",\"violated-policies\":[");
+    body.push_str(&json.name);
+    body.push_str("]}");
+    body
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use tollgate::{Decision, Quota};
 
-    use super::{limit_item, policy_item, problem, whole_seconds_up};
+    use super::{
+        QUOTA_EXCEEDED, RuleJson, exhausted_detail, exhausted_problem, limit_item, policy_item,
+        problem, whole_seconds_up,
+    };
+
+    #[test]
+    fn a_denials_problem_made_from_pieces_is_the_problem() {
+        for name in ["per-ip", r#"odd "name" \ here"#] {
+            let mut detail = exhausted_detail(name);
+            detail.push_str("20 s");
+            assert_eq!(
+                exhausted_problem(&RuleJson::new(name), 20),
+                problem(QUOTA_EXCEEDED, "Quota Exceeded", 429, &detail, &[name])
+            );
+        }
+    }
 
     #[test]
     fn seconds_round_up_and_never_reach_zero() {

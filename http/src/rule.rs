@@ -11,7 +11,7 @@ use crate::head::RequestHead;
 use http::HeaderValue;
 use tollgate::Decision;
 
-use crate::fields::{is_field_string, policy_item};
+use crate::fields::{RuleJson, is_field_string, policy_item};
 use crate::key::{KeyError, KeyExtractor};
 use crate::limit::{Checked, Failure, Limit};
 
@@ -64,6 +64,8 @@ pub struct Rule {
     name: Arc<str>,
     /// This rule's `RateLimit-Policy` item, made once.
     policy: HeaderValue,
+    /// Its pieces of a denial's problem body, made once.
+    json: RuleJson,
     check: Box<dyn Check>,
     when: Option<Predicate>,
     cost: Option<CostFn>,
@@ -108,6 +110,7 @@ impl Rule {
         let policy = HeaderValue::try_from(policy_item(&name, &limiter.quota()))
             .map_err(|_| NameError(name.clone()))?;
         Ok(Self {
+            json: RuleJson::new(&name),
             name: name.into(),
             policy,
             check: Box::new(Bound {
@@ -148,6 +151,11 @@ impl Rule {
     /// This rule's `RateLimit-Policy` item.
     pub(crate) fn policy(&self) -> &HeaderValue {
         &self.policy
+    }
+
+    /// This rule's pieces of a denial's problem body.
+    pub(crate) fn json(&self) -> &RuleJson {
+        &self.json
     }
 
     /// What checking `request` against this rule starts; `refundable`:

@@ -18,7 +18,8 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::fields::{
-    QUOTA_EXCEEDED, TEMPORARY_REDUCED_CAPACITY, limit_item, problem, whole_seconds_up,
+    QUOTA_EXCEEDED, TEMPORARY_REDUCED_CAPACITY, exhausted_problem, limit_item, problem,
+    push_decimal, whole_seconds_up,
 };
 use crate::grpc;
 use crate::head::RequestHead;
@@ -282,8 +283,12 @@ impl Passed {
     /// one line of each a rule, which a client reads as one list per field
     /// (a structured-field list may be split over several lines).
     fn fields(&self, config: &Config, extra: Option<(usize, &Decision)>) -> Option<Fields> {
+        thread_local! {
+            // Where each `RateLimit` item is written before it is copied
+            // into its header value: no allocation of its own a request.
+            static ITEM: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+        }
         let mut fields = Few::new();
-        let mut item = String::new();
         for (index, decision) in self
             .decisions
             .iter()
@@ -291,10 +296,13 @@ impl Passed {
             .chain(extra)
         {
             let rule = &config.rules[index];
-            item.clear();
-            limit_item(&mut item, rule.name(), decision);
-            // Printable ASCII (names are checked when a rule is made).
-            let limit = HeaderValue::from_str(&item).ok()?;
+            let limit = ITEM.with(|item| {
+                let mut item = item.borrow_mut();
+                item.clear();
+                limit_item(&mut item, rule.name(), decision);
+                // Printable ASCII (names are checked when a rule is made).
+                HeaderValue::from_str(&item).ok()
+            })?;
             fields.push((rule.policy().clone(), limit));
         }
         (fields.len() > 0).then_some(Fields(fields))
@@ -378,15 +386,27 @@ impl Config {
             Refusal::Denied(index, decision) => {
                 let rule = &self.rules[*index];
                 let wait = whole_seconds_up(decision.retry_after());
+                // Every refusal's path, the one an attacker drives: the
+                // body from pieces the rule made once, the text only for
+                // gRPC, which carries it.
+                let (detail, body) = if grpc {
+                    let mut detail = String::with_capacity(64 + rule.name().len());
+                    detail.push_str("the \"");
+                    detail.push_str(rule.name());
+                    detail.push_str("\" quota is exhausted for this client; retry in ");
+                    push_decimal(&mut detail, wait);
+                    detail.push_str(" s");
+                    (detail, None)
+                } else {
+                    (String::new(), Some(exhausted_problem(rule.json(), wait)))
+                };
                 Answer {
                     status: StatusCode::TOO_MANY_REQUESTS,
                     grpc_code: grpc::RESOURCE_EXHAUSTED,
                     kind: QUOTA_EXCEEDED,
                     title: "Quota Exceeded",
-                    detail: format!(
-                        "the {:?} quota is exhausted for this client; retry in {wait} s",
-                        rule.name()
-                    ),
+                    detail,
+                    body,
                     violated: Some(rule.name()),
                     retry_after: Some(wait),
                     fields: passed.fields(self, Some((*index, decision))),
@@ -403,6 +423,7 @@ impl Config {
                         "the {:?} quota can never admit this request: {error}",
                         rule.name()
                     ),
+                    body: None,
                     violated: Some(rule.name()),
                     // No wait admits it: no Retry-After.
                     retry_after: None,
@@ -420,6 +441,7 @@ impl Config {
                         "the {:?} limit could not be decided: {failure}",
                         rule.name()
                     ),
+                    body: None,
                     violated: None,
                     retry_after: Some(1),
                     fields: passed.fields(self, None),
@@ -437,6 +459,7 @@ impl Config {
                     kind: "about:blank",
                     title: status.canonical_reason().unwrap_or("Error"),
                     detail: error.to_string(),
+                    body: None,
                     violated: None,
                     retry_after: None,
                     fields: None,
@@ -464,6 +487,8 @@ struct Answer<'a> {
     kind: &'static str,
     title: &'static str,
     detail: String,
+    /// The problem body, when made already.
+    body: Option<String>,
     violated: Option<&'a str>,
     retry_after: Option<u64>,
     fields: Option<Fields>,
@@ -473,6 +498,8 @@ impl Answer<'_> {
     fn into_response<B>(self, grpc: bool) -> Response<LimitBody<B>> {
         let mut response = Response::new(LimitBody::empty());
         let headers = response.headers_mut();
+        // Room for every field below in one allocation.
+        headers.reserve(8);
         if let Some(wait) = self.retry_after {
             headers.insert(RETRY_AFTER, HeaderValue::from(wait));
         }
@@ -499,14 +526,15 @@ impl Answer<'_> {
             HeaderValue::from_static("application/problem+json"),
         );
         *response.status_mut() = self.status;
-        let violated: Vec<&str> = self.violated.into_iter().collect();
-        let body = problem(
-            self.kind,
-            self.title,
-            self.status.as_u16(),
-            &self.detail,
-            &violated,
-        );
+        let body = self.body.unwrap_or_else(|| {
+            problem(
+                self.kind,
+                self.title,
+                self.status.as_u16(),
+                &self.detail,
+                self.violated.as_slice(),
+            )
+        });
         *response.body_mut() = LimitBody::full(Bytes::from(body));
         response
     }
