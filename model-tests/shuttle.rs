@@ -259,12 +259,16 @@ fn canary_check_then_insert_is_caught() {
 }
 
 /// The reservation protocol (`tollgate::wait`) under concurrency: on a
-/// drained key with a frozen clock, two waiters keep their reservations
-/// while two others give theirs up and a fifth thread checks. Whatever the
-/// interleaving: the check is denied (nothing jumps the queue), the two
-/// kept reservations hold the next two slots exactly (nothing lost to the
-/// abandoned ones, nothing given twice), and a reservation after them all
-/// takes the third.
+/// key drained at `t0`, two waiters keep their reservations; two others
+/// look once (counting an admission if their slot has come) and give
+/// theirs up; a thread checks; and one moves the clock on by an interval,
+/// at any point of the schedule. Whatever the interleaving:
+///
+/// * the admitted slots (the kept ones, and the given-up ones that were
+///   seen due, hence kept too) are the next ones after `t0`, one interval
+///   apart, none twice (nothing over-admitted, nothing lost to the
+///   abandoned ones);
+/// * a reservation after them all takes the slot right after the last.
 fn waiting(canary: Option<tollgate::canary::Canary>) {
     use std::time::Duration;
 
@@ -272,38 +276,53 @@ fn waiting(canary: Option<tollgate::canary::Canary>) {
 
     tollgate::canary::plant(canary);
     let interval = Duration::from_millis(100);
+    let t0 = Duration::from_secs(100);
     let clock = ManualClock::new();
-    clock.set(Duration::from_secs(100));
+    clock.set(t0);
     let limiter = Arc::new(
         Builder::new(Quota::per_second(10).unwrap().with_burst(2).unwrap())
-            .clock(clock)
+            .clock(clock.clone())
             .build::<u64>(),
     );
     for _ in 0..2 {
         assert!(limiter.check(&7).unwrap().is_allowed());
     }
+    // The instant a reservation's slot is, from a reading and its wait.
+    let slot_of = |clock: &ManualClock, wait: Duration| {
+        Duration::from_nanos(tollgate::clock::Clock::now_ns(clock)) + wait
+    };
     let given_up = Arc::new(AtomicUsize::new(0));
     let keepers: Vec<_> = (0..2)
         .map(|_| {
-            let (limiter, given_up) = (Arc::clone(&limiter), Arc::clone(&given_up));
+            let (limiter, given_up, clock) =
+                (Arc::clone(&limiter), Arc::clone(&given_up), clock.clone());
             thread::spawn(move || {
                 let kept = limiter.reserve_n(&7, 1, Duration::from_secs(10)).unwrap();
-                while given_up.load(Ordering::Acquire) < 2 {
+                // Once the others have given up and the clock has moved, so
+                // that the clock holds still while the slot is read.
+                while given_up.load(Ordering::Acquire) < 3 {
                     thread::yield_now();
                 }
-                let wait = kept.wait();
+                let slot = slot_of(&clock, kept.wait());
                 // Kept to the end: its units stay reserved.
                 std::mem::forget(kept);
-                wait
+                slot
             })
         })
         .collect();
     let quitters: Vec<_> = (0..2)
         .map(|_| {
-            let (limiter, given_up) = (Arc::clone(&limiter), Arc::clone(&given_up));
+            let (limiter, given_up, clock) =
+                (Arc::clone(&limiter), Arc::clone(&given_up), clock.clone());
             thread::spawn(move || {
-                drop(limiter.reserve_n(&7, 1, Duration::from_secs(10)).unwrap());
+                let mut reservation = limiter.reserve_n(&7, 1, Duration::from_secs(10)).unwrap();
+                // Seen due: admitted, and kept however it is dropped.
+                let admitted = reservation
+                    .is_ready()
+                    .then(|| slot_of(&clock, Duration::ZERO));
+                drop(reservation);
                 given_up.fetch_add(1, Ordering::Release);
+                admitted
             })
         })
         .collect();
@@ -311,32 +330,54 @@ fn waiting(canary: Option<tollgate::canary::Canary>) {
         let limiter = Arc::clone(&limiter);
         thread::spawn(move || limiter.check(&7).unwrap().is_allowed())
     };
-    for quitter in quitters {
-        quitter.join().unwrap();
-    }
-    assert!(!checker.join().unwrap(), "a check jumped the queue");
-    let mut waits: Vec<Duration> = keepers
+    let advancer = {
+        let (clock, given_up) = (clock.clone(), Arc::clone(&given_up));
+        thread::spawn(move || {
+            clock.advance(interval);
+            given_up.fetch_add(1, Ordering::Release);
+        })
+    };
+    let seen_due: Vec<Duration> = quitters
+        .into_iter()
+        .filter_map(|quitter| quitter.join().unwrap())
+        .collect();
+    advancer.join().unwrap();
+    let checked = checker.join().unwrap();
+    let mut kept: Vec<Duration> = keepers
         .into_iter()
         .map(|keeper| keeper.join().unwrap())
         .collect();
-    waits.sort();
-    assert_eq!(
-        waits,
-        [interval, interval * 2],
-        "the kept reservations' slots"
-    );
+    kept.sort();
     let next = limiter.reserve_n(&7, 1, Duration::from_secs(10)).unwrap();
-    assert_eq!(next.wait(), interval * 3, "the slot after them");
+    let next_slot = slot_of(&clock, next.wait());
     std::mem::forget(next);
+    // The slots before the kept ones went to admissions that came due by
+    // the clock step (one slot, at `t0 + interval`, can): a check, or a
+    // given-up reservation seen due, or dropped once due without being
+    // looked at again.
+    let first = kept[0];
+    let held = (first.saturating_sub(t0).as_nanos() / interval.as_nanos()).saturating_sub(1);
+    assert!(
+        held <= 1 && held >= (seen_due.len() + usize::from(checked)) as u128,
+        "the slots: {held} held before the kept ones, {} seen due, check admitted: {checked}",
+        seen_due.len()
+    );
+    assert_eq!(
+        (kept, next_slot),
+        (vec![first, first + interval], first + interval * 2),
+        "the slots: kept reservations on the next ones, the one after them next"
+    );
 }
 
 #[test]
 fn waiting_keeps_order_and_loses_no_slot() {
-    both_schedulers("waiting: 2 kept, 2 given up, 1 check", || waiting(None));
+    both_schedulers("waiting: 2 kept, 2 given up, a check, a clock step", || {
+        waiting(None);
+    });
 }
 
 #[test]
-#[should_panic(expected = "the kept reservations' slots")]
+#[should_panic(expected = "the slots")]
 fn canary_cancel_without_shift_is_caught() {
     both_schedulers("canary: cancel without shift", || {
         waiting(Some(tollgate::canary::Canary::CancelWithoutShift));
@@ -344,7 +385,7 @@ fn canary_cancel_without_shift_is_caught() {
 }
 
 #[test]
-#[should_panic(expected = "the kept reservations' slots")]
+#[should_panic(expected = "the slots")]
 fn canary_cancel_without_refund_is_caught() {
     both_schedulers("canary: cancel without refund", || {
         waiting(Some(tollgate::canary::Canary::CancelWithoutRefund));

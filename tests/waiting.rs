@@ -33,6 +33,14 @@ fn slot(k: usize) -> Duration {
     INTERVAL * u32::try_from(k.saturating_sub(BURST - 1)).unwrap()
 }
 
+/// Takes the burst of key "k", waiting for nothing.
+async fn drain(limiter: &Limiter) {
+    for _ in 0..BURST {
+        let decision = limiter.until_ready("k", Duration::ZERO).await.unwrap();
+        assert!(decision.is_allowed());
+    }
+}
+
 /// Each waiter's arrival index and admission time, in admission order.
 type Served = Arc<Mutex<Vec<(usize, Duration)>>>;
 
@@ -156,15 +164,7 @@ async fn cancelled_waiters_lose_no_capacity_and_admit_nothing_extra() {
 async fn waits_beyond_the_maximum_and_costs_above_the_burst_fail_at_once() {
     let limiter = limiter();
     let start = Instant::now();
-    for _ in 0..BURST {
-        assert!(
-            limiter
-                .until_ready("k", Duration::ZERO)
-                .await
-                .unwrap()
-                .is_allowed()
-        );
-    }
+    drain(&limiter).await;
     assert_eq!(
         limiter.until_ready("k", Duration::from_millis(99)).await,
         Err(WaitError::TooLong {
@@ -214,15 +214,7 @@ async fn plain_checks_do_not_jump_the_queue() {
 async fn a_reservation_given_back_moves_the_next_forward_and_wakes_it() {
     let limiter = limiter();
     let start = Instant::now();
-    for _ in 0..BURST {
-        assert!(
-            limiter
-                .until_ready("k", Duration::ZERO)
-                .await
-                .unwrap()
-                .is_allowed()
-        );
-    }
+    drain(&limiter).await;
     let ahead = limiter.reserve_n("k", 3, Duration::from_secs(1)).unwrap();
     assert_eq!(ahead.wait(), INTERVAL * 3);
     let behind = {

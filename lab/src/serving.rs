@@ -126,13 +126,15 @@ fn router(index: usize, path: Path) -> Router {
     }
 }
 
-/// Runs `cell` for each variant in turn, `rounds` times; returns each
-/// variant's measurements in round order.
+/// Runs `cell` for each variant in turn, `rounds` times, starting each
+/// round one variant further on (so that no variant always follows the
+/// same one); returns each variant's measurements in round order.
 fn interleaved(rounds: usize, mut cell: impl FnMut(usize) -> f64) -> Vec<Vec<f64>> {
     let mut results = vec![Vec::with_capacity(rounds); VARIANTS.len()];
-    for _ in 0..rounds {
-        for (variant, samples) in results.iter_mut().enumerate() {
-            samples.push(cell(variant));
+    for round in 0..rounds {
+        for offset in 0..VARIANTS.len() {
+            let variant = (round + offset) % VARIANTS.len();
+            results[variant].push(cell(variant));
         }
     }
     results
@@ -181,7 +183,7 @@ fn in_memory(runtime: &Runtime, budget: &Budget) {
     );
     println!(
         "{:<36} {:>8} {:>12} {:>16} {:>30}",
-        "variant", "path", "ns/request", "added ns (CPU)", "× its tower_governor (range)"
+        "variant", "path", "ns/request", "added ns (CPU)", "time × its governor (lower: faster)"
     );
     for path in Path::ALL {
         let mut services: Vec<Router> = (0..VARIANTS.len())
@@ -304,7 +306,11 @@ fn loopback(runtime: &Runtime, budget: &Budget) {
     );
     println!(
         "{:<36} {:>8} {:>16} {:>30} {:>16}",
-        "variant", "path", "requests/s (16)", "× its tower_governor (range)", "latency µs (1)"
+        "variant",
+        "path",
+        "requests/s (16)",
+        "req/s × its governor (higher: faster)",
+        "latency µs (1)"
     );
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(32)

@@ -653,7 +653,7 @@ impl RedisLimiter<Gcra> {
         key: impl AsRef<[u8]>,
         cost: u32,
         max_wait: Duration,
-    ) -> Result<RedisReservation<'_>, Error> {
+    ) -> Result<RedisReservation, Error> {
         let core = &self.core;
         validate_cost(cost, core.limit.burst)?;
         let tolerance_us = u64::from(core.limit.burst) * core.limit.span_us;
@@ -724,7 +724,6 @@ impl RedisLimiter<Gcra> {
             deadline: tokio::time::Instant::now() + from_reading(wait_us),
             delay: from_reading(wait_us),
             decision,
-            _limiter: PhantomData,
         })
     }
 
@@ -768,16 +767,25 @@ impl RedisLimiter<Gcra> {
 /// key since, and kept otherwise: moving the slots of reservations made
 /// after it, possibly by other instances, would need to tell their waiters
 /// (notes/11). [`cancel`](RedisReservation::cancel) gives it back now and
-/// says whether it could.
+/// says whether it could. Refunds use `SET … KEEPTTL`: Redis 6.0 or later.
+///
+/// What is not given back: a reservation whose round trip was cut short
+/// (the `reserve_n` future dropped while the script ran, or a call
+/// timeout: the script may have reserved, and no one holds the slot; its
+/// units are lost, never over-admitted), and one dropped outside a tokio
+/// runtime, or on a runtime that stops before the spawned refund runs.
+/// The slot is waited for on this process's timer, counted from the
+/// reply's arrival: with tokio's clock paused, or a client clock that runs
+/// slower than tokio's, `ready` can return before the deciding clock
+/// reaches the slot.
 #[must_use = "dropping a reservation before its slot gives it back"]
 #[derive(Debug)]
-pub struct RedisReservation<'a> {
+pub struct RedisReservation {
     /// What gives it back; `None` once due, admitted at once, or given back.
     refund: Option<Refund>,
     deadline: tokio::time::Instant,
     delay: Duration,
     decision: Decision,
-    _limiter: PhantomData<&'a RedisLimiter<Gcra>>,
 }
 
 /// Everything a refund needs, owned, so that a dropped reservation can
@@ -831,7 +839,7 @@ impl std::fmt::Debug for Refund {
     }
 }
 
-impl RedisReservation<'_> {
+impl RedisReservation {
     /// How long until the slot, on this process's timer (zero when due).
     #[must_use]
     pub fn wait(&self) -> Duration {
@@ -864,8 +872,8 @@ impl RedisReservation<'_> {
     ///
     /// # Errors
     ///
-    /// [`Error::Unavailable`] when Redis cannot answer (the reservation is
-    /// then kept).
+    /// [`Error::Unavailable`] when Redis cannot answer in time: the refund
+    /// may or may not have run.
     pub async fn cancel(mut self) -> Result<bool, Error> {
         match self.refund.take() {
             Some(refund) => refund.send().await,
@@ -874,7 +882,7 @@ impl RedisReservation<'_> {
     }
 }
 
-impl Drop for RedisReservation<'_> {
+impl Drop for RedisReservation {
     fn drop(&mut self) {
         let Some(refund) = self.refund.take() else {
             return;

@@ -39,8 +39,19 @@
 -- one reserved or was admitted since) and its slot has not come; returns
 -- { 1 } if it did, else { 0 }.
 
+-- The arguments of modes "2" and "3" are checked as the costs are: the
+-- script is published, and a restored TAT that is not a number, or later
+-- than the one written, would break the key until it expires.
+local function whole(value)
+  return type(value) == "string" and string.match(value, "^%d+$") ~= nil
+end
+
 if ARGV[1] == "3" then
   local key, written = KEYS[1], ARGV[2]
+  if #KEYS ~= 1 or not whole(written) or not whole(ARGV[3]) or not whole(ARGV[5])
+      or tonumber(ARGV[3]) >= tonumber(written) then
+    return redis.error_reply("tollgate: a refund needs one key and whole TATs, restored < written")
+  end
   local now = tonumber(ARGV[4])
   if not now then
     local time = redis.call("TIME")
@@ -53,8 +64,9 @@ if ARGV[1] == "3" then
   return { 1 }
 end
 local reserving = ARGV[1] == "2"
-if reserving and (#KEYS ~= 1 or ARGV[3] ~= "g") then
-  return redis.error_reply("tollgate: only one GCRA limit can be reserved")
+if reserving and (#KEYS ~= 1 or ARGV[3] ~= "g" or not whole(ARGV[8])
+    or tonumber(ARGV[8]) > 2251799813685248) then
+  return redis.error_reply("tollgate: one GCRA limit, and a whole wait of at most 2^51 us")
 end
 --
 -- The whole chunk runs on every call, so it creates few closures (each is
