@@ -43,6 +43,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::OnceLock;
 use std::task::Waker;
 use std::time::Duration;
 
@@ -82,7 +83,16 @@ const QUEUE_SHARDS: usize = 8;
 /// The queues of the keys that have pending reservations, found by the
 /// key's hash. A key's queue exists while it has pending reservations and
 /// is removed with its last.
+///
+/// Made on the first reservation: a limiter that never waits allocates
+/// nothing for it and draws no random hasher keys (which, under Miri,
+/// would also move the interpreter's random choices for every test).
 pub(crate) struct Queues<K> {
+    tables: OnceLock<Tables<K>>,
+}
+
+/// The sharded tables and the hasher that finds a key's shard and entry.
+struct Tables<K> {
     shards: Box<[Mutex<Shard<K>>]>,
     hasher: RandomState,
 }
@@ -133,8 +143,8 @@ pub(crate) enum Standing {
     WaitsFor(u64),
 }
 
-impl<K> Queues<K> {
-    pub(crate) fn new() -> Self {
+impl<K> Tables<K> {
+    fn new() -> Self {
         Self {
             shards: (0..QUEUE_SHARDS)
                 .map(|_| Mutex::new(HashMap::new()))
@@ -147,6 +157,18 @@ impl<K> Queues<K> {
         // The low bits pick the shard; the map hashes the whole word.
         #[allow(clippy::cast_possible_truncation)]
         &self.shards[hash as usize % QUEUE_SHARDS]
+    }
+}
+
+impl<K> Queues<K> {
+    pub(crate) const fn new() -> Self {
+        Self {
+            tables: OnceLock::new(),
+        }
+    }
+
+    fn tables(&self) -> &Tables<K> {
+        self.tables.get_or_init(Tables::new)
     }
 
     /// Runs `reserve` under `key`'s queue lock (creating the queue if it
@@ -169,11 +191,12 @@ impl<K> Queues<K> {
     where
         Q: Lookup<K> + ?Sized,
     {
-        let hash = self.hasher.hash_one(key);
+        let tables = self.tables();
+        let hash = tables.hasher.hash_one(key);
         let mut reserve = Some(reserve);
         loop {
             let queue = {
-                let mut shard = lock(self.shard(hash));
+                let mut shard = lock(tables.shard(hash));
                 let found = shard
                     .get(&hash)
                     .and_then(|queues| queues.iter().find(|queue| key.matches(&queue.key)))
@@ -231,7 +254,7 @@ impl<K> Queues<K> {
 
     /// Removes `queue` from the table if it has no pending reservation.
     pub(crate) fn remove_if_empty(&self, queue: &Arc<Queue<K>>) {
-        let mut shard = lock(self.shard(queue.hash));
+        let mut shard = lock(self.tables().shard(queue.hash));
         remove_locked(&mut shard, queue);
     }
 }
@@ -379,10 +402,13 @@ impl<K> Ticket<K> {
 impl<K> Queues<K> {
     /// How many keys have a queue.
     pub(crate) fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| lock(shard).values().map(Vec::len).sum::<usize>())
-            .sum()
+        self.tables.get().map_or(0, |tables| {
+            tables
+                .shards
+                .iter()
+                .map(|shard| lock(shard).values().map(Vec::len).sum::<usize>())
+                .sum()
+        })
     }
 }
 
