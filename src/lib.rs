@@ -59,6 +59,7 @@ mod decision;
 mod error;
 mod limiter;
 mod quota;
+pub mod remote;
 pub mod store;
 mod sync;
 pub mod wait;

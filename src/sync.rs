@@ -193,6 +193,15 @@ pub mod canary {
         CancelWithoutShift,
         /// An abandoned reservation gives nothing back.
         CancelWithoutRefund,
+        /// A lease's units never expire: a unit is spent after its deadline
+        /// (`crate::remote`).
+        LeaseNeverExpires,
+        /// The deny cache denies one interval past the instant the remote
+        /// would admit (`crate::remote`).
+        DenyCacheOutlives,
+        /// A claim gives back one unit more than its lease has left: one
+        /// already spent (`crate::remote`).
+        GiveBackSpent,
     }
 
     #[cfg(any(feature = "loom", feature = "shuttle"))]

@@ -1,0 +1,707 @@
+//! The local half of a GCRA limiter decided elsewhere (a Redis script): an
+//! exact deny cache and leases, so that most checks take no round trip and
+//! no lock.
+//!
+//! A remote GCRA key is one number, its theoretical arrival time (TAT). It
+//! only moves later: an admission moves it on, a denial writes nothing, and
+//! time pays the debt `TAT − now` back one for one. So anything a node
+//! learns of it stays true: a TAT of `T` seen at the remote's instant `s`
+//! means a TAT of at least `T` from then on. Two uses follow.
+//!
+//! * **The deny cache.** A request of cost `n` at the remote's instant `t`
+//!   is denied there if `T − t > tolerance − n × interval`. A node that knows
+//!   `T` denies such a request itself, and the remote would have: **exact**,
+//!   not merely safe (it denies nothing the remote would admit at that
+//!   instant). Every reply teaches a `T`: a denial's, and an admission's.
+//! * **Leases.** A node asks the remote for `n + L` units at once (one
+//!   GCRA admission, so nothing the remote limiter would not admit), spends
+//!   `n` at once and keeps `L`. GCRA gave them the slots `T − (L − 1) ×
+//!   interval … T` (the TAT after each unit). The remote limiter admits a
+//!   unit no later than its slot less one interval, and no earlier than its
+//!   slot less the tolerance; a lease unit keeps both if it is **spent no
+//!   later than its slot less one interval** (the second holds already: the
+//!   lease was admitted). Any window of length `W` then holds at most
+//!   `burst + ⌊W / interval⌋` admissions, those of every node and of the
+//!   remote together: each admission at `t` has its own slot in `[t +
+//!   interval, t + tolerance]`, slots lie an interval apart, and that window
+//!   holds no more of them. That is the most the remote limiter alone admits
+//!   in a window of that length: **no over-admission, in any window**. A
+//!   unit past its deadline expires; with a `slack` of `k`, units serve `k`
+//!   intervals longer and a window holds at most `k` more.
+//!
+//! `notes/12-leases.md` in the repository has the proofs, the bounds on
+//! under-admission and extra wait, and the measurements.
+//!
+//! # Implementation details
+//!
+//! Each key's knowledge is one `AtomicU64` in the crate's lock-free table
+//! (`word.rs` documents the layout): a lower bound `end` of the remote TAT,
+//! the lease units held (the top slots up to `end`), and the next lease's
+//! size. A check is the table's check with an algorithm of this module's:
+//! a spend from the lease is one compare-and-swap; a denial (the floor
+//! `end` denies) is a load and a compare and writes nothing; a miss
+//! **claims** the key (one compare-and-swap) and asks the remote, so one
+//! caller at a time asks for a key's lease, and others that miss meanwhile
+//! ask without a claim. The table returns a [`Decision`], so a claim and an
+//! unclaimed miss travel back as decisions no algorithm makes: a limit of
+//! zero, allowed for a claim (its reset field carrying the word it
+//! replaced, which holds the units to give back) and denied otherwise.
+//! They never leave this module.
+//!
+//! Times: a check's instant is the local clock's; the remote decides on its
+//! own. `offset.rs` keeps an upper bound of the remote's reading at a local
+//! instant, measured from each round trip's send, so that a unit is spent
+//! before its deadline on the remote's clock and a cached denial ends no
+//! later than the remote's.
+//!
+//! A reply installs the new knowledge with a compare-and-exchange from the
+//! claimed word. A claim whose caller never completes (its future dropped:
+//! [`Ask`]'s `Drop` releases it; or a panic) stands for the claim timeout
+//! and is then taken over. Releasing a claim drops the units it held, and
+//! never puts them back: the remote may have taken them back already.
+//!
+//! Memory is the table's: a key's word is evicted when it knows nothing
+//! useful (its floor has passed, no unit is left and no claim stands), the
+//! key cap rejects new keys (they are then asked without a claim), and so
+//! memory is bounded at every instant as in every store.
+//!
+//! ```
+//! use std::num::NonZeroUsize;
+//! use std::time::Duration;
+//! use tollgate::remote::{lease, Leases, Local, LocalView, RemoteQuota};
+//!
+//! # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // 100 a second (10 ms), bursts of 100; the remote is simulated by the
+//! // script's Rust twin, on the same clock as the node.
+//! let quota = RemoteQuota::new(10_000, 100)?;
+//! let view: LocalView<String> = LocalView::new(
+//!     quota,
+//!     Some(Leases::new()),
+//!     NonZeroUsize::new(10_000).unwrap(),
+//!     Duration::from_secs(1),
+//! )?;
+//! let (mut tat_us, mut round_trips, mut admitted) = (None, 0, 0);
+//! let now_ns = 1_000_000_000;
+//! for _ in 0..20 {
+//!     match view.check("alice", 1, now_ns)? {
+//!         Local::Decided(decision) => admitted += u32::from(decision.is_allowed()),
+//!         Local::Ask(ask) => {
+//!             round_trips += 1;
+//!             let (reply, stored) = lease(tat_us, now_ns / 1_000, &quota, ask.request());
+//!             tat_us = stored.or(tat_us);
+//!             admitted += u32::from(reply.allowed);
+//!             ask.complete(&reply);
+//!         }
+//!     }
+//! }
+//! assert_eq!(admitted, 20);
+//! // The first round trip teaches the clocks' offset; the second leases 8
+//! // units, the third 16 (a lease spent in full doubles the next).
+//! assert_eq!(round_trips, 3);
+//! # Ok(())
+//! # }
+//! # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
+//! ```
+
+mod offset;
+mod script;
+mod word;
+
+use std::fmt;
+use std::num::NonZeroUsize;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Duration;
+
+pub use script::lease;
+pub use word::MAX_LEASE_UNITS;
+
+use self::offset::Offset;
+use self::word::{MAX_END_US, Outcome, Rules, Word};
+use crate::algorithm::{Algorithm, PackedAlgorithm, Verdict, validate_cost};
+use crate::cell::{Atomic, CellFor, Preferred};
+use crate::clock::saturating_nanos;
+use crate::decision::Decision;
+use crate::error::CheckError;
+use crate::quota::Quota;
+use crate::store::{DefaultStore, Key, KeyCap, Lookup, Store, StoreKind, WhenFull};
+use crate::sync::canary::{self, Canary};
+
+/// The longest span a remote quota may hold: 2^51 µs (71 years), as the
+/// Redis script's exact arithmetic requires.
+pub const MAX_SPAN_US: u64 = 1 << 51;
+
+/// A GCRA quota as the remote decides it: whole microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RemoteQuota {
+    interval_us: u64,
+    burst: u32,
+}
+
+impl RemoteQuota {
+    /// An emission interval of `interval_us` microseconds and a burst of
+    /// `burst`.
+    ///
+    /// # Errors
+    ///
+    /// [`RemoteError::ZeroQuota`] for a zero interval or burst, and
+    /// [`RemoteError::SpanTooLong`] when `burst × interval` exceeds
+    /// [`MAX_SPAN_US`].
+    pub fn new(interval_us: u64, burst: u32) -> Result<Self, RemoteError> {
+        if interval_us == 0 || burst == 0 {
+            return Err(RemoteError::ZeroQuota);
+        }
+        if interval_us
+            .checked_mul(u64::from(burst))
+            .is_none_or(|span| span > MAX_SPAN_US)
+        {
+            return Err(RemoteError::SpanTooLong);
+        }
+        Ok(Self { interval_us, burst })
+    }
+
+    /// `quota` in whole microseconds, its emission interval rounded up (a
+    /// slower rate: never more than the quota).
+    ///
+    /// # Errors
+    ///
+    /// As [`RemoteQuota::new`].
+    pub fn from_quota(quota: &Quota) -> Result<Self, RemoteError> {
+        let interval_us = quota.emission_interval_ns().div_ceil(1_000);
+        Self::new(interval_us, quota.burst())
+    }
+
+    /// One unit's refill time, µs.
+    #[must_use]
+    pub const fn interval_us(&self) -> u64 {
+        self.interval_us
+    }
+
+    /// The burst.
+    #[must_use]
+    pub const fn burst(&self) -> u32 {
+        self.burst
+    }
+
+    /// A drained key's refill time, µs: `burst × interval`.
+    #[must_use]
+    pub const fn tolerance_us(&self) -> u64 {
+        self.interval_us * self.burst as u64
+    }
+}
+
+/// How a node leases: the most units a lease holds, and how many
+/// intervals past its deadline a unit may still be spent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Leases {
+    max_units: u32,
+    slack: u32,
+}
+
+impl Leases {
+    /// Leases of up to [`MAX_LEASE_UNITS`] units, no slack: no window holds
+    /// more than the remote limiter alone admits.
+    #[must_use]
+    pub const fn new() -> Self {
+        Self {
+            max_units: MAX_LEASE_UNITS,
+            slack: 0,
+        }
+    }
+
+    /// Leases of at most `max_units` units.
+    ///
+    /// # Errors
+    ///
+    /// [`RemoteError::LeaseSize`] for 0 or more than [`MAX_LEASE_UNITS`].
+    pub const fn with_max_units(self, max_units: u32) -> Result<Self, RemoteError> {
+        if max_units == 0 || max_units > MAX_LEASE_UNITS {
+            return Err(RemoteError::LeaseSize(max_units));
+        }
+        Ok(Self { max_units, ..self })
+    }
+
+    /// Lets a unit be spent `slack` intervals past its deadline. Leases
+    /// then serve nodes whose requests arrive slower than the quota's rate
+    /// on a key far from its limit (units otherwise expire faster than
+    /// they are spent there), at a price: a window may hold up to `slack`
+    /// more admissions than the remote limiter alone would admit.
+    #[must_use]
+    pub const fn with_slack(self, slack: u32) -> Self {
+        Self { slack, ..self }
+    }
+
+    /// The most units a lease holds.
+    #[must_use]
+    pub const fn max_units(&self) -> u32 {
+        self.max_units
+    }
+
+    /// Intervals past its deadline a unit may be spent.
+    #[must_use]
+    pub const fn slack(&self) -> u32 {
+        self.slack
+    }
+}
+
+impl Default for Leases {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A remote quota or lease configuration that cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RemoteError {
+    /// A zero interval or burst.
+    #[error("a remote quota needs a positive interval and burst")]
+    ZeroQuota,
+    /// `burst × interval` (or the slack's intervals) beyond 2^51 µs.
+    #[error("a remote span must be at most 2^51 µs")]
+    SpanTooLong,
+    /// A lease size of 0 or above [`MAX_LEASE_UNITS`].
+    #[error("a lease holds 1 to {MAX_LEASE_UNITS} units, not {0}")]
+    LeaseSize(u32),
+}
+
+/// What a lease call asks of the remote ([`lease`] decides it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseRequest {
+    /// The request's own units, admitted now or denied.
+    pub cost: u32,
+    /// Units to lease beyond them (zero: a plain check that teaches the
+    /// TAT).
+    pub want: u32,
+    /// Units of an earlier lease to give back first.
+    pub give_back: Option<GiveBack>,
+}
+
+/// Unspent units of a lease, given back if the key still holds the TAT
+/// that lease wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GiveBack {
+    /// The TAT the lease wrote (its last slot).
+    pub end_us: u64,
+    /// Its units left unspent (the top slots up to `end_us`).
+    pub units: u32,
+}
+
+/// The remote's answer to a lease call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseReply {
+    /// Whether the request's own units were admitted.
+    pub allowed: bool,
+    /// Units still free on the remote after this call.
+    pub remaining: u32,
+    /// When denied, µs until the request's cost fits; zero when allowed.
+    pub retry_us: u64,
+    /// µs until the key is fully rested (its debt after this call).
+    pub reset_us: u64,
+    /// Units leased beyond the request's (zero when denied).
+    pub granted: u32,
+    /// The key's TAT after this call: the lease's last slot.
+    pub end_us: u64,
+    /// The remote's instant of the decision, µs.
+    pub now_us: u64,
+    /// Units given back.
+    pub returned: u32,
+}
+
+/// The word the table stores for a key (`word.rs` documents its layout).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Knowledge(u64);
+
+impl Algorithm for Rules {
+    type State = Knowledge;
+    type Admission = Knowledge;
+
+    /// The deny cache's rules for `quota` (not used by the view itself,
+    /// which builds its rules from a [`RemoteQuota`]).
+    fn from_quota(quota: &Quota) -> Self {
+        let interval_us = quota.emission_interval_ns().div_ceil(1_000);
+        Rules {
+            interval_us,
+            burst: quota.burst(),
+            tolerance_us: interval_us * u64::from(quota.burst()),
+            slack_us: 0,
+            claim_us: 1_000_000,
+            max_units: 0,
+        }
+    }
+
+    fn capacity(&self) -> u32 {
+        self.burst
+    }
+
+    #[inline]
+    fn decide(
+        &self,
+        state: &Knowledge,
+        now_ns: u64,
+        cost: u32,
+    ) -> Result<Verdict<Knowledge>, CheckError> {
+        validate_cost(cost, self.burst)?;
+        Ok(match self.outcome(state.0, now_ns, cost) {
+            Outcome::Spend { decision, word } => Verdict::Allow {
+                decision,
+                admission: Knowledge(word),
+            },
+            Outcome::Deny(decision) => Verdict::Deny(decision),
+            Outcome::Claim { word } => Verdict::Allow {
+                decision: Decision::allow(MARKER, 0, state.0),
+                admission: Knowledge(word),
+            },
+            Outcome::Unclaimed => Verdict::Deny(Decision::deny(MARKER, 0, 1, 1)),
+        })
+    }
+
+    #[inline]
+    fn admit(&self, state: &mut Knowledge, admission: Knowledge) {
+        *state = admission;
+    }
+
+    fn is_idle(&self, state: &Knowledge, now_ns: u64) -> bool {
+        Rules::is_idle(self, state.0, now_ns)
+    }
+
+    fn rest_ns(&self) -> u64 {
+        self.tolerance_us
+            .saturating_add(self.slack_us.max(self.claim_us))
+            .saturating_mul(1_000)
+    }
+}
+
+impl PackedAlgorithm for Rules {
+    /// The word itself; never `u64::MAX` (see `word.rs`).
+    #[inline]
+    fn pack(&self, state: &Knowledge) -> u64 {
+        state.0
+    }
+
+    #[inline]
+    fn unpack(&self, word: u64) -> Knowledge {
+        Knowledge(word)
+    }
+}
+
+impl CellFor<Rules> for Preferred {
+    type Cell = Atomic<Rules>;
+}
+
+/// The limit of the decisions that carry a claim or an unclaimed miss out
+/// of the table: no algorithm's (every quota's burst is at least 1).
+const MARKER: u32 = 0;
+
+/// A node's knowledge of a remote GCRA limiter's keys, in the crate's
+/// lock-free table: its exact deny cache, and its leases when it leases.
+/// See the [module documentation](self).
+///
+/// It reads no clock: every method takes the local instant, so that the
+/// caller reads its clock once for a check and for the call it may send.
+pub struct LocalView<K: Key> {
+    rules: Rules,
+    store: <DefaultStore as StoreKind<K, Rules>>::Store,
+    offset: Offset,
+}
+
+/// The answer of [`LocalView::check`].
+#[derive(Debug)]
+#[must_use = "an ask must be sent to the remote, or dropped"]
+pub enum Local<'a, K: Key> {
+    /// Decided locally: from the lease, or denied by what the remote told.
+    Decided(Decision),
+    /// Ask the remote.
+    Ask(Ask<'a, K>),
+}
+
+/// A call to the remote that a check needs: send [`request`](Ask::request)
+/// (its time read at [`sent_ns`](Ask::sent_ns): the local instant the check
+/// was given, or on a remote with its own clock, read no earlier), then
+/// [`complete`](Ask::complete) it with the reply. Dropping it (the call
+/// failed, or its future was dropped) releases the key's claim.
+pub struct Ask<'a, K: Key> {
+    view: &'a LocalView<K>,
+    /// The key and the word it was claimed with, if this ask holds the
+    /// key's claim.
+    claim: Option<(K, Knowledge)>,
+    request: LeaseRequest,
+    sent_ns: u64,
+}
+
+impl<K: Key> LocalView<K> {
+    /// A view of the remote limiter `quota`: a deny cache, with `leases`
+    /// when given; at most `max_keys` keys held (a new key beyond them is
+    /// asked without a claim); a claim stands `claim_timeout` before
+    /// another caller takes it over (the remote call's timeout is right).
+    ///
+    /// # Errors
+    ///
+    /// [`RemoteError::SpanTooLong`] when the slack's intervals exceed 2^51
+    /// µs.
+    pub fn new(
+        quota: RemoteQuota,
+        leases: Option<Leases>,
+        max_keys: NonZeroUsize,
+        claim_timeout: Duration,
+    ) -> Result<Self, RemoteError> {
+        let (max_units, slack) = leases.map_or((0, 0), |leases| (leases.max_units, leases.slack));
+        let slack_us = quota
+            .interval_us
+            .checked_mul(u64::from(slack))
+            .filter(|&slack_us| slack_us <= MAX_SPAN_US)
+            .ok_or(RemoteError::SpanTooLong)?;
+        let rules = Rules {
+            interval_us: quota.interval_us,
+            burst: quota.burst,
+            tolerance_us: quota.tolerance_us(),
+            slack_us,
+            claim_us: saturating_nanos(claim_timeout)
+                .div_ceil(1_000)
+                .clamp(1, MAX_SPAN_US),
+            max_units,
+        };
+        Ok(Self {
+            rules,
+            store: DefaultStore::default().build(Some(KeyCap::new(max_keys, WhenFull::Reject))),
+            offset: Offset::new(),
+        })
+    }
+
+    /// Checks `cost` units for `key` at the local instant `now_ns`: decided
+    /// here (spent from the lease, or denied as the remote would), or an
+    /// [`Ask`] to send.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckError::ZeroCost`] and [`CheckError::InsufficientCapacity`].
+    ///
+    /// # Panics
+    ///
+    /// Only if user code panics: the key's `Hash`, `Eq`, `Borrow` or
+    /// `ToOwned`, as in [`RateLimiter::check`](crate::RateLimiter::check).
+    /// A panic after the key was claimed leaves the claim to go stale.
+    #[inline]
+    pub fn check<Q: Lookup<K> + ?Sized>(
+        &self,
+        key: &Q,
+        cost: u32,
+        now_ns: u64,
+    ) -> Result<Local<'_, K>, CheckError> {
+        validate_cost(cost, self.rules.burst)?;
+        let Some(remote_ns) = self.offset.remote_ns(now_ns) else {
+            // Nothing is known before the first round trip: ask.
+            return Ok(Local::Ask(self.unclaimed(cost, now_ns)));
+        };
+        let decision = match self.store.check(key, &self.rules, remote_ns, cost) {
+            Ok(decision) => decision,
+            Err(CheckError::StoreFull { .. }) => {
+                return Ok(Local::Ask(self.unclaimed(cost, now_ns)));
+            }
+            Err(error) => return Err(error),
+        };
+        if decision.limit() != MARKER {
+            return Ok(Local::Decided(decision));
+        }
+        if !decision.is_allowed() {
+            return Ok(Local::Ask(self.unclaimed(cost, now_ns)));
+        }
+        Ok(Local::Ask(self.claimed(
+            key,
+            cost,
+            now_ns,
+            remote_ns,
+            saturating_nanos(decision.reset_after()),
+        )))
+    }
+
+    /// The decision [`check`](LocalView::check) would take here, consuming
+    /// nothing; `None` when it would ask the remote.
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](LocalView::check).
+    pub fn peek<Q: Lookup<K> + ?Sized>(
+        &self,
+        key: &Q,
+        cost: u32,
+        now_ns: u64,
+    ) -> Result<Option<Decision>, CheckError> {
+        validate_cost(cost, self.rules.burst)?;
+        let Some(remote_ns) = self.offset.remote_ns(now_ns) else {
+            return Ok(None);
+        };
+        let decision = self.store.peek(key, &self.rules, remote_ns, cost)?;
+        Ok((decision.limit() != MARKER).then_some(decision))
+    }
+
+    /// How many keys the view holds.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.store.len()
+    }
+
+    /// Whether the view holds no key.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.store.is_empty()
+    }
+
+    /// Forgets every key that knows nothing useful at the local instant
+    /// `now_ns`, and gives their memory back; returns how many.
+    pub fn evict_idle(&self, now_ns: u64) -> usize {
+        self.offset
+            .remote_ns(now_ns)
+            .map_or(0, |remote_ns| self.store.evict_idle(&self.rules, remote_ns))
+    }
+
+    /// The most units a lease holds (zero: a deny cache only).
+    #[must_use]
+    pub fn max_lease_units(&self) -> u32 {
+        self.rules.max_units
+    }
+
+    /// A miss asked without the key's claim: a plain check, which teaches
+    /// the clocks' offset.
+    fn unclaimed(&self, cost: u32, now_ns: u64) -> Ask<'_, K> {
+        Ask {
+            view: self,
+            claim: None,
+            request: LeaseRequest {
+                cost,
+                want: 0,
+                give_back: None,
+            },
+            sent_ns: now_ns,
+        }
+    }
+
+    /// The ask of the check that claimed `key`, replacing `replaced`.
+    fn claimed<Q: Lookup<K> + ?Sized>(
+        &self,
+        key: &Q,
+        cost: u32,
+        now_ns: u64,
+        remote_ns: u64,
+        replaced: u64,
+    ) -> Ask<'_, K> {
+        let old = Word::unpack(replaced);
+        let instant_us = remote_ns / 1_000;
+        let claimed = old.claim(self.rules.usable(old, instant_us), instant_us);
+        let units = match old.units {
+            0 | word::CLAIMED => 0,
+            units if canary::planted(Canary::GiveBackSpent) => units + 1,
+            units => units,
+        };
+        let want = if self.rules.max_units == 0 {
+            0
+        } else {
+            self.rules
+                .want(Word::unpack(claimed).class)
+                .min(self.rules.burst - cost)
+        };
+        Ask {
+            view: self,
+            claim: Some((key.to_owned(), Knowledge(claimed))),
+            request: LeaseRequest {
+                cost,
+                want,
+                give_back: (units > 0).then_some(GiveBack {
+                    end_us: old.end_us,
+                    units,
+                }),
+            },
+            sent_ns: now_ns,
+        }
+    }
+}
+
+impl<K: Key> Ask<'_, K> {
+    /// What to send.
+    #[must_use]
+    pub fn request(&self) -> &LeaseRequest {
+        &self.request
+    }
+
+    /// The local instant of the check: send the remote this reading when
+    /// it decides on the caller's clock.
+    #[must_use]
+    pub fn sent_ns(&self) -> u64 {
+        self.sent_ns
+    }
+
+    /// Whether this ask holds the key's claim (its reply installs a lease
+    /// or a floor); others are plain checks.
+    #[must_use]
+    pub fn is_claim(&self) -> bool {
+        self.claim.is_some()
+    }
+
+    /// Installs what the remote's `reply` teaches: the clocks' offset, and
+    /// for a claim, the key's new floor and lease. Returns whether a lease
+    /// or floor was installed (not when another caller took the claim over
+    /// after it went stale: the reply's units are then unspent).
+    pub fn complete(mut self, reply: &LeaseReply) -> bool {
+        let view = self.view;
+        view.offset.observe(reply.now_us, self.sent_ns);
+        let Some((key, claimed)) = self.claim.take() else {
+            return false;
+        };
+        let word = Word::unpack(claimed.0);
+        let installed = Word {
+            end_us: reply.end_us,
+            units: if reply.allowed && reply.end_us <= MAX_END_US {
+                // Never more than asked, whatever the reply says.
+                reply.granted.min(self.request.want)
+            } else {
+                0
+            },
+            class: word.class,
+        };
+        view.store
+            .compare_exchange(&key, &view.rules, &claimed, &Knowledge(installed.pack()))
+    }
+}
+
+impl<K: Key> Drop for Ask<'_, K> {
+    /// Releases an uncompleted claim: keeps its floor, drops its units (the
+    /// remote may have taken them back). A panic in the key's `Hash` or
+    /// `Eq` here is caught: the claim then stands until it is stale.
+    fn drop(&mut self) {
+        let Some((key, claimed)) = self.claim.take() else {
+            return;
+        };
+        let view = self.view;
+        let released = Word {
+            units: 0,
+            ..Word::unpack(claimed.0)
+        };
+        drop(catch_unwind(AssertUnwindSafe(|| {
+            view.store
+                .compare_exchange(&key, &view.rules, &claimed, &Knowledge(released.pack()))
+        })));
+        drop(catch_unwind(AssertUnwindSafe(move || drop(key))));
+    }
+}
+
+impl<K: Key> fmt::Debug for LocalView<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalView")
+            .field("interval_us", &self.rules.interval_us)
+            .field("burst", &self.rules.burst)
+            .field("max_lease_units", &self.rules.max_units)
+            .field("slack_us", &self.rules.slack_us)
+            .field("keys", &self.store.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Key> fmt::Debug for Ask<'_, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ask")
+            .field("request", &self.request)
+            .field("sent_ns", &self.sent_ns)
+            .field("claim", &self.claim.is_some())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,155 @@
+//! Where the deciding clock is, seen from the local one.
+//!
+//! The remote decides on its own clock (the server's `TIME`, or a client
+//! clock every instance shares). A local check needs an **upper bound** of
+//! the remote's reading at the local instant `t`: a lease unit must be spent
+//! no later than its deadline on the remote's clock, and a cached denial
+//! must not outlive the remote's. Each round trip gives one: sent at the
+//! local reading `q`, the script ran at some local instant `e >= q` and read
+//! `s` whole microseconds, so the remote's nanoseconds at `e` were below
+//! `(s + 1) × 1000`, and at any `t` (clocks at one rate) the remote reads
+//! less than `t + b` with
+//!
+//! ```text
+//! b = (s + 1) × 1000 − q.
+//! ```
+//!
+//! Measuring from the send, not from the reply's arrival, is what makes
+//! the bound hold: from the arrival it would fall short by the reply's
+//! time in flight, and a reply that arrives late would look fresh.
+//!
+//! Clocks on two machines do not run at exactly one rate. A bound read at
+//! `at` is widened by [`DRIFT_SHIFT`]: `|t − at| / 512` (1 953 ppm, more than
+//! twice the 500 ppm NTP lets either clock slew), so it stays an upper bound
+//! while the two rates differ by less than that.
+//!
+//! # Implementation details
+//!
+//! The pair `(b, at)` is read on every local check and written after every
+//! round trip. Writers take a mutex (they follow a round trip: rare) and
+//! keep the newest pair; readers take no lock. Two slots and a version: a
+//! writer fills the slot the current version does not name, then publishes
+//! the next version with `Release`. A reader loads the version (`Acquire`),
+//! the slot it names (`Acquire`, pairing with the slot's `Release` stores),
+//! and the version again: if it moved, a writer may have been filling the
+//! slot it read (only the writer two versions on touches it, after the one
+//! in between was published, and reading any of its stores makes that
+//! publication visible), so it reads again. Retries need a writer to
+//! overtake a reader twice: a round trip's worth of time.
+
+use crate::sync::{AtomicU64, Mutex, Ordering, lock};
+
+/// Widens a bound by `|t − at| >> DRIFT_SHIFT`: 1/512 of the time since it
+/// was read.
+pub(crate) const DRIFT_SHIFT: u32 = 9;
+
+/// The latest `(b, at)` from a round trip; see the module documentation.
+#[derive(Debug)]
+pub(crate) struct Offset {
+    /// 0 until the first round trip; then the slot `version & 1` holds the
+    /// newest pair.
+    version: AtomicU64,
+    slots: [Slot; 2],
+    writer: Mutex<()>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    /// `b`, as a wrapping (two's complement) offset.
+    bound_ns: AtomicU64,
+    /// The local reading `q` it was measured from.
+    at_ns: AtomicU64,
+}
+
+impl Slot {
+    fn new() -> Self {
+        Self {
+            bound_ns: AtomicU64::new(0),
+            at_ns: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Offset {
+    pub(crate) fn new() -> Self {
+        Self {
+            version: AtomicU64::new(0),
+            slots: [Slot::new(), Slot::new()],
+            writer: Mutex::new(()),
+        }
+    }
+
+    /// Records a round trip sent at local `sent_ns` that the remote decided
+    /// at `remote_us`, unless a newer one is recorded.
+    pub(crate) fn observe(&self, remote_us: u64, sent_ns: u64) {
+        let bound_ns = remote_us
+            .wrapping_add(1)
+            .wrapping_mul(1_000)
+            .wrapping_sub(sent_ns);
+        let _writer = lock(&self.writer);
+        // Relaxed: writers are serialised by the mutex, which orders them.
+        let version = self.version.load(Ordering::Relaxed);
+        if version != 0 {
+            let newest = &self.slots[slot_of(version)];
+            if newest.at_ns.load(Ordering::Relaxed) > sent_ns {
+                return;
+            }
+        }
+        let next = version + 1;
+        let slot = &self.slots[slot_of(next)];
+        // Release: a reader whose Acquire load reads either store sees
+        // every write before it, the previous version's publication
+        // included, so its second version load sees the version move.
+        slot.bound_ns.store(bound_ns, Ordering::Release);
+        slot.at_ns.store(sent_ns, Ordering::Release);
+        // Release: publishes the slot to readers that Acquire the version.
+        self.version.store(next, Ordering::Release);
+    }
+
+    /// An upper bound of the remote's reading, in nanoseconds on its axis,
+    /// at the local reading `now_ns`; `None` before the first round trip.
+    #[inline]
+    pub(crate) fn remote_ns(&self, now_ns: u64) -> Option<u64> {
+        loop {
+            let version = self.version.load(Ordering::Acquire);
+            if version == 0 {
+                return None;
+            }
+            let slot = &self.slots[slot_of(version)];
+            let bound_ns = slot.bound_ns.load(Ordering::Acquire);
+            let at_ns = slot.at_ns.load(Ordering::Acquire);
+            // Relaxed: the Acquire loads above already order it after them.
+            if self.version.load(Ordering::Relaxed) == version {
+                let drift_ns = now_ns.abs_diff(at_ns) >> DRIFT_SHIFT;
+                return Some(now_ns.wrapping_add(bound_ns).saturating_add(drift_ns));
+            }
+        }
+    }
+}
+
+/// The slot a version names.
+const fn slot_of(version: u64) -> usize {
+    (version & 1) as usize
+}
+
+#[cfg(all(test, not(any(feature = "loom", feature = "shuttle"))))]
+mod tests {
+    use super::Offset;
+
+    #[test]
+    fn the_bound_is_measured_from_the_send_and_widens_with_age() {
+        let offset = Offset::new();
+        assert_eq!(offset.remote_ns(5), None);
+        // Sent at local 10 000 ns; the remote read 7 µs (7 000–7 999 ns):
+        // b = 8 000 − 10 000, so local 10 000 is at most remote 8 000.
+        offset.observe(7, 10_000);
+        assert_eq!(offset.remote_ns(10_000), Some(8_000));
+        // 512 µs later: 1 µs of drift allowance.
+        assert_eq!(offset.remote_ns(522_000), Some(521_000));
+        // An older round trip does not replace a newer one.
+        offset.observe(1, 9_000);
+        assert_eq!(offset.remote_ns(10_000), Some(8_000));
+        offset.observe(20, 30_000);
+        assert_eq!(offset.remote_ns(30_000), Some(21_000));
+    }
+}

@@ -1,0 +1,365 @@
+//! One key's local knowledge of a remote GCRA key, packed in one word, and
+//! the pure decision a check takes on it.
+//!
+//! ```text
+//!  63                                             12 11         3 2      0
+//! +-------------------------------------------------+------------+--------+
+//! | end: remote microseconds (52 bits)               | units (9)  | class  |
+//! +-------------------------------------------------+------------+--------+
+//! ```
+//!
+//! | field | meaning |
+//! |---|---|
+//! | `end` | a lower bound of the remote key's TAT, on the deciding clock, in whole µs |
+//! | `units` 0..=510 | lease units held: the slots `end − (units − 1)·I`, …, `end` |
+//! | `units` = 511 ([`CLAIMED`]) | one caller is asking the remote; `end` is then at least the claim's instant |
+//! | `class` 0..=7 | the lease size asked next: `4 << class` units, at most the configured maximum |
+//!
+//! `end` never exceeds [`MAX_END_US`], so no word is `u64::MAX`, the value
+//! the atomic cell reserves for a retired cell.
+
+use crate::algorithm::to_u32;
+use crate::decision::Decision;
+
+/// The `units` value of a claimed word.
+pub(crate) const CLAIMED: u32 = (1 << UNITS_BITS) - 1;
+
+/// The most units a lease can hold (`CLAIMED` − 1).
+pub const MAX_LEASE_UNITS: u32 = CLAIMED - 1;
+
+/// The largest `end` a word holds: 2^52 − 2 µs. The remote's instants are
+/// below 2^52 µs plus one span; a later one is kept as this floor (lower:
+/// only ever a weaker claim) with no units.
+pub(crate) const MAX_END_US: u64 = (1 << END_BITS) - 2;
+
+/// The largest size class.
+pub(crate) const MAX_CLASS: u32 = (1 << CLASS_BITS) - 1;
+
+const END_BITS: u32 = 52;
+const UNITS_BITS: u32 = 9;
+const CLASS_BITS: u32 = 3;
+const UNITS_SHIFT: u32 = CLASS_BITS;
+const END_SHIFT: u32 = CLASS_BITS + UNITS_BITS;
+
+/// A word's fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Word {
+    pub(crate) end_us: u64,
+    pub(crate) units: u32,
+    pub(crate) class: u32,
+}
+
+impl Word {
+    /// Packs the fields; `end_us` is clamped to [`MAX_END_US`], `units` and
+    /// `class` must fit their fields.
+    pub(crate) const fn pack(self) -> u64 {
+        debug_assert!(self.units <= CLAIMED && self.class <= MAX_CLASS);
+        let end_us = if self.end_us > MAX_END_US {
+            MAX_END_US
+        } else {
+            self.end_us
+        };
+        (end_us << END_SHIFT) | ((self.units as u64) << UNITS_SHIFT) | self.class as u64
+    }
+
+    /// The claimed word a miss writes: its `end` at least the claim's
+    /// instant (a floor at or before now denies nothing, so this changes no
+    /// decision, and lets a claim left behind be recognised as stale), and
+    /// the next lease's size class: larger after a lease that ran out,
+    /// smaller after one whose units expired unspent.
+    pub(crate) fn claim(self, usable: u32, now_us: u64) -> u64 {
+        let class = if self.units == CLAIMED {
+            self.class
+        } else if self.units == 0 {
+            (self.class + 1).min(MAX_CLASS)
+        } else if usable < self.units {
+            self.class.saturating_sub(1)
+        } else {
+            self.class
+        };
+        Word {
+            end_us: self.end_us.max(now_us),
+            units: CLAIMED,
+            class,
+        }
+        .pack()
+    }
+
+    /// The fields of a packed word.
+    pub(crate) const fn unpack(word: u64) -> Self {
+        // The masks keep each field within its bits: truncation is the point.
+        #[allow(clippy::cast_possible_truncation)]
+        Self {
+            end_us: word >> END_SHIFT,
+            units: ((word >> UNITS_SHIFT) & CLAIMED as u64) as u32,
+            class: (word & MAX_CLASS as u64) as u32,
+        }
+    }
+}
+
+/// The constants a decision needs, in remote microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Rules {
+    pub(crate) interval_us: u64,
+    pub(crate) burst: u32,
+    pub(crate) tolerance_us: u64,
+    /// How long past its slot's deadline a lease unit may still be spent
+    /// (`slack × interval`); zero keeps the remote limiter's bound exactly.
+    pub(crate) slack_us: u64,
+    /// How long a claim stands before another caller may take it over.
+    pub(crate) claim_us: u64,
+    /// The most units a lease asks for; zero: no leases (the deny cache).
+    pub(crate) max_units: u32,
+}
+
+/// What a check does, decided on one word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Admitted from the lease: write `word` (the lease less the cost).
+    Spend { decision: Decision, word: u64 },
+    /// Denied: the remote would deny it too. Writes nothing.
+    Deny(Decision),
+    /// Ask the remote, holding the key's claim: write `word` (claimed).
+    Claim { word: u64 },
+    /// Ask the remote without a claim (another caller holds it, and its
+    /// claim is fresh). Writes nothing.
+    Unclaimed,
+}
+
+impl Rules {
+    /// Units of `word` that a spend at `now_us` may still use: the lease's
+    /// top `units` slots, each until its slot less one interval (plus the
+    /// slack). A unit at slot `s` serves while `now + interval <= s +
+    /// slack`, so the count is `min(units, ⌊(end + slack − now) / interval⌋)`.
+    #[inline]
+    pub(crate) fn usable(&self, word: Word, now_us: u64) -> u32 {
+        if word.units == CLAIMED || word.units == 0 {
+            return 0;
+        }
+        let horizon_us = (word.end_us + self.slack_us).saturating_sub(now_us);
+        // A lease far from its deadlines (a drained key's) needs no division.
+        if horizon_us >= u64::from(word.units) * self.interval_us {
+            word.units
+        } else {
+            to_u32(horizon_us / self.interval_us)
+        }
+    }
+
+    /// The decision for `cost` units (already validated: 1 to the burst) at
+    /// `now_ns` on the deciding clock's axis (an upper bound of the remote's
+    /// reading), on `packed`.
+    #[inline]
+    pub(crate) fn outcome(&self, packed: u64, reading_ns: u64, cost: u32) -> Outcome {
+        let word = Word::unpack(packed);
+        let now_us = reading_ns / 1_000;
+        let usable = self.usable(word, now_us);
+        if crate::sync::canary::planted(crate::sync::canary::Canary::LeaseNeverExpires)
+            && word.units != CLAIMED
+            && word.units >= cost
+        {
+            return self.spend(word, word.units, reading_ns, cost);
+        }
+        if cost <= usable {
+            return self.spend(word, usable, reading_ns, cost);
+        }
+        // The remote's debt is at least `end − now`: its TAT only moves
+        // later (admissions move it on, denials write nothing, time pays it
+        // back one for one), so a cost it already exceeds is denied there.
+        let debt_us = word.end_us.saturating_sub(now_us);
+        let mut max_debt_us = self.tolerance_us - u64::from(cost) * self.interval_us;
+        if crate::sync::canary::planted(crate::sync::canary::Canary::DenyCacheOutlives) {
+            max_debt_us = max_debt_us.saturating_sub(self.interval_us);
+        }
+        if debt_us > max_debt_us {
+            let end_ns = word.end_us * 1_000;
+            let conforms_ns = (word.end_us - max_debt_us) * 1_000;
+            let free =
+                to_u32((self.tolerance_us - debt_us.min(self.tolerance_us)) / self.interval_us);
+            return Outcome::Deny(Decision::deny(
+                self.burst,
+                (usable + free).min(self.burst),
+                conforms_ns - reading_ns,
+                end_ns - reading_ns,
+            ));
+        }
+        if word.units == CLAIMED && word.end_us.saturating_add(self.claim_us) > now_us {
+            return Outcome::Unclaimed;
+        }
+        Outcome::Claim {
+            word: word.claim(usable, now_us),
+        }
+    }
+
+    /// The spend of `cost` of `usable` units.
+    fn spend(&self, word: Word, usable: u32, now_ns: u64, cost: u32) -> Outcome {
+        let left = usable - cost;
+        Outcome::Spend {
+            decision: Decision::allow(
+                self.burst,
+                left,
+                (word.end_us * 1_000).saturating_sub(now_ns),
+            ),
+            word: Word {
+                units: left,
+                ..word
+            }
+            .pack(),
+        }
+    }
+
+    /// The units a claim of `class` asks for beyond its own cost.
+    pub(crate) fn want(&self, class: u32) -> u32 {
+        (4_u32 << class).min(self.max_units)
+    }
+
+    /// Whether `packed` decides as no knowledge at all at `now_ns` and
+    /// after: a floor at or before now, no unit left (with the slack), and
+    /// no claim that still stands.
+    pub(crate) fn is_idle(&self, packed: u64, now_ns: u64) -> bool {
+        let word = Word::unpack(packed);
+        let keep_us = if word.units == CLAIMED {
+            self.claim_us
+        } else {
+            self.slack_us
+        };
+        word.end_us.saturating_add(keep_us) <= now_ns / 1_000
+    }
+}
+
+#[cfg(all(test, not(any(feature = "loom", feature = "shuttle"))))]
+mod tests {
+    use super::{CLAIMED, MAX_CLASS, MAX_END_US, MAX_LEASE_UNITS, Outcome, Rules, Word};
+
+    fn rules(interval_us: u64, burst: u32, max_units: u32) -> Rules {
+        Rules {
+            interval_us,
+            burst,
+            tolerance_us: interval_us * u64::from(burst),
+            slack_us: 0,
+            claim_us: 1_000_000,
+            max_units,
+        }
+    }
+
+    #[test]
+    fn packs_and_unpacks_every_field_at_its_edges() {
+        for word in [
+            Word::default(),
+            Word {
+                end_us: MAX_END_US,
+                units: CLAIMED,
+                class: MAX_CLASS,
+            },
+            Word {
+                end_us: 1,
+                units: MAX_LEASE_UNITS,
+                class: 0,
+            },
+            Word {
+                end_us: 1_764_831_234_567_891,
+                units: 1,
+                class: 5,
+            },
+        ] {
+            assert_eq!(Word::unpack(word.pack()), word);
+        }
+        // The largest word is not the retired marker.
+        let top = Word {
+            end_us: u64::MAX,
+            units: CLAIMED,
+            class: MAX_CLASS,
+        };
+        assert_ne!(top.pack(), u64::MAX);
+        assert_eq!(Word::unpack(top.pack()).end_us, MAX_END_US);
+    }
+
+    #[test]
+    fn a_unit_serves_until_its_slot_less_one_interval() {
+        // Interval 10 µs; a lease of 3 units at slots 80, 90, 100.
+        let rules = rules(10, 10, 8);
+        let lease = Word {
+            end_us: 100,
+            units: 3,
+            class: 0,
+        };
+        assert_eq!(rules.usable(lease, 0), 3);
+        assert_eq!(rules.usable(lease, 70), 3, "slot 80 serves until 70");
+        assert_eq!(rules.usable(lease, 71), 2);
+        assert_eq!(rules.usable(lease, 90), 1);
+        assert_eq!(rules.usable(lease, 91), 0);
+        // In nanoseconds: 70 999 ns reads 70 µs.
+        assert!(matches!(
+            rules.outcome(lease.pack(), 70_999, 3),
+            Outcome::Spend { .. }
+        ));
+        assert!(!matches!(
+            rules.outcome(lease.pack(), 71_000, 3),
+            Outcome::Spend { .. }
+        ));
+    }
+
+    #[test]
+    fn the_floor_denies_exactly_what_the_remote_would() {
+        // Burst 10 at 10 µs: tolerance 100. A floor at 1 100 µs, now 1 000:
+        // the remote owes at least 100 µs, so nothing fits until 1 010.
+        let rules = rules(10, 10, 0);
+        let floor = Word {
+            end_us: 1_100,
+            units: 0,
+            class: 0,
+        }
+        .pack();
+        let Outcome::Deny(denied) = rules.outcome(floor, 1_000_000, 1) else {
+            panic!("the floor denies");
+        };
+        assert_eq!(denied.retry_after().as_nanos(), 10_000);
+        assert_eq!(denied.reset_after().as_nanos(), 100_000);
+        // From 1 010 µs a unit may fit there: ask.
+        assert!(matches!(
+            rules.outcome(floor, 1_010_000, 1),
+            Outcome::Claim { .. }
+        ));
+        // A cost of 3 waits 20 µs more.
+        let Outcome::Deny(denied) = rules.outcome(floor, 1_010_000, 3) else {
+            panic!("the floor denies a larger cost longer");
+        };
+        assert_eq!(denied.retry_after().as_nanos(), 20_000);
+    }
+
+    #[test]
+    fn a_fresh_claim_stands_and_a_stale_one_is_taken_over() {
+        let rules = rules(10, 10, 8);
+        let claimed = Word::default().claim(0, 5_000);
+        assert_eq!(Word::unpack(claimed).units, CLAIMED);
+        assert_eq!(rules.outcome(claimed, 5_000_000, 1), Outcome::Unclaimed);
+        assert!(!rules.is_idle(claimed, 1_004_999_000));
+        assert!(rules.is_idle(claimed, 1_005_000_000));
+        assert!(matches!(
+            rules.outcome(claimed, 1_005_000_000, 1),
+            Outcome::Claim { .. }
+        ));
+    }
+
+    #[test]
+    fn lease_sizes_grow_when_spent_and_shrink_when_units_expire() {
+        let rules = rules(10, 1_000, 300);
+        let spent = Word {
+            end_us: 500,
+            units: 0,
+            class: 2,
+        };
+        assert_eq!(Word::unpack(spent.claim(0, 400)).class, 3);
+        let expired = Word {
+            end_us: 500,
+            units: 5,
+            class: 2,
+        };
+        assert_eq!(
+            Word::unpack(expired.claim(rules.usable(expired, 480), 480)).class,
+            1
+        );
+        assert_eq!(rules.want(0), 4);
+        assert_eq!(rules.want(6), 256);
+        assert_eq!(rules.want(7), 300, "capped by the configured maximum");
+    }
+}
