@@ -348,7 +348,7 @@ impl Algorithm for Rules {
                 admission: Knowledge(word),
             },
             Outcome::Deny(decision) => Verdict::Deny(decision),
-            Outcome::Claim { word } => Verdict::Allow {
+            Outcome::Claim { word, .. } => Verdict::Allow {
                 decision: Decision::allow(MARKER, 0, state.0),
                 admission: Knowledge(word),
             },
@@ -425,6 +425,9 @@ pub struct Ask<'a, K: Key> {
     /// The key and the word it was claimed with, if this ask holds the
     /// key's claim.
     claim: Option<(K, Knowledge)>,
+    /// The size class of the lease asked for (kept in the key's word
+    /// again when this ask ends).
+    class: u32,
     request: LeaseRequest,
     sent_ns: u64,
 }
@@ -567,6 +570,7 @@ impl<K: Key> LocalView<K> {
         Ask {
             view: self,
             claim: None,
+            class: 0,
             request: LeaseRequest {
                 cost,
                 want: 0,
@@ -587,7 +591,9 @@ impl<K: Key> LocalView<K> {
     ) -> Ask<'_, K> {
         let old = Word::unpack(replaced);
         let instant_us = remote_ns / 1_000;
-        let claimed = old.claim(self.rules.usable(old, instant_us), instant_us);
+        let (claimed, class) =
+            self.rules
+                .claim(old, self.rules.usable(old, instant_us), instant_us);
         let units = match old.units {
             0 | word::CLAIMED => 0,
             units if canary::planted(Canary::GiveBackSpent) => units + 1,
@@ -596,13 +602,12 @@ impl<K: Key> LocalView<K> {
         let want = if self.rules.max_units == 0 {
             0
         } else {
-            self.rules
-                .want(Word::unpack(claimed).class)
-                .min(self.rules.burst - cost)
+            self.rules.want(class).min(self.rules.burst - cost)
         };
         Ask {
             view: self,
             claim: Some((key.to_owned(), Knowledge(claimed))),
+            class,
             request: LeaseRequest {
                 cost,
                 want,
@@ -647,7 +652,6 @@ impl<K: Key> Ask<'_, K> {
         let Some((key, claimed)) = self.claim.take() else {
             return false;
         };
-        let word = Word::unpack(claimed.0);
         let installed = Word {
             end_us: reply.end_us,
             units: if reply.allowed && reply.end_us <= MAX_END_US {
@@ -656,7 +660,7 @@ impl<K: Key> Ask<'_, K> {
             } else {
                 0
             },
-            class: word.class,
+            tag: self.class,
         };
         view.store
             .compare_exchange(&key, &view.rules, &claimed, &Knowledge(installed.pack()))
@@ -674,6 +678,7 @@ impl<K: Key> Drop for Ask<'_, K> {
         let view = self.view;
         let released = Word {
             units: 0,
+            tag: self.class,
             ..Word::unpack(claimed.0)
         };
         drop(catch_unwind(AssertUnwindSafe(|| {

@@ -4,7 +4,7 @@
 //! ```text
 //!  63                                             12 11         3 2      0
 //! +-------------------------------------------------+------------+--------+
-//! | end: remote microseconds (52 bits)               | units (9)  | class  |
+//! | end: remote microseconds (52 bits)               | units (9)  | tag    |
 //! +-------------------------------------------------+------------+--------+
 //! ```
 //!
@@ -12,8 +12,19 @@
 //! |---|---|
 //! | `end` | a lower bound of the remote key's TAT, on the deciding clock, in whole µs |
 //! | `units` 0..=510 | lease units held: the slots `end − (units − 1)·I`, …, `end` |
-//! | `units` = 511 ([`CLAIMED`]) | one caller is asking the remote; `end` is then at least the claim's instant |
-//! | `class` 0..=7 | the lease size asked next: `4 << class` units, at most the configured maximum |
+//! | `tag`, units 0..=510 | the size class of the next lease: `4 << class` units, at most the configured maximum |
+//! | `units` = 511 ([`CLAIMED`]) | one caller is asking the remote (its ask keeps the size class) |
+//! | `tag`, claimed | the claim's epoch: `⌊now / claim timeout⌋ mod 8` when it was made |
+//!
+//! A claim keeps `end`, the floor: it is a lower bound of the TAT, and only
+//! such a bound may be compared with a reading. (A claim that wrote its
+//! own instant there would deny, to a thread holding an older reading, a
+//! request the remote admits: the model found it.) Its age is the epoch:
+//! it stands while the current epoch is its own, the next, or (a reading
+//! older than the claim) the one before, and is stale after that, between
+//! two and three claim timeouts on; a claim stuck for eight epochs or more
+//! stands again for three of every eight, so it is taken over in the
+//! others.
 //!
 //! `end` never exceeds [`MAX_END_US`], so no word is `u64::MAX`, the value
 //! the atomic cell reserves for a retired cell.
@@ -32,57 +43,35 @@ pub const MAX_LEASE_UNITS: u32 = CLAIMED - 1;
 /// only ever a weaker claim) with no units.
 pub(crate) const MAX_END_US: u64 = (1 << END_BITS) - 2;
 
-/// The largest size class.
-pub(crate) const MAX_CLASS: u32 = (1 << CLASS_BITS) - 1;
+/// The largest size class, and the epochs' modulus less one.
+pub(crate) const MAX_TAG: u32 = (1 << TAG_BITS) - 1;
 
 const END_BITS: u32 = 52;
 const UNITS_BITS: u32 = 9;
-const CLASS_BITS: u32 = 3;
-const UNITS_SHIFT: u32 = CLASS_BITS;
-const END_SHIFT: u32 = CLASS_BITS + UNITS_BITS;
+const TAG_BITS: u32 = 3;
+const UNITS_SHIFT: u32 = TAG_BITS;
+const END_SHIFT: u32 = TAG_BITS + UNITS_BITS;
 
 /// A word's fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Word {
     pub(crate) end_us: u64,
     pub(crate) units: u32,
-    pub(crate) class: u32,
+    /// The size class, or a claim's epoch.
+    pub(crate) tag: u32,
 }
 
 impl Word {
     /// Packs the fields; `end_us` is clamped to [`MAX_END_US`], `units` and
-    /// `class` must fit their fields.
+    /// `tag` must fit their fields.
     pub(crate) const fn pack(self) -> u64 {
-        debug_assert!(self.units <= CLAIMED && self.class <= MAX_CLASS);
+        debug_assert!(self.units <= CLAIMED && self.tag <= MAX_TAG);
         let end_us = if self.end_us > MAX_END_US {
             MAX_END_US
         } else {
             self.end_us
         };
-        (end_us << END_SHIFT) | ((self.units as u64) << UNITS_SHIFT) | self.class as u64
-    }
-
-    /// The claimed word a miss writes: its `end` at least the claim's
-    /// instant (a floor at or before now denies nothing, so this changes no
-    /// decision, and lets a claim left behind be recognised as stale), and
-    /// the next lease's size class: larger after a lease that ran out,
-    /// smaller after one whose units expired unspent.
-    pub(crate) fn claim(self, usable: u32, now_us: u64) -> u64 {
-        let class = if self.units == CLAIMED {
-            self.class
-        } else if self.units == 0 {
-            (self.class + 1).min(MAX_CLASS)
-        } else if usable < self.units {
-            self.class.saturating_sub(1)
-        } else {
-            self.class
-        };
-        Word {
-            end_us: self.end_us.max(now_us),
-            units: CLAIMED,
-            class,
-        }
-        .pack()
+        (end_us << END_SHIFT) | ((self.units as u64) << UNITS_SHIFT) | self.tag as u64
     }
 
     /// The fields of a packed word.
@@ -92,7 +81,7 @@ impl Word {
         Self {
             end_us: word >> END_SHIFT,
             units: ((word >> UNITS_SHIFT) & CLAIMED as u64) as u32,
-            class: (word & MAX_CLASS as u64) as u32,
+            tag: (word & MAX_TAG as u64) as u32,
         }
     }
 }
@@ -120,7 +109,8 @@ pub(crate) enum Outcome {
     /// Denied: the remote would deny it too. Writes nothing.
     Deny(Decision),
     /// Ask the remote, holding the key's claim: write `word` (claimed).
-    Claim { word: u64 },
+    /// The next lease is of size `class`.
+    Claim { word: u64, class: u32 },
     /// Ask the remote without a claim (another caller holds it, and its
     /// claim is fresh). Writes nothing.
     Unclaimed,
@@ -182,12 +172,11 @@ impl Rules {
                 end_ns - reading_ns,
             ));
         }
-        if word.units == CLAIMED && word.end_us.saturating_add(self.claim_us) > now_us {
+        if word.units == CLAIMED && self.stands(word.tag, now_us) {
             return Outcome::Unclaimed;
         }
-        Outcome::Claim {
-            word: word.claim(usable, now_us),
-        }
+        let (word, class) = self.claim(word, usable, now_us);
+        Outcome::Claim { word, class }
     }
 
     /// The spend of `cost` of `usable` units.
@@ -207,6 +196,43 @@ impl Rules {
         }
     }
 
+    /// The claimed word a miss writes (the floor kept, the claim's epoch),
+    /// and the next lease's size class: larger after a lease that ran out,
+    /// smaller after one whose units expired unspent.
+    pub(crate) fn claim(&self, word: Word, usable: u32, now_us: u64) -> (u64, u32) {
+        let class = if word.units == CLAIMED {
+            // A stale claim taken over: its class is lost with its ask.
+            0
+        } else if word.units == 0 {
+            (word.tag + 1).min(MAX_TAG)
+        } else if usable < word.units {
+            word.tag.saturating_sub(1)
+        } else {
+            word.tag
+        };
+        let claimed = Word {
+            end_us: word.end_us,
+            units: CLAIMED,
+            tag: self.epoch(now_us),
+        };
+        (claimed.pack(), class)
+    }
+
+    /// The claim epoch of `now_us`.
+    fn epoch(&self, now_us: u64) -> u32 {
+        // The mask keeps the epoch within its bits: truncation is the point.
+        #[allow(clippy::cast_possible_truncation)]
+        let epoch = ((now_us / self.claim_us) & u64::from(MAX_TAG)) as u32;
+        epoch
+    }
+
+    /// Whether a claim of `epoch` still stands at `now_us`: its epoch, the
+    /// next, or the one before.
+    fn stands(&self, epoch: u32, now_us: u64) -> bool {
+        let age = self.epoch(now_us).wrapping_sub(epoch) & MAX_TAG;
+        age <= 1 || age == MAX_TAG
+    }
+
     /// The units a claim of `class` asks for beyond its own cost.
     pub(crate) fn want(&self, class: u32) -> u32 {
         (4_u32 << class).min(self.max_units)
@@ -215,20 +241,19 @@ impl Rules {
     /// Whether `packed` decides as no knowledge at all at `now_ns` and
     /// after: a floor at or before now, no unit left (with the slack), and
     /// no claim that still stands.
-    pub(crate) fn is_idle(&self, packed: u64, now_ns: u64) -> bool {
+    pub(crate) fn is_idle(&self, packed: u64, reading_ns: u64) -> bool {
         let word = Word::unpack(packed);
-        let keep_us = if word.units == CLAIMED {
-            self.claim_us
-        } else {
-            self.slack_us
-        };
-        word.end_us.saturating_add(keep_us) <= now_ns / 1_000
+        let now_us = reading_ns / 1_000;
+        if word.units == CLAIMED && self.stands(word.tag, now_us) {
+            return false;
+        }
+        word.end_us.saturating_add(self.slack_us) <= now_us
     }
 }
 
 #[cfg(all(test, not(any(feature = "loom", feature = "shuttle"))))]
 mod tests {
-    use super::{CLAIMED, MAX_CLASS, MAX_END_US, MAX_LEASE_UNITS, Outcome, Rules, Word};
+    use super::{CLAIMED, MAX_END_US, MAX_LEASE_UNITS, MAX_TAG, Outcome, Rules, Word};
 
     fn rules(interval_us: u64, burst: u32, max_units: u32) -> Rules {
         Rules {
@@ -248,17 +273,17 @@ mod tests {
             Word {
                 end_us: MAX_END_US,
                 units: CLAIMED,
-                class: MAX_CLASS,
+                tag: MAX_TAG,
             },
             Word {
                 end_us: 1,
                 units: MAX_LEASE_UNITS,
-                class: 0,
+                tag: 0,
             },
             Word {
                 end_us: 1_764_831_234_567_891,
                 units: 1,
-                class: 5,
+                tag: 5,
             },
         ] {
             assert_eq!(Word::unpack(word.pack()), word);
@@ -267,7 +292,7 @@ mod tests {
         let top = Word {
             end_us: u64::MAX,
             units: CLAIMED,
-            class: MAX_CLASS,
+            tag: MAX_TAG,
         };
         assert_ne!(top.pack(), u64::MAX);
         assert_eq!(Word::unpack(top.pack()).end_us, MAX_END_US);
@@ -280,7 +305,7 @@ mod tests {
         let lease = Word {
             end_us: 100,
             units: 3,
-            class: 0,
+            tag: 0,
         };
         assert_eq!(rules.usable(lease, 0), 3);
         assert_eq!(rules.usable(lease, 70), 3, "slot 80 serves until 70");
@@ -306,7 +331,7 @@ mod tests {
         let floor = Word {
             end_us: 1_100,
             units: 0,
-            class: 0,
+            tag: 0,
         }
         .pack();
         let Outcome::Deny(denied) = rules.outcome(floor, 1_000_000, 1) else {
@@ -328,16 +353,38 @@ mod tests {
 
     #[test]
     fn a_fresh_claim_stands_and_a_stale_one_is_taken_over() {
+        // Claims of 1 s: epochs of 1 000 000 µs.
         let rules = rules(10, 10, 8);
-        let claimed = Word::default().claim(0, 5_000);
-        assert_eq!(Word::unpack(claimed).units, CLAIMED);
-        assert_eq!(rules.outcome(claimed, 5_000_000, 1), Outcome::Unclaimed);
-        assert!(!rules.is_idle(claimed, 1_004_999_000));
-        assert!(rules.is_idle(claimed, 1_005_000_000));
+        let floor = Word {
+            end_us: 2_500_000,
+            units: 0,
+            tag: 0,
+        };
+        let (claimed, class) = rules.claim(floor, 0, 2_400_000);
+        assert_eq!(class, 1);
+        let word = Word::unpack(claimed);
+        assert_eq!((word.end_us, word.units, word.tag), (2_500_000, CLAIMED, 2));
+        // The floor still denies what it denied; a miss does not claim.
         assert!(matches!(
-            rules.outcome(claimed, 1_005_000_000, 1),
-            Outcome::Claim { .. }
+            rules.outcome(claimed, 2_400_000_000, 1),
+            Outcome::Deny(_)
         ));
+        assert_eq!(rules.outcome(claimed, 2_900_000_000, 1), Outcome::Unclaimed);
+        // Epochs 1 (an older reading), 2 and 3 stand; from 4 it is stale.
+        assert_eq!(
+            rules.outcome(claimed, 1_999_999_000, 1),
+            Outcome::Deny(match rules.outcome(floor.pack(), 1_999_999_000, 1) {
+                Outcome::Deny(decision) => decision,
+                other => panic!("{other:?}"),
+            })
+        );
+        assert_eq!(rules.outcome(claimed, 3_999_999_000, 1), Outcome::Unclaimed);
+        assert!(!rules.is_idle(claimed, 3_999_999_000));
+        assert!(matches!(
+            rules.outcome(claimed, 4_000_000_000, 1),
+            Outcome::Claim { class: 0, .. }
+        ));
+        assert!(rules.is_idle(claimed, 4_000_000_000));
     }
 
     #[test]
@@ -346,18 +393,15 @@ mod tests {
         let spent = Word {
             end_us: 500,
             units: 0,
-            class: 2,
+            tag: 2,
         };
-        assert_eq!(Word::unpack(spent.claim(0, 400)).class, 3);
+        assert_eq!(rules.claim(spent, 0, 400).1, 3);
         let expired = Word {
             end_us: 500,
             units: 5,
-            class: 2,
+            tag: 2,
         };
-        assert_eq!(
-            Word::unpack(expired.claim(rules.usable(expired, 480), 480)).class,
-            1
-        );
+        assert_eq!(rules.claim(expired, rules.usable(expired, 480), 480).1, 1);
         assert_eq!(rules.want(0), 4);
         assert_eq!(rules.want(6), 256);
         assert_eq!(rules.want(7), 300, "capped by the configured maximum");

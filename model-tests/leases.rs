@@ -1,0 +1,367 @@
+//! shuttle models of the deny cache and the leases (`tollgate::remote`):
+//! three nodes, each with its own `LocalView` (the real code, on the store
+//! shuttle sees into), over a simulated remote whose every script call is
+//! one atomic step (the script's Rust twin, `remote::lease`, under a lock),
+//! and a clock that a thread of its own moves while the nodes run.
+//!
+//! What the models hold, in every explored schedule:
+//!
+//! * **leases** (`leases_admit_no_more_than_the_remote_limiter`): every
+//!   window of every length holds at most `burst + ⌊W / interval⌋`
+//!   admissions, those of the remote and of every node's leases together,
+//!   while leases expire under the moving clock, units are given back,
+//!   a node dies holding a lease, a reply arrives after its lease's
+//!   deadlines have passed, and a call is abandoned after the remote ran it;
+//! * **the deny cache** (`the_deny_cache_denies_only_what_the_remote_would`):
+//!   every local denial is one the remote would have made at that instant,
+//!   and the window bound holds.
+//!
+//! Canaries, planted in the real code and run at the same settings: a lease
+//! that never expires and a give-back of a unit already spent (both break
+//! the window bound), and a deny cache that outlives the remote's denial
+//! (a denial the remote would not make). Each must be caught.
+//!
+//! Run: `cargo test --release --features shuttle --test leases`.
+
+#![cfg(feature = "shuttle")]
+
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::time::{Duration, Instant};
+
+use shuttle::sync::atomic::{AtomicU64, Ordering};
+use shuttle::sync::{Arc, Mutex};
+use shuttle::thread;
+use tollgate::canary::{Canary, plant};
+use tollgate::remote::{Leases, Local, LocalView, RemoteQuota, lease};
+
+const EXECUTIONS: usize = 5_000;
+const PCT_DEPTH: usize = 3;
+
+/// 10 µs an interval, bursts of 4: a lease on a fresh key is its request's
+/// unit and 1 more (half of the 3 left), and a request of 2 units can find
+/// its node's lease too small while the remote has room: its lease's units
+/// are then given back.
+const INTERVAL_US: u64 = 10;
+const BURST: u32 = 4;
+/// The remote clock starts here (ns); nodes' clocks lag it by their own
+/// offsets, so each node learns a different offset.
+const START_NS: u64 = 1_000_000;
+/// The key the model checks, and the one each node's first round trip
+/// uses.
+const KEY: u64 = 0;
+const WARM_UP: u64 = 1;
+
+/// Runs the model with each workload and each of its two clocks, under
+/// the random scheduler and then under PCT.
+fn both_schedulers(name: &str, leases: Option<Leases>, canary: Option<Canary>) {
+    for (workload, plans) in [
+        ("crowd", CROWD),
+        ("give-back", GIVE_BACK),
+        ("expiry", EXPIRY),
+    ] {
+        for step_us in [INTERVAL_US, 4] {
+            schedules(
+                &format!("{name}; {workload}, clock steps of {step_us} µs"),
+                move || model(plans, leases, canary, step_us),
+            );
+        }
+    }
+}
+
+/// A thread's steps, in order, and which node it runs on.
+type Plan = (usize, &'static [Step]);
+
+/// One step of a thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// A check of this many units; what the node does with the reply.
+    Check(u32, Reply),
+    /// Moves the clock one step (the node idle while time passes).
+    Tick,
+}
+
+use Reply::{Abandon, Complete};
+use Step::{Check, Tick};
+
+/// Five threads on three nodes:
+///
+/// * node 0, thread A: a unit; two units (more than a lease of a fresh key
+///   holds: its units are given back first); a unit (from a lease,
+///   possibly after the lease's deadline);
+/// * node 0, thread B: a unit (beside A on one node: it may find A's claim
+///   standing, or spend A's lease);
+/// * node 1: a unit, then a unit whose call it abandons after the remote
+///   ran it;
+/// * node 2: a unit, and then it dies, holding what it leased.
+const CROWD: &[Plan] = &[
+    (
+        0,
+        &[Check(1, Complete), Check(2, Complete), Check(1, Complete)],
+    ),
+    (0, &[Check(1, Complete)]),
+    (1, &[Check(1, Complete), Check(1, Abandon)]),
+    (2, &[Check(1, Complete)]),
+];
+
+/// A node alone on the key (the crowd leaves few schedules in which a
+/// lease's units come back: another node is admitted between nearly every
+/// lease and the request that gives it back): it leases, asks for two
+/// units (more than its lease holds: the lease is given back first),
+/// spends its new lease and asks once more, while the clock moves.
+const GIVE_BACK: &[Plan] = &[(
+    0,
+    &[
+        Check(1, Complete),
+        Check(2, Complete),
+        Check(1, Complete),
+        Check(1, Complete),
+    ],
+)];
+
+/// A node alone on the key that leases, is idle for two clock steps (with
+/// steps of an interval, its lease's units pass their deadlines), and goes
+/// on as [`GIVE_BACK`], while the clock thread moves too.
+const EXPIRY: &[Plan] = &[(
+    0,
+    &[
+        Check(1, Complete),
+        Tick,
+        Tick,
+        Check(1, Complete),
+        Check(2, Complete),
+        Check(1, Complete),
+        Check(1, Complete),
+    ],
+)];
+
+/// Runs `test` under the random scheduler, then under PCT.
+fn schedules(name: &str, test: impl Fn() + Send + Sync + Clone + 'static) {
+    let started = Instant::now();
+    shuttle::check_random(test.clone(), EXECUTIONS);
+    println!(
+        "shuttle {name}: random, {EXECUTIONS} executions, {:?}",
+        started.elapsed()
+    );
+    let started = Instant::now();
+    shuttle::check_pct(test, EXECUTIONS, PCT_DEPTH);
+    println!(
+        "shuttle {name}: pct depth {PCT_DEPTH}, {EXECUTIONS} executions, {:?}",
+        started.elapsed()
+    );
+}
+
+/// The remote, its clock, and what it and the nodes admitted.
+struct World {
+    quota: RemoteQuota,
+    /// The deciding clock, ns.
+    clock_ns: AtomicU64,
+    /// The keys' stored TATs, µs.
+    tat_us: Mutex<HashMap<u64, u64>>,
+    /// Every admission of [`KEY`]: the deciding clock's µs, and the units.
+    admitted: Mutex<Vec<(u64, u32)>>,
+}
+
+/// What a node does with its ask after the remote ran the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reply {
+    /// Installs the reply.
+    Complete,
+    /// Drops the ask unanswered (a timeout after the script ran).
+    Abandon,
+}
+
+struct Node {
+    view: LocalView<u64>,
+    /// How far this node's clock lags the deciding one, ns.
+    lag_ns: u64,
+    world: Arc<World>,
+    /// Whether local denials are checked against the remote (the deny
+    /// cache model: no units are ever given back there, so the remote's
+    /// TAT after a denial is at least the one it was decided against).
+    check_denials: bool,
+}
+
+impl Node {
+    /// One check of `cost` units for `key`, through the remote when the
+    /// view asks.
+    fn request(&self, key: u64, cost: u32, reply: Reply) {
+        let world = &self.world;
+        let local_ns = world.clock_ns.load(Ordering::SeqCst) - self.lag_ns;
+        // The deciding clock's reading at the check's instant.
+        let at_us = (local_ns + self.lag_ns) / 1_000;
+        match self.view.check(&key, cost, local_ns).unwrap() {
+            Local::Decided(decision) if decision.is_allowed() && key == KEY => {
+                world.admitted.lock().unwrap().push((at_us, cost));
+            }
+            Local::Decided(_) => {
+                if self.check_denials {
+                    let tat_us = world.tat_us.lock().unwrap().get(&key).copied().unwrap_or(0);
+                    let debt_us = tat_us.saturating_sub(at_us);
+                    let max_debt_us = world.quota.tolerance_us() - u64::from(cost) * INTERVAL_US;
+                    assert!(
+                        debt_us > max_debt_us,
+                        "a denial the remote would not make: {cost} at {at_us} µs, TAT {tat_us} µs"
+                    );
+                }
+            }
+            Local::Ask(ask) => {
+                // The call in flight: the clock may move.
+                thread::yield_now();
+                let answer = {
+                    let mut tat_us = world.tat_us.lock().unwrap();
+                    let now_us = world.clock_ns.load(Ordering::SeqCst) / 1_000;
+                    let (answer, stored) = lease(
+                        tat_us.get(&key).copied(),
+                        now_us,
+                        &world.quota,
+                        ask.request(),
+                    );
+                    if let Some(stored) = stored {
+                        tat_us.insert(key, stored);
+                    }
+                    if answer.allowed && key == KEY {
+                        world.admitted.lock().unwrap().push((now_us, cost));
+                    }
+                    answer
+                };
+                // The reply in flight: the clock may pass the lease's
+                // deadlines before it arrives.
+                thread::yield_now();
+                match reply {
+                    Complete => {
+                        ask.complete(&answer);
+                    }
+                    Abandon => drop(ask),
+                }
+            }
+        }
+    }
+}
+
+/// Every window between two admissions holds at most `burst + ⌊W /
+/// interval⌋` units.
+fn assert_window_bound(admitted: &mut [(u64, u32)]) {
+    admitted.sort_unstable();
+    for (first, &(from_us, _)) in admitted.iter().enumerate() {
+        let mut units = 0;
+        for &(to_us, cost) in &admitted[first..] {
+            units += cost;
+            let bound = u64::from(BURST) + (to_us - from_us) / INTERVAL_US;
+            assert!(
+                u64::from(units) <= bound,
+                "the window bound: {units} units in [{from_us}, {to_us}] µs, at most {bound}: {admitted:?}"
+            );
+        }
+    }
+}
+
+/// Three nodes running `plans`, one thread each, and a clock thread that
+/// moves the deciding clock two steps of `step_us`, at any point. Each
+/// test runs it with steps of an interval (leases expire, floors pass) and
+/// of 4 µs (less than one: a lease's units stay live while the others run,
+/// so that they are spent and given back).
+fn model(plans: &'static [Plan], leases: Option<Leases>, canary: Option<Canary>, step_us: u64) {
+    plant(canary);
+    let world = Arc::new(World {
+        quota: RemoteQuota::new(INTERVAL_US, BURST).unwrap(),
+        clock_ns: AtomicU64::new(START_NS),
+        tat_us: Mutex::new(HashMap::new()),
+        admitted: Mutex::new(Vec::new()),
+    });
+    let node = |lag_ns| {
+        let node = Arc::new(Node {
+            view: LocalView::new(
+                world.quota,
+                leases,
+                NonZeroUsize::new(16).unwrap(),
+                Duration::from_secs(1),
+            )
+            .unwrap(),
+            lag_ns,
+            world: Arc::clone(&world),
+            check_denials: leases.is_none(),
+        });
+        // A first round trip, on another key, teaches each node the
+        // clocks' offset (a node claims keys only once it knows it).
+        node.request(WARM_UP, 1, Complete);
+        node
+    };
+    let nodes = [node(0), node(4_321), node(999_999)];
+    let workers: Vec<_> = plans
+        .iter()
+        .map(|&(index, plan)| {
+            let node = Arc::clone(&nodes[index]);
+            thread::spawn(move || {
+                for &step in plan {
+                    match step {
+                        Check(cost, reply) => node.request(KEY, cost, reply),
+                        Tick => {
+                            node.world
+                                .clock_ns
+                                .fetch_add(step_us * 1_000, Ordering::SeqCst);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    let clock = {
+        let world = Arc::clone(&world);
+        thread::spawn(move || {
+            for _ in 0..2 {
+                world.clock_ns.fetch_add(step_us * 1_000, Ordering::SeqCst);
+            }
+        })
+    };
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    clock.join().unwrap();
+    let mut admitted = world.admitted.lock().unwrap().clone();
+    assert_window_bound(&mut admitted);
+}
+
+#[test]
+fn leases_admit_no_more_than_the_remote_limiter() {
+    both_schedulers(
+        "leases: 3 nodes, give-backs, a death, late replies",
+        Some(Leases::new()),
+        None,
+    );
+}
+
+#[test]
+fn the_deny_cache_denies_only_what_the_remote_would() {
+    both_schedulers("deny cache: 3 nodes, a moving clock", None, None);
+}
+
+#[test]
+#[should_panic(expected = "the window bound")]
+fn canary_lease_never_expires_is_caught() {
+    both_schedulers(
+        "canary: a lease that never expires",
+        Some(Leases::new()),
+        Some(Canary::LeaseNeverExpires),
+    );
+}
+
+#[test]
+#[should_panic(expected = "the window bound")]
+fn canary_give_back_of_a_spent_unit_is_caught() {
+    both_schedulers(
+        "canary: a give-back of a spent unit",
+        Some(Leases::new()),
+        Some(Canary::GiveBackSpent),
+    );
+}
+
+#[test]
+#[should_panic(expected = "a denial the remote would not make")]
+fn canary_deny_cache_outlives_is_caught() {
+    both_schedulers(
+        "canary: a deny cache that outlives the remote's denial",
+        None,
+        Some(Canary::DenyCacheOutlives),
+    );
+}
