@@ -98,6 +98,11 @@ enum Inner {
 }
 
 impl Connection {
+    /// The longest a call waits for its reply.
+    pub(crate) fn call_timeout(&self) -> Duration {
+        self.options.call_timeout
+    }
+
     /// Connects to a standalone server, for example `redis://127.0.0.1:6379/`,
     /// with the default [`Options`].
     ///

@@ -48,6 +48,13 @@ pub enum ConfigError {
         /// The most it may be.
         limit: u64,
     },
+    /// A [`Mode`](crate::Mode) other than `Exact` for an algorithm other
+    /// than GCRA: only GCRA's local knowledge stays true.
+    #[error("deciding locally (deny cache, leases) needs GCRA")]
+    ModeNeedsGcra,
+    /// The local half's configuration (the leases' slack too long).
+    #[error("the local half: {0}")]
+    Local(tollgate::remote::RemoteError),
 }
 
 /// A check that returned no decision.

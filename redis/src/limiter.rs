@@ -1,23 +1,30 @@
 //! The limiter: the contract of [`tollgate`]'s limiters, decided by Redis.
 
 use std::marker::PhantomData;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::ErrorKind;
 use tollgate::algorithm::{Gcra, validate_cost};
-use tollgate::clock::Clock;
+use tollgate::clock::{Clock, MonotonicClock};
+use tollgate::remote::{Local, RemoteQuota};
 use tollgate::{Decision, Quota};
 
 use crate::connection::{Call as Sent, Connection};
 use crate::error::{ConfigError, Error};
 use crate::failure::{Admission, Fallback, OnFailure, Unavailable};
 use crate::key::Namespace;
+use crate::local::{Hybrid, Mode, lease_arguments, lease_reply};
 use crate::script::{END_OF_TIME_US, MAX_SPAN_US, SCRIPT, ScriptLimit, Scripted};
 
 /// The longest expiry grace, 2^40 ms (34 years): every expiry stays an
 /// exact integer in the script.
 const MAX_GRACE_MS: u64 = 1 << 40;
+
+/// The most keys a limiter's local half holds by default.
+const LOCAL_KEYS: NonZeroUsize = NonZeroUsize::new(100_000).expect("nonzero");
 
 /// A rate limiter whose state lives in Redis, so that every instance of a
 /// service shares one count per key.
@@ -56,6 +63,10 @@ pub struct RedisLimiter<A: Scripted = Gcra> {
     core: Core,
     quota: Quota,
     fallback: Fallback<A>,
+    /// What is decided locally ([`Mode`]); `None`: every check on Redis.
+    local: Option<Hybrid>,
+    /// Script calls sent by checks and peeks.
+    calls: AtomicU64,
 }
 
 /// What a check needs of its limiter, whatever the algorithm: the part
@@ -79,6 +90,8 @@ pub struct RedisBuilder<A: Scripted = Gcra> {
     grace: Duration,
     script: Option<String>,
     on_failure: OnFailure,
+    mode: Mode,
+    local_keys: NonZeroUsize,
     _algorithm: PhantomData<fn() -> A>,
 }
 
@@ -113,8 +126,29 @@ impl RedisLimiter<Gcra> {
             grace: Duration::ZERO,
             script: None,
             on_failure: OnFailure::default(),
+            mode: Mode::Exact,
+            local_keys: LOCAL_KEYS,
             _algorithm: PhantomData,
         }
+    }
+}
+
+impl RedisBuilder<Gcra> {
+    /// How much the limiter decides locally ([`Mode`]): every check on
+    /// Redis (the default), denials cached exactly, or leases.
+    #[must_use]
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// The most keys the local half holds (100 000 by default): a key
+    /// beyond them is decided on Redis, uncached, until idle keys make
+    /// room. Memory stays bounded whatever keys clients send.
+    #[must_use]
+    pub fn local_keys(mut self, max_keys: NonZeroUsize) -> Self {
+        self.local_keys = max_keys;
+        self
     }
 }
 
@@ -132,6 +166,8 @@ impl<A: Scripted> RedisBuilder<A> {
             grace: self.grace,
             script: self.script,
             on_failure: self.on_failure,
+            mode: self.mode,
+            local_keys: self.local_keys,
             _algorithm: PhantomData,
         }
     }
@@ -206,14 +242,37 @@ impl<A: Scripted> RedisBuilder<A> {
     /// [`ConfigError::BadKeyPart`] for a prefix or tag with a brace, and
     /// [`ConfigError::QuotaTooLarge`] for a quota whose spans do not fit
     /// the script's exact arithmetic, and [`ConfigError::ShareTooSmall`] for
-    /// a local share that admits nothing.
+    /// a local share that admits nothing, [`ConfigError::ModeNeedsGcra`]
+    /// for a [`Mode`] chosen before another algorithm, and
+    /// [`ConfigError::Local`] for leases whose slack is too long.
     pub fn build(self, connection: Connection) -> Result<RedisLimiter<A>, ConfigError> {
         let limit = ScriptLimit::new::<A>(&self.quota)?;
         let fallback = Fallback::new(self.on_failure, &self.quota)?;
         let namespace = Namespace::new(&self.prefix, &self.name, &limit, self.tag.as_deref())?;
         let source = self.script.unwrap_or_else(|| SCRIPT.to_owned());
         let sha = redis::Script::new(&source).get_hash().to_owned();
+        if self.mode != Mode::Exact && A::CODE != Gcra::CODE {
+            return Err(ConfigError::ModeNeedsGcra);
+        }
+        let local = if self.mode == Mode::Exact {
+            None
+        } else {
+            Some(Hybrid::new(
+                self.mode,
+                RemoteQuota::new(limit.span_us, limit.burst).map_err(ConfigError::Local)?,
+                match &self.time {
+                    Time::Client(clock) => Arc::clone(clock),
+                    Time::Server => Arc::new(MonotonicClock::new()),
+                },
+                self.local_keys,
+                // A claim's call ends within the call timeout; twice it,
+                // and a claim still standing was abandoned.
+                connection.call_timeout().saturating_mul(2),
+            )?)
+        };
         Ok(RedisLimiter {
+            local,
+            calls: AtomicU64::new(0),
             core: Core {
                 connection,
                 namespace,
@@ -298,24 +357,103 @@ impl<A: Scripted> RedisLimiter<A> {
         }
     }
 
+    /// Script calls sent by this limiter's checks and peeks (not counting
+    /// those the circuit breaker kept from Redis): with a [`Mode`] that
+    /// decides locally, how many checks took a round trip.
+    #[must_use]
+    pub fn remote_calls(&self) -> u64 {
+        // Relaxed: a statistic, ordered with nothing.
+        self.calls.load(Ordering::Relaxed)
+    }
+
     async fn decide(&self, key: &[u8], cost: u32, peek: bool) -> Result<Decision, Error> {
         let core = &self.core;
         validate_cost(cost, core.limit.burst)?;
-        let now = core.time.now();
-        let mut call = Call::new(if peek { Mode::Peek } else { Mode::Check });
-        call.push(core.entry(core.namespace.key(key), cost, &now));
-        match call.send(&core.connection, &core.script).await {
-            Ok(replies) => decision(&replies, core.limit.burst, now.fraction_ns),
+        let Some(hybrid) = &self.local else {
+            return self.on_redis(key, cost, peek, core.time.now()).await;
+        };
+        let reading_ns = hybrid.clock.now_ns();
+        let now = core.time.at(reading_ns);
+        if peek {
+            return match hybrid.view.peek(key, cost, reading_ns)? {
+                Some(decision) => Ok(decision),
+                None => self.on_redis(key, cost, true, now).await,
+            };
+        }
+        let ask = match hybrid.view.check(key, cost, reading_ns)? {
+            Local::Decided(decision) => return Ok(decision),
+            Local::Ask(ask) => ask,
+        };
+        let redis_key = core.namespace.key(key);
+        let request = *ask.request();
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let sent = evaluate(&core.connection, &core.script, |name, body| {
+            let mut command = redis::cmd(name);
+            command.arg(body).arg(1).arg(&redis_key);
+            lease_arguments(&mut command, now.us, &hybrid.quota, &request, core.grace_ms);
+            command
+        })
+        .await;
+        match sent {
+            Ok(replies) => {
+                let reply = lease_reply(&replies, &request)?;
+                ask.complete(&reply);
+                // The units this instance may admit now: its lease's, and
+                // those still free on Redis.
+                let remaining = reply.remaining.saturating_add(reply.granted);
+                decision(
+                    &[
+                        i64::from(reply.allowed),
+                        i64::from(remaining.min(core.limit.burst)),
+                        i64::try_from(reply.retry_us).unwrap_or(i64::MAX),
+                        i64::try_from(reply.reset_us).unwrap_or(i64::MAX),
+                    ],
+                    core.limit.burst,
+                    now.fraction_ns,
+                )
+            }
             Err(Sent::Unavailable(cause)) => {
-                let open_for = match cause {
-                    Unavailable::BreakerOpen(open_for) => open_for,
-                    _ => core.connection.breaker().admit_peek().unwrap_or_default(),
-                };
-                self.fallback
-                    .decide(key, cost, peek, core.limit.burst, open_for, cause)
+                drop(ask);
+                self.fall_back(key, cost, false, cause)
             }
             Err(Sent::Failed(error)) => Err(Error::Script(error)),
         }
+    }
+
+    /// Decides on Redis (modes "0" and "1").
+    async fn on_redis(
+        &self,
+        key: &[u8],
+        cost: u32,
+        peek: bool,
+        now: Now,
+    ) -> Result<Decision, Error> {
+        let core = &self.core;
+        let mut call = Call::new(if peek { Op::Peek } else { Op::Check });
+        call.push(core.entry(core.namespace.key(key), cost, &now));
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        match call.send(&core.connection, &core.script).await {
+            Ok(replies) => decision(&replies, core.limit.burst, now.fraction_ns),
+            Err(Sent::Unavailable(cause)) => self.fall_back(key, cost, peek, cause),
+            Err(Sent::Failed(error)) => Err(Error::Script(error)),
+        }
+    }
+
+    /// The failure policy's answer for a check Redis did not decide.
+    fn fall_back(
+        &self,
+        key: &[u8],
+        cost: u32,
+        peek: bool,
+        cause: Unavailable,
+    ) -> Result<Decision, Error> {
+        let core = &self.core;
+        let open_for = match cause {
+            Unavailable::BreakerOpen(open_for) => open_for,
+            _ => core.connection.breaker().admit_peek().unwrap_or_default(),
+        };
+        self.fallback
+            .decide(key, cost, peek, core.limit.burst, open_for, cause)
     }
 }
 
@@ -337,24 +475,41 @@ impl Time {
     /// The time argument for a check now.
     fn now(&self) -> Now {
         match self {
-            Time::Server => Now {
-                us: None,
+            Time::Server => Now::SERVER,
+            Time::Client(clock) => Now::reading(clock.now_ns()),
+        }
+    }
+
+    /// The time argument for a check whose local reading is `reading_ns`
+    /// (the client clock's, when it decides).
+    fn at(&self, reading_ns: u64) -> Now {
+        match self {
+            Time::Server => Now::SERVER,
+            Time::Client(_) => Now::reading(reading_ns),
+        }
+    }
+}
+
+impl Now {
+    /// The server's `TIME`.
+    const SERVER: Now = Now {
+        us: None,
+        fraction_ns: 0,
+    };
+
+    /// A client clock's reading, in whole microseconds (clamped to the
+    /// script's end of time) and the nanoseconds past them.
+    fn reading(reading_ns: u64) -> Now {
+        let now_us = reading_ns / 1_000;
+        if now_us >= END_OF_TIME_US {
+            Now {
+                us: Some(END_OF_TIME_US),
                 fraction_ns: 0,
-            },
-            Time::Client(clock) => {
-                let reading_ns = clock.now_ns();
-                let now_us = reading_ns / 1_000;
-                if now_us >= END_OF_TIME_US {
-                    Now {
-                        us: Some(END_OF_TIME_US),
-                        fraction_ns: 0,
-                    }
-                } else {
-                    Now {
-                        us: Some(now_us),
-                        fraction_ns: reading_ns % 1_000,
-                    }
-                }
+            }
+        } else {
+            Now {
+                us: Some(now_us),
+                fraction_ns: reading_ns % 1_000,
             }
         }
     }
@@ -458,7 +613,7 @@ pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
         .iter()
         .map(|request| request.limiter.time.now())
         .collect();
-    let mut call = Call::new(Mode::Check);
+    let mut call = Call::new(Op::Check);
     for (request, now) in requests.iter().zip(&times) {
         call.push(
             request
@@ -499,7 +654,7 @@ struct Now {
 
 /// What a call asks of the script.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
+enum Op {
     Check,
     Peek,
     /// Reserve (one GCRA limit), waiting at most this many microseconds.
@@ -509,7 +664,7 @@ enum Mode {
 /// One call of the script: its keys and arguments, written straight into
 /// the command (the `EVAL` fallback writes them again).
 struct Call<'a> {
-    mode: Mode,
+    op: Op,
     limits: Vec<Entry<'a>>,
 }
 
@@ -523,9 +678,9 @@ struct Entry<'a> {
 }
 
 impl<'a> Call<'a> {
-    fn new(mode: Mode) -> Self {
+    fn new(op: Op) -> Self {
         Self {
-            mode,
+            op,
             limits: Vec::new(),
         }
     }
@@ -541,10 +696,10 @@ impl<'a> Call<'a> {
         for limit in &self.limits {
             command.arg(&limit.key);
         }
-        command.arg(match self.mode {
-            Mode::Check => "0",
-            Mode::Peek => "1",
-            Mode::Reserve(_) => "2",
+        command.arg(match self.op {
+            Op::Check => "0",
+            Op::Peek => "1",
+            Op::Reserve(_) => "2",
         });
         for Entry {
             limit,
@@ -565,7 +720,7 @@ impl<'a> Call<'a> {
                 .arg(limit.burst)
                 .arg(grace_ms);
         }
-        if let Mode::Reserve(max_wait_us) = self.mode {
+        if let Op::Reserve(max_wait_us) = self.op {
             command.arg(max_wait_us);
         }
         command
@@ -663,7 +818,7 @@ impl RedisLimiter<Gcra> {
             .min(MAX_SPAN_US.saturating_sub(tolerance_us));
         let now = core.time.now();
         let redis_key = core.namespace.key(key.as_ref());
-        let mut call = Call::new(Mode::Reserve(max_wait_us));
+        let mut call = Call::new(Op::Reserve(max_wait_us));
         call.push(core.entry(redis_key.clone(), cost, &now));
         let reply = match call.send(&core.connection, &core.script).await {
             Ok(reply) => reply,
@@ -911,6 +1066,17 @@ impl<A: Scripted> std::fmt::Debug for RedisLimiter<A> {
                 },
             )
             .field("on_failure", &self.fallback.policy())
+            .field(
+                "mode",
+                &self.local.as_ref().map_or(Mode::Exact, |local| local.mode),
+            )
+            .field(
+                "bound",
+                &self.local.as_ref().map_or_else(
+                    || Mode::EXACT_BOUND.to_owned(),
+                    |local| local.mode.bound(&local.quota),
+                ),
+            )
             .field("connection", &self.core.connection)
             .finish_non_exhaustive()
     }

@@ -38,6 +38,16 @@
 -- tolerance. Restores only if the key still holds the TAT it wrote (no
 -- one reserved or was admitted since) and its slot has not come; returns
 -- { 1 } if it did, else { 0 }.
+--
+-- A lease call ("4"; one GCRA key, notes/12; its Rust twin is
+-- tollgate::remote::lease): KEYS[1]; ARGV[2] now (or ""), ARGV[3] the
+-- interval, ARGV[4] the burst, ARGV[5] the cost, ARGV[6] the units wanted
+-- beyond it, ARGV[7] the TAT a lease being given back wrote (or ""),
+-- ARGV[8] its units, ARGV[9] the expiry grace (ms). Gives those units back
+-- if the key still holds that TAT; decides the cost; admitted, also
+-- grants up to the units wanted, at most half of those left free beside
+-- the cost. Returns allowed, remaining, retry_after_us, reset_after_us,
+-- granted, the TAT after (the lease's last slot), now, units given back.
 
 -- The arguments of modes "2" and "3" are checked as the costs are: the
 -- script is published, and a restored TAT that is not a number, or later
@@ -101,6 +111,48 @@ local now, grace
 
 local function ttl_ms(now, fresh)
   return floor((math.max(fresh - now, 0) + 999) / 1000) + 1 + grace
+end
+
+if ARGV[1] == "4" then
+  local key, now = KEYS[1], ARGV[2]
+  local interval, burst = tonumber(ARGV[3]), tonumber(ARGV[4])
+  local cost, want, units = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[8])
+  if #KEYS ~= 1 or not whole(ARGV[3]) or not whole(ARGV[4]) or not whole(ARGV[5])
+      or not whole(ARGV[6]) or not whole(ARGV[8]) or not (ARGV[9] == "" or whole(ARGV[9]))
+      or not (ARGV[7] == "" or whole(ARGV[7])) or not (now == "" or whole(now))
+      or interval < 1 or burst < 1 or interval * burst > 2251799813685248
+      or cost < 1 or cost > burst or want > burst or units > burst then
+    return redis.error_reply("tollgate: a lease call needs whole numbers, a cost of 1 to the burst")
+  end
+  if now == "" then
+    local time = redis.call("TIME")
+    now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  else
+    now = tonumber(now)
+  end
+  grace = tonumber(ARGV[9]) or 0
+  local stored = redis.call("GET", key)
+  local tat = tonumber(stored or "0")
+  local returned = 0
+  if ARGV[7] ~= "" and stored == ARGV[7] and units > 0 then
+    tat = math.max(tat - units * interval, 0)
+    returned = units
+  end
+  local tolerance = burst * interval
+  local debt = math.max(tat - now, 0)
+  local max_debt = tolerance - cost * interval
+  if debt > max_debt then
+    if returned > 0 then
+      redis.call("SET", key, string.format("%d", tat), "PX", ttl_ms(now, tat))
+    end
+    return { 0, math.floor((tolerance - math.min(debt, tolerance)) / interval),
+      debt - max_debt, debt, 0, tat, now, returned }
+  end
+  local granted = math.min(want, math.floor(math.floor((max_debt - debt) / interval) / 2))
+  local end_at = math.max(tat, now) + (cost + granted) * interval
+  redis.call("SET", key, string.format("%d", end_at), "PX", ttl_ms(now, end_at))
+  return { 1, math.floor((tolerance - (end_at - now)) / interval), 0, end_at - now,
+    granted, end_at, now, returned }
 end
 
 local server_now

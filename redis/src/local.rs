@@ -1,0 +1,198 @@
+//! How much a GCRA limiter decides without Redis: every check on Redis
+//! (exact), denials cached exactly, or leases of Redis's budget spent
+//! locally (`tollgate::remote` holds the local half; notes/12).
+
+use std::fmt;
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate::clock::Clock;
+use tollgate::remote::{GiveBack, LeaseReply, LeaseRequest, Leases, LocalView, RemoteQuota};
+
+use crate::error::{ConfigError, Error};
+
+/// How much a limiter decides locally. GCRA only (a denial writes nothing
+/// and other instances only move a key's arrival time later, which is what
+/// makes local knowledge stay true).
+///
+/// ```no_run
+/// use tollgate::Quota;
+/// use tollgate::remote::Leases;
+/// use tollgate_redis::{Connection, Mode, RedisLimiter};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let connection = Connection::open("redis://127.0.0.1:6379/").await?;
+/// let limiter = RedisLimiter::builder("api", Quota::per_second(1_000)?)
+///     .mode(Mode::Leased(Leases::new()))
+///     .build(connection)?;
+/// // Most checks now take no round trip; Debug prints the bound.
+/// println!("{limiter:?}");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Mode {
+    /// Every check is one round trip (the default).
+    #[default]
+    Exact,
+    /// Denials are cached: a request that what Redis last told this
+    /// instance already denies is denied here, as Redis would at that
+    /// instant. Admissions are Redis's, so the limiter admits exactly what
+    /// Redis alone admits; a drained hot key costs Redis about one call per
+    /// instance per refilled unit instead of one per check.
+    DenyCached,
+    /// Denials cached, and leases: a check that asks Redis also takes up to
+    /// a lease's units of the key's budget, spent here by later checks
+    /// without a round trip. No window of length `W` admits more than
+    /// `burst + ⌊W / interval⌋ + slack` (the slack is zero unless chosen):
+    /// with no slack, never more than Redis alone. Units a lease holds when
+    /// its instance stops asking, or that expire unspent, are admitted by
+    /// no one: under-admission, at most the units of the leases held.
+    Leased(Leases),
+}
+
+impl fmt::Debug for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mode::Exact => f.write_str("Exact"),
+            Mode::DenyCached => f.write_str("DenyCached"),
+            Mode::Leased(leases) => f
+                .debug_struct("Leased")
+                .field("max_units", &leases.max_units())
+                .field("slack", &leases.slack())
+                .finish(),
+        }
+    }
+}
+
+impl Mode {
+    /// What [`Mode::Exact`] promises.
+    pub(crate) const EXACT_BOUND: &'static str = "exact: every check decided by Redis";
+
+    /// What this mode promises for `quota`, in words (the limiter's `Debug`
+    /// prints it).
+    pub(crate) fn bound(self, quota: &RemoteQuota) -> String {
+        let rate = format!("{} + ⌊W / {} µs⌋", quota.burst(), quota.interval_us());
+        match self {
+            Mode::Exact => Self::EXACT_BOUND.to_owned(),
+            Mode::DenyCached => format!(
+                "exact: admits what Redis alone admits (at most {rate} in any window W); \
+                 denials cached until Redis's own end"
+            ),
+            Mode::Leased(leases) => format!(
+                "at most {rate}{} in any window W{}; under-admission at most the unspent \
+                 units of leases held (up to {} per instance and key)",
+                if leases.slack() == 0 {
+                    String::new()
+                } else {
+                    format!(" + {}", leases.slack())
+                },
+                if leases.slack() == 0 {
+                    " (as Redis alone)"
+                } else {
+                    ""
+                },
+                leases.max_units()
+            ),
+        }
+    }
+}
+
+/// A limiter's local half: the view, and the clock its instants come from.
+pub(crate) struct Hybrid {
+    pub(crate) view: LocalView<Vec<u8>>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) quota: RemoteQuota,
+    pub(crate) mode: Mode,
+}
+
+impl Hybrid {
+    /// The local half for `mode` (a deny cache for [`Mode::Exact`] too,
+    /// which is never built).
+    pub(crate) fn new(
+        mode: Mode,
+        quota: RemoteQuota,
+        clock: Arc<dyn Clock>,
+        max_keys: NonZeroUsize,
+        claim_timeout: Duration,
+    ) -> Result<Self, ConfigError> {
+        let leases = match mode {
+            Mode::Exact | Mode::DenyCached => None,
+            Mode::Leased(leases) => Some(leases),
+        };
+        let view =
+            LocalView::new(quota, leases, max_keys, claim_timeout).map_err(ConfigError::Local)?;
+        Ok(Self {
+            view,
+            clock,
+            quota,
+            mode,
+        })
+    }
+}
+
+/// The arguments of a lease call after the key: mode "4", now, interval,
+/// burst, cost, units wanted, the TAT and units given back, the grace.
+pub(crate) fn lease_arguments(
+    command: &mut redis::Cmd,
+    now_us: Option<u64>,
+    quota: &RemoteQuota,
+    request: &LeaseRequest,
+    grace_ms: u64,
+) {
+    command.arg("4");
+    match now_us {
+        Some(us) => command.arg(us),
+        None => command.arg(""),
+    };
+    command
+        .arg(quota.interval_us())
+        .arg(quota.burst())
+        .arg(request.cost)
+        .arg(request.want);
+    match request.give_back {
+        Some(GiveBack { end_us, units }) => command.arg(end_us).arg(units),
+        None => command.arg("").arg(0),
+    };
+    command.arg(grace_ms);
+}
+
+/// The eight integers of a lease call's reply.
+pub(crate) fn lease_reply(reply: &[i64], request: &LeaseRequest) -> Result<LeaseReply, Error> {
+    let malformed = || Error::Reply(format!("{reply:?}"));
+    let &[
+        allowed,
+        remaining,
+        retry_us,
+        reset_us,
+        granted,
+        end_us,
+        now_us,
+        returned,
+    ] = reply
+    else {
+        return Err(malformed());
+    };
+    let whole = |value: i64| u64::try_from(value).map_err(|_| malformed());
+    let small = |value: i64| u32::try_from(value).map_err(|_| malformed());
+    let reply = LeaseReply {
+        allowed: match allowed {
+            0 => false,
+            1 => true,
+            _ => return Err(malformed()),
+        },
+        remaining: small(remaining)?,
+        retry_us: whole(retry_us)?,
+        reset_us: whole(reset_us)?,
+        granted: small(granted)?,
+        end_us: whole(end_us)?,
+        now_us: whole(now_us)?,
+        returned: small(returned)?,
+    };
+    if reply.allowed != (reply.retry_us == 0) || reply.granted > request.want {
+        return Err(malformed());
+    }
+    Ok(reply)
+}

@@ -1,0 +1,507 @@
+//! The deny cache and the leases on a real Redis (notes/12).
+//!
+//! * The script's lease mode against its Rust twin (`tollgate::remote::lease`)
+//!   on random traces, with two planted bugs that the comparison catches.
+//! * Three instances (three limiters, each with its own connection and
+//!   local half) on one key with a shared client clock:
+//!   - deny-cached, every decision is the one three exact limiters take on
+//!     the same trace, with fewer round trips;
+//!   - leased, no window holds more than `burst + ⌊W / interval⌋`
+//!     admissions, and far fewer checks take a round trip;
+//!   standalone and on a three-master Cluster.
+//! * A leased limiter whose Redis is killed: its lease keeps serving until
+//!   spent, and then the failure policy answers.
+
+mod support {
+    #[allow(dead_code)]
+    pub mod redis;
+    #[allow(dead_code)]
+    pub mod target;
+}
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
+use tollgate::Quota;
+use tollgate::algorithm::FixedWindow;
+use tollgate::clock::{Clock, ManualClock};
+use tollgate::remote::{GiveBack, LeaseRequest, Leases, RemoteQuota, lease};
+use tollgate_redis::{ConfigError, Connection, Mode, OnFailure, Options, RedisLimiter, SCRIPT};
+
+use support::redis::RedisServer;
+use support::target::{Kind, Target};
+
+/// A Unix instant in 2026, in µs.
+const START_US: u64 = 1_764_831_234_567_891;
+
+// ---------------------------------------------------------------------------
+// The script's lease mode against its twin.
+
+#[derive(Debug, Clone)]
+struct Case {
+    interval_us: u64,
+    burst: u32,
+    steps: Vec<Step>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    /// µs to move the clock (negative: backwards).
+    advance_us: i64,
+    cost: u32,
+    want: u32,
+    /// 0: nothing given back; 1: the last grant's units; 2: units with a
+    /// TAT the key does not hold.
+    give_back: u8,
+    units: u32,
+}
+
+fn cases() -> impl Strategy<Value = Case> {
+    (1_u64..=1_000, 1_u32..=16).prop_flat_map(|(interval_us, burst)| {
+        let span = i64::try_from(interval_us * u64::from(burst)).unwrap();
+        let step = (-span / 4..=span, 1..=burst, 0..=burst, 0_u8..3, 1..=burst).prop_map(
+            |(advance_us, cost, want, give_back, units)| Step {
+                advance_us,
+                cost,
+                want,
+                give_back,
+                units,
+            },
+        );
+        proptest::collection::vec(step, 1..60).prop_map(move |steps| Case {
+            interval_us,
+            burst,
+            steps,
+        })
+    })
+}
+
+/// Runs `case` through the script `source` (mode "4", client time, an
+/// hour's grace so that no key expires) and through the twin; every reply
+/// and every stored TAT must be equal.
+fn lease_differential(
+    connection: &mut redis::Connection,
+    source: &str,
+    key: &str,
+    case: &Case,
+) -> Result<(), TestCaseError> {
+    let quota = RemoteQuota::new(case.interval_us, case.burst).unwrap();
+    let _: () = redis::cmd("DEL").arg(key).query(connection).unwrap();
+    let (mut now_us, mut stored) = (START_US, None);
+    let mut last_lease: Option<GiveBack> = None;
+    for (index, step) in case.steps.iter().enumerate() {
+        now_us = now_us.saturating_add_signed(step.advance_us);
+        let give_back = match step.give_back {
+            1 => last_lease,
+            2 => Some(GiveBack {
+                end_us: stored.unwrap_or(START_US) + 1,
+                units: step.units,
+            }),
+            _ => None,
+        };
+        let request = LeaseRequest {
+            cost: step.cost,
+            want: step.want,
+            give_back,
+        };
+        let (expected, twin_stored) = lease(stored, now_us, &quota, &request);
+        stored = twin_stored.or(stored);
+        let mut command = redis::cmd("EVAL");
+        command
+            .arg(source)
+            .arg(1)
+            .arg(key)
+            .arg("4")
+            .arg(now_us)
+            .arg(case.interval_us)
+            .arg(case.burst)
+            .arg(step.cost)
+            .arg(step.want);
+        match give_back {
+            Some(GiveBack { end_us, units }) => command.arg(end_us).arg(units),
+            None => command.arg("").arg(0),
+        };
+        command.arg(3_600_000);
+        let reply: Vec<i64> = command.query(connection).unwrap();
+        let as_script = vec![
+            i64::from(expected.allowed),
+            i64::from(expected.remaining),
+            i64::try_from(expected.retry_us).unwrap(),
+            i64::try_from(expected.reset_us).unwrap(),
+            i64::from(expected.granted),
+            i64::try_from(expected.end_us).unwrap(),
+            i64::try_from(expected.now_us).unwrap(),
+            i64::from(expected.returned),
+        ];
+        prop_assert_eq!(&reply, &as_script, "step {}: {:?}", index, step);
+        let held: Option<String> = redis::cmd("GET").arg(key).query(connection).unwrap();
+        prop_assert_eq!(
+            held,
+            stored.map(|tat| tat.to_string()),
+            "step {}: stored TAT",
+            index
+        );
+        last_lease = (expected.granted > 0).then_some(GiveBack {
+            end_us: expected.end_us,
+            units: expected.granted,
+        });
+    }
+    Ok(())
+}
+
+fn lease_runner(cases: u32) -> TestRunner {
+    TestRunner::new(Config {
+        cases,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        ))),
+        ..Config::default()
+    })
+}
+
+#[test]
+fn the_lease_script_is_its_rust_twin() {
+    let server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
+    let client = redis::Client::open(format!("redis://127.0.0.1:{}/", server.port())).unwrap();
+    let connection = std::cell::RefCell::new(client.get_connection().unwrap());
+    lease_runner(128)
+        .run(&cases(), |case| {
+            lease_differential(&mut connection.borrow_mut(), SCRIPT, "lease-twin", &case)
+        })
+        .unwrap();
+}
+
+/// Each planted bug, in a copy of the script, is caught by the comparison.
+#[test]
+fn planted_bugs_in_the_lease_script_are_caught() {
+    let server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
+    let client = redis::Client::open(format!("redis://127.0.0.1:{}/", server.port())).unwrap();
+    let connection = std::cell::RefCell::new(client.get_connection().unwrap());
+    for (what, site, planted) in [
+        (
+            "a give-back that ignores whether the key holds the lease's TAT",
+            r#"if ARGV[7] ~= "" and stored == ARGV[7] and units > 0 then"#,
+            r#"if ARGV[7] ~= "" and units > 0 then"#,
+        ),
+        (
+            "a grant of everything left instead of half",
+            "math.floor(math.floor((max_debt - debt) / interval) / 2)",
+            "math.floor((max_debt - debt) / interval)",
+        ),
+    ] {
+        assert_eq!(SCRIPT.matches(site).count(), 1, "the site of {what}");
+        let source = SCRIPT.replace(site, planted);
+        let caught = lease_runner(256)
+            .run(&cases(), |case| {
+                lease_differential(
+                    &mut connection.borrow_mut(),
+                    &source,
+                    "lease-planted",
+                    &case,
+                )
+            })
+            .is_err();
+        assert!(caught, "not caught: {what}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Three instances on one key.
+
+/// A deterministic trace: each step picks an instance, a cost and a clock
+/// step (up to `max_step_us`), from a small linear congruential generator.
+struct Trace(u64);
+
+impl Trace {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % below
+    }
+}
+
+/// Three limiters named `name`, each with its own connection (and so its
+/// own local half), on the shared client `clock`.
+fn instances(
+    target: &Target,
+    name: &str,
+    quota: Quota,
+    clock: &ManualClock,
+    mode: Mode,
+) -> Vec<RedisLimiter> {
+    (0..3)
+        .map(|_| {
+            let connection = target.runtime.block_on(target.reconnect());
+            RedisLimiter::builder(name, quota)
+                .clock(clock.clone())
+                .expiry_grace(Duration::from_secs(3_600))
+                .mode(mode)
+                .build(connection)
+                .unwrap()
+        })
+        .collect()
+}
+
+/// 10 a second in bursts of 5, on a trace of 600 checks whose clock steps
+/// average a fifth of an interval: the key is drained most of the time and
+/// refills a unit at a time.
+fn quota() -> Quota {
+    Quota::per_second(10).unwrap().with_burst(5).unwrap()
+}
+
+fn deny_cache_decides_as_redis_alone(kind: Kind) {
+    let target = Target::start(kind);
+    let clock = ManualClock::new();
+    clock.set(Duration::from_micros(START_US));
+    let exact = instances(&target, "exact", quota(), &clock, Mode::Exact);
+    let cached = instances(&target, "cached", quota(), &clock, Mode::DenyCached);
+    let mut trace = Trace(7);
+    let (mut admitted, mut denied) = (0, 0);
+    for step in 0..600 {
+        let instance = usize::try_from(trace.next(3)).unwrap();
+        let cost = u32::try_from(trace.next(2)).unwrap() + 1;
+        clock.advance(Duration::from_micros(trace.next(40_000)));
+        let (by_redis, by_cache) = target.runtime.block_on(async {
+            (
+                exact[instance].check_n("hot", cost).await.unwrap(),
+                cached[instance].check_n("hot", cost).await.unwrap(),
+            )
+        });
+        assert_eq!(
+            by_cache.is_allowed(),
+            by_redis.is_allowed(),
+            "step {step}: instance {instance}, cost {cost}: {by_cache:?} against Redis's {by_redis:?}"
+        );
+        if by_redis.is_allowed() {
+            admitted += 1;
+        } else {
+            denied += 1;
+            // The cached wait is never longer than Redis's: the cache
+            // knows a lower bound of the key's arrival time.
+            assert!(
+                by_cache.retry_after() <= by_redis.retry_after(),
+                "step {step}"
+            );
+        }
+    }
+    let calls =
+        |limiters: &[RedisLimiter]| limiters.iter().map(RedisLimiter::remote_calls).sum::<u64>();
+    println!(
+        "{kind:?}: {admitted} admitted, {denied} denied; round trips: exact {}, deny-cached {}",
+        calls(&exact),
+        calls(&cached)
+    );
+    assert_eq!(calls(&exact), 600);
+    // Every admission is a round trip; most denials are not.
+    assert!(
+        calls(&cached) < 600 - denied / 2,
+        "{} round trips",
+        calls(&cached)
+    );
+}
+
+#[test]
+fn the_deny_cache_decides_as_redis_alone() {
+    deny_cache_decides_as_redis_alone(Kind::Standalone);
+}
+
+#[test]
+fn the_deny_cache_decides_as_redis_alone_on_a_cluster() {
+    deny_cache_decides_as_redis_alone(Kind::Cluster);
+}
+
+/// Every window between two admissions holds at most `burst +
+/// ⌊W / interval⌋` units.
+fn assert_window_bound(admitted: &mut [(u64, u32)], burst: u32, interval_us: u64) {
+    admitted.sort_unstable();
+    for (first, &(from_us, _)) in admitted.iter().enumerate() {
+        let mut units = 0;
+        for &(to_us, cost) in &admitted[first..] {
+            units += u64::from(cost);
+            let bound = u64::from(burst) + (to_us - from_us) / interval_us;
+            assert!(
+                units <= bound,
+                "{units} units in [{from_us}, {to_us}] µs, at most {bound}"
+            );
+        }
+    }
+}
+
+fn leases_admit_no_more_than_redis_alone(kind: Kind) {
+    let target = Target::start(kind);
+    let clock = ManualClock::new();
+    clock.set(Duration::from_micros(START_US));
+    // 1 000 a second in bursts of 50: 1 ms an interval.
+    let quota = Quota::per_second(1_000).unwrap().with_burst(50).unwrap();
+    let leased = instances(
+        &target,
+        "leased",
+        quota,
+        &clock,
+        Mode::Leased(Leases::new()),
+    );
+    let exact = instances(&target, "exact", quota, &clock, Mode::Exact);
+    let mut trace = Trace(11);
+    let mut admitted: Vec<(u64, u32)> = Vec::new();
+    let mut admitted_exact = 0;
+    let checks = 3_000;
+    for _ in 0..checks {
+        let instance = usize::try_from(trace.next(3)).unwrap();
+        let cost = if trace.next(10) == 0 { 3 } else { 1 };
+        // Bursts and pauses: mostly a fifth of an interval, now and then
+        // several.
+        let step_us = if trace.next(20) == 0 {
+            trace.next(20_000)
+        } else {
+            trace.next(400)
+        };
+        clock.advance(Duration::from_micros(step_us));
+        let at_us = clock.now_ns() / 1_000;
+        let (leased_decision, exact_decision) = target.runtime.block_on(async {
+            (
+                leased[instance].check_n("hot", cost).await.unwrap(),
+                exact[instance].check_n("hot", cost).await.unwrap(),
+            )
+        });
+        if leased_decision.is_allowed() {
+            admitted.push((at_us, cost));
+        }
+        admitted_exact += u32::from(exact_decision.is_allowed()) * cost;
+    }
+    let total: u32 = admitted.iter().map(|&(_, cost)| cost).sum();
+    let calls: u64 = leased.iter().map(RedisLimiter::remote_calls).sum();
+    println!(
+        "{kind:?}: leased admitted {total} units (exact: {admitted_exact}) in {checks} checks with {calls} round trips"
+    );
+    assert_window_bound(&mut admitted, 50, 1_000);
+    assert!(
+        calls < checks / 2,
+        "{calls} round trips for {checks} checks"
+    );
+}
+
+#[test]
+fn leases_admit_no_more_than_redis_alone_in_any_window() {
+    leases_admit_no_more_than_redis_alone(Kind::Standalone);
+}
+
+#[test]
+fn leases_admit_no_more_than_redis_alone_in_any_window_on_a_cluster() {
+    leases_admit_no_more_than_redis_alone(Kind::Cluster);
+}
+
+// ---------------------------------------------------------------------------
+// A dead Redis.
+
+#[test]
+fn a_lease_serves_while_redis_is_down_then_the_policy_answers() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
+    let connection = runtime
+        .block_on(Connection::open_with(
+            format!("redis://127.0.0.1:{}/", server.port()),
+            Options::default()
+                .call_timeout(Duration::from_millis(200))
+                .breaker(3, Duration::from_millis(300)),
+        ))
+        .unwrap();
+    let clock = ManualClock::new();
+    clock.set(Duration::from_micros(START_US));
+    // 100 an hour (36 s an interval), bursts of 100, on a clock that holds
+    // still: the first check teaches the clocks' offset (a round trip); the
+    // second leases 8 units (a first lease's size), spent by the next 8;
+    // the eleventh leases 16, the twenty-eighth 32 (each doubles, and
+    // Redis has room: half of what is left is 49, 44, then 36).
+    let limiter = RedisLimiter::builder("dies", Quota::per_hour(100).unwrap())
+        .clock(clock.clone())
+        .mode(Mode::Leased(Leases::new()))
+        .on_failure(OnFailure::Deny)
+        .build(connection)
+        .unwrap();
+    let check = |limiter: &RedisLimiter| {
+        runtime
+            .block_on(limiter.check("k"))
+            .unwrap_or_else(|error| panic!("{error}"))
+    };
+    for index in 1..=28 {
+        assert!(check(&limiter).is_allowed(), "check {index}");
+        let round_trips = match index {
+            1 => 1,
+            2..=10 => 2,
+            11..=27 => 3,
+            _ => 4,
+        };
+        assert_eq!(limiter.remote_calls(), round_trips, "check {index}");
+    }
+    server.kill();
+    // The lease serves without Redis: 10 of its 32 units now.
+    for index in 0..10 {
+        assert!(check(&limiter).is_allowed(), "unit {index} after the kill");
+    }
+    // 50 intervals on, the lease's last slot is 10 intervals away: units
+    // whose deadline has passed expire, and 9 are left (the drift
+    // allowance, 1/512 of the 1 800 s since the last round trip, takes
+    // 3.5 s of the 360 s left).
+    clock.advance(Duration::from_secs(36 * 50));
+    for index in 0..9 {
+        assert!(
+            check(&limiter).is_allowed(),
+            "unit {index} after the clock moved"
+        );
+    }
+    assert_eq!(limiter.remote_calls(), 4, "served without a round trip");
+    // Spent: the next check asks Redis, which is dead, and the policy
+    // (Deny) answers.
+    let denied = check(&limiter);
+    assert!(!denied.is_allowed());
+    assert!(denied.retry_after() > Duration::ZERO);
+    assert_eq!(limiter.remote_calls(), 5);
+}
+
+// ---------------------------------------------------------------------------
+// Configuration.
+
+#[test]
+fn local_modes_need_gcra_and_print_their_bound() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
+    let connection = runtime
+        .block_on(Connection::open(format!(
+            "redis://127.0.0.1:{}/",
+            server.port()
+        )))
+        .unwrap();
+    let quota = Quota::per_second(100).unwrap();
+    let refused = RedisLimiter::builder("window", quota)
+        .mode(Mode::DenyCached)
+        .algorithm::<FixedWindow>()
+        .build(connection.clone());
+    assert!(matches!(refused, Err(ConfigError::ModeNeedsGcra)));
+    let leased = RedisLimiter::builder("leased", quota)
+        .mode(Mode::Leased(Leases::new()))
+        .build(connection.clone())
+        .unwrap();
+    let debug = format!("{leased:?}");
+    assert!(
+        debug.contains("at most 100 + ⌊W / 10000 µs⌋ in any window W (as Redis alone)"),
+        "{debug}"
+    );
+    let slack = RedisLimiter::builder("slack", quota)
+        .mode(Mode::Leased(Leases::new().with_slack(3)))
+        .build(connection)
+        .unwrap();
+    assert!(
+        format!("{slack:?}").contains("at most 100 + ⌊W / 10000 µs⌋ + 3 in any window W"),
+        "{slack:?}"
+    );
+}
