@@ -3,12 +3,12 @@
 //! * The script's lease mode against its Rust twin (`tollgate::remote::lease`)
 //!   on random traces, with two planted bugs that the comparison catches.
 //! * Three instances (three limiters, each with its own connection and
-//!   local half) on one key with a shared client clock:
+//!   local half) on one key with a shared client clock, standalone and on
+//!   a three-master Cluster:
 //!   - deny-cached, every decision is the one three exact limiters take on
 //!     the same trace, with fewer round trips;
 //!   - leased, no window holds more than `burst + ⌊W / interval⌋`
-//!     admissions, and far fewer checks take a round trip;
-//!   standalone and on a three-master Cluster.
+//!     admissions, and far fewer checks take a round trip.
 //! * A leased limiter whose Redis is killed: its lease keeps serving until
 //!   spent, and then the failure policy answers.
 
