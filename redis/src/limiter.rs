@@ -386,7 +386,6 @@ impl<A: Scripted> RedisLimiter<A> {
         };
         let redis_key = core.namespace.key(key);
         let request = *ask.request();
-        self.calls.fetch_add(1, Ordering::Relaxed);
         let sent = evaluate(&core.connection, &core.script, |name, body| {
             let mut command = redis::cmd(name);
             command.arg(body).arg(1).arg(&redis_key);
@@ -394,6 +393,7 @@ impl<A: Scripted> RedisLimiter<A> {
             command
         })
         .await;
+        self.count(&sent);
         match sent {
             Ok(replies) => {
                 let reply = lease_reply(&replies, &request)?;
@@ -431,11 +431,20 @@ impl<A: Scripted> RedisLimiter<A> {
         let core = &self.core;
         let mut call = Call::new(if peek { Op::Peek } else { Op::Check });
         call.push(core.entry(core.namespace.key(key), cost, &now));
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        match call.send(&core.connection, &core.script).await {
+        let sent = call.send(&core.connection, &core.script).await;
+        self.count(&sent);
+        match sent {
             Ok(replies) => decision(&replies, core.limit.burst, now.fraction_ns),
             Err(Sent::Unavailable(cause)) => self.fall_back(key, cost, peek, cause),
             Err(Sent::Failed(error)) => Err(Error::Script(error)),
+        }
+    }
+
+    /// Counts a call that was sent (not one the breaker kept back).
+    fn count(&self, sent: &Result<Vec<i64>, Sent>) {
+        if !matches!(sent, Err(Sent::Unavailable(Unavailable::BreakerOpen(_)))) {
+            // Relaxed: a statistic, ordered with nothing.
+            self.calls.fetch_add(1, Ordering::Relaxed);
         }
     }
 

@@ -19,9 +19,15 @@ impl Instance {
     /// count is exact however slow the machine. In-process, or on the Redis
     /// at `redis_url`.
     pub fn start(binary: &Path, redis_url: Option<&str>) -> Self {
+        Self::start_with(binary, redis_url.map(|url| (url, "exact")))
+    }
+
+    /// As [`start`](Instance::start), on the Redis at the URL with the
+    /// mode named (`exact`, `deny-cached`, `leased`).
+    pub fn start_with(binary: &Path, redis: Option<(&str, &str)>) -> Self {
         let mut child = Command::new(binary)
             .args(["100", "3600"])
-            .args(redis_url)
+            .args(redis.iter().flat_map(|&(url, mode)| [url, mode]))
             .stdout(Stdio::piped())
             .spawn()
             .unwrap_or_else(|error| panic!("spawning {}: {error}", binary.display()));
@@ -72,4 +78,31 @@ pub fn admitted(instances: &[Instance]) -> usize {
             .map(|worker| worker.join().unwrap())
             .sum()
     })
+}
+
+/// Sends `requests` requests for one user, one at a time, to each instance
+/// in turn (0, 1, 2, 0, …): the same interleaving on every run. Returns how
+/// many were admitted, and the round trips each instance's checks took.
+pub fn admitted_in_turn(instances: &[Instance], requests: usize) -> (usize, Vec<u64>) {
+    let mut connections: Vec<_> = instances
+        .iter()
+        .map(|instance| {
+            let stream = TcpStream::connect((Ipv4Addr::LOCALHOST, instance.port))
+                .expect("connecting to an instance");
+            let writer = stream.try_clone().expect("cloning the stream");
+            (writer, BufReader::new(stream).lines())
+        })
+        .collect();
+    let mut ask = |index: usize, line: &[u8]| {
+        let (writer, replies) = &mut connections[index];
+        writer.write_all(line).expect("sending");
+        replies.next().expect("a reply").expect("reading")
+    };
+    let admitted = (0..requests)
+        .filter(|request| ask(request % instances.len(), b"user-1\n") == "allow")
+        .count();
+    let calls = (0..instances.len())
+        .map(|index| ask(index, b"?calls\n").parse().expect("a count"))
+        .collect();
+    (admitted, calls)
 }
