@@ -32,10 +32,12 @@ const KEYS: usize = 10_000;
 /// Keys for the memory table.
 const MEMORY_KEYS: usize = 100_000;
 
-/// How long each throughput cell runs, and how many interleaved rounds.
+/// How long each throughput cell runs, and how many interleaved rounds;
+/// and the budget of the section on deciding locally.
 pub struct Budget {
     pub per_cell: Duration,
     pub rounds: usize,
+    pub leases: crate::leases::Budget,
 }
 
 /// Runs every distributed section, or says how to enable them.
@@ -69,8 +71,9 @@ pub fn run(budget: &Budget) {
             " (not pinned: `taskset` failed)"
         }
     );
-    match instance_binary() {
-        Ok(binary) => the_break(&binary, &url),
+    let binary = instance_binary();
+    match &binary {
+        Ok(binary) => the_break(binary, &url),
         Err(error) => println!("The break: skipped, {error}\n"),
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -80,6 +83,19 @@ pub fn run(budget: &Budget) {
         .expect("a tokio runtime");
     runtime.block_on(throughput(&url, budget));
     runtime.block_on(memory(&url));
+    match &binary {
+        Ok(binary) => crate::leases::run(binary, &budget.leases, pin),
+        Err(error) => println!("Deciding locally: skipped, {error}\n"),
+    }
+}
+
+/// The section on deciding locally alone (`--leases`).
+pub fn run_leases(budget: &crate::leases::Budget) {
+    println!("# Beyond one process: Redis (a real redis-server on loopback)\n");
+    match instance_binary() {
+        Ok(binary) => crate::leases::run(&binary, budget, pin),
+        Err(error) => println!("Deciding locally: skipped, {error}\n"),
+    }
 }
 
 /// Pins the server to CPU 1 and this process (every thread it has and

@@ -5,7 +5,8 @@
 //! or `cargo run --release -p tollgate-lab -- --full` (longer cells, the whole
 //! memory sweep); `--out DIR` chooses where the SVG plots go (default
 //! `lab-output`); `--distributed` runs only the Redis sections, which every
-//! run ends with when it can start a `redis-server`, and `--http` only the
+//! run ends with when it can start a `redis-server`, `--leases` only their
+//! last (deciding locally: the deny cache and leases), and `--http` only the
 //! section on the HTTP layer (against tower_governor).
 
 #[path = "../../tests/support/churn.rs"]
@@ -15,6 +16,7 @@ mod counting_alloc;
 mod distributed;
 #[path = "../../redis/tests/support/instances.rs"]
 mod instances;
+mod leases;
 mod memory;
 #[path = "../benches/support/parallel.rs"]
 mod parallel;
@@ -75,6 +77,7 @@ fn main() {
     let mut full = false;
     let mut only_distributed = false;
     let mut only_http = false;
+    let mut only_leases = false;
     let mut out = std::path::PathBuf::from("lab-output");
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -82,6 +85,7 @@ fn main() {
             "--full" => full = true,
             "--distributed" => only_distributed = true,
             "--http" => only_http = true,
+            "--leases" => only_leases = true,
             "--out" => match args.next() {
                 Some(dir) => out = dir.into(),
                 None => usage("--out needs a directory"),
@@ -98,17 +102,23 @@ fn main() {
     let distributed = distributed::Budget {
         per_cell: std::time::Duration::from_millis(if full { 300 } else { 100 }),
         rounds: if full { 20 } else { 10 },
+        leases: leases::Budget {
+            run: std::time::Duration::from_millis(if full { 4_000 } else { 1_500 }),
+            pairs: if full { 4_000 } else { 1_000 },
+        },
     };
     let serving = serving::Budget {
         per_cell: std::time::Duration::from_millis(if full { 200 } else { 60 }),
         rounds: if full { 20 } else { 10 },
     };
-    if only_distributed || only_http {
+    if only_distributed || only_http || only_leases {
         if only_http {
             serving::run(&serving);
         }
         if only_distributed {
             distributed::run(&distributed);
+        } else if only_leases {
+            distributed::run_leases(&distributed.leases);
         }
         println!("Total time: {:.0?}", started.elapsed());
         return;
@@ -153,7 +163,7 @@ fn usage(problem: &str) -> ! {
     if !problem.is_empty() {
         eprintln!("tollgate-lab: {problem}");
     }
-    eprintln!("usage: tollgate-lab [--full] [--distributed] [--http] [--out DIR]");
+    eprintln!("usage: tollgate-lab [--full] [--distributed] [--http] [--leases] [--out DIR]");
     std::process::exit(if problem.is_empty() { 0 } else { 2 });
 }
 

@@ -23,9 +23,10 @@
 //!   quota, the order alternating; prints each pair as `ns-per-check,
 //!   ns-per-check, round-trips` (the Redis limiter's first).
 //! * `outage`: checks for `RUN_MS` while the lab kills Redis; prints the
-//!   checks answered by Redis, then locally after Redis's last answer, then
-//!   by the failure policy (an error), and the milliseconds from Redis's
-//!   last answer to the policy's first.
+//!   checks answered by Redis, then those answered locally after Redis's
+//!   last answer (admitted, and denied), then those answered by the
+//!   failure policy (an error), and the milliseconds from Redis's last
+//!   answer to the policy's first.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -140,7 +141,7 @@ fn hammer(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         .enable_all()
         .build()?;
     let connection = runtime.block_on(Connection::open(url.as_str()))?;
-    let limiter = RedisLimiter::builder("hammer", quota)
+    let limiter = RedisLimiter::builder(format!("hammer-{mode_name}"), quota)
         .mode(mode(mode_name)?)
         .build(connection)?;
     let in_process: RateLimiter<Vec<u8>> = Builder::new(quota).build();
@@ -204,7 +205,9 @@ fn hammer(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
                 writeln!(output, "{}", pairs.join(" "))?;
             }
             "outage" => {
-                let (mut by_redis, mut local_after, mut by_policy) = (0_u64, 0_u64, 0_u64);
+                let (mut by_redis, mut by_policy) = (0_u64, 0_u64);
+                // Admitted and denied locally since Redis's last answer.
+                let mut local_after = [0_u64; 2];
                 let (mut last_redis, mut first_policy) = (None, None);
                 let started = Instant::now();
                 runtime.block_on(async {
@@ -219,10 +222,12 @@ fn hammer(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
                             }
                             Ok(_) if limiter.remote_calls() > calls => {
                                 by_redis += 1;
-                                local_after = 0;
+                                local_after = [0, 0];
                                 last_redis = Some(now);
                             }
-                            Ok(_) if first_policy.is_none() => local_after += 1,
+                            Ok(decision) if first_policy.is_none() => {
+                                local_after[usize::from(!decision.is_allowed())] += 1;
+                            }
                             Ok(_) => {}
                         }
                     }
@@ -236,7 +241,11 @@ fn hammer(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
                     }
                     _ => "-".to_owned(),
                 };
-                writeln!(output, "{by_redis} {local_after} {by_policy} {gap_ms}")?;
+                let [admitted, denied] = local_after;
+                writeln!(
+                    output,
+                    "{by_redis} {admitted} {denied} {by_policy} {gap_ms}"
+                )?;
             }
             other => return Err(format!("unknown command {other:?}").into()),
         }
