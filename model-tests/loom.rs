@@ -801,3 +801,50 @@ fn canary_check_then_insert_with_two_fresh_cells_is_caught() {
         assert_eq!(admitted, 1, "two cells for one key: admitted {admitted}");
     });
 }
+
+/// The clocks' offset (`tollgate::remote`): a reader never sees a torn
+/// pair while a writer records two round trips, each rewriting the slot
+/// that is not the current one (the second, the one the reader may be
+/// reading). Each pair gives a distinct bound at the reading below; a
+/// reading from the bound of one and the instant of another gives none of
+/// them.
+fn offset_reads_one_pair() {
+    let offset = Arc::new(tollgate::remote::Offset::new());
+    // (remote µs, sent ns): b = 1 000, 4 000 and 0; at = 1 000, 2 000, 3 000.
+    offset.observe(1, 1_000);
+    let writer = {
+        let offset = Arc::clone(&offset);
+        thread::spawn(move || {
+            offset.observe(5, 2_000);
+            offset.observe(2, 3_000);
+        })
+    };
+    let read = offset.remote_ns(10_000).expect("a round trip was recorded");
+    writer.join().unwrap();
+    // t + b + |t − at| / 512 for each pair.
+    let consistent = [10_000 + 1_000 + 17, 10_000 + 4_000 + 15, 10_000 + 13];
+    assert!(
+        consistent.contains(&read),
+        "a torn pair: {read} is none of {consistent:?}"
+    );
+}
+
+#[test]
+fn offset_reader_sees_one_pair() {
+    explore(
+        "offset: a reader against two round trips",
+        3,
+        offset_reads_one_pair,
+    );
+}
+
+#[test]
+#[should_panic(expected = "a torn pair")]
+fn canary_offset_torn_read_is_caught() {
+    explore_with(
+        Some(Canary::OffsetTornRead),
+        "canary: offset read without its version check",
+        3,
+        offset_reads_one_pair,
+    );
+}

@@ -202,6 +202,9 @@ pub mod canary {
         /// A claim gives back one unit more than its lease has left: one
         /// already spent (`crate::remote`).
         GiveBackSpent,
+        /// The clocks' offset is read without checking that no writer
+        /// overtook the read (`crate::remote`'s `Offset`): a torn pair.
+        OffsetTornRead,
     }
 
     #[cfg(any(feature = "loom", feature = "shuttle"))]

@@ -113,9 +113,14 @@ use std::num::NonZeroUsize;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
+// The loom model of the clocks' offset reaches it here.
+#[cfg(feature = "loom")]
+#[doc(hidden)]
+pub use self::offset::Offset;
 pub use script::lease;
 pub use word::MAX_LEASE_UNITS;
 
+#[cfg(not(feature = "loom"))]
 use self::offset::Offset;
 use self::word::{MAX_END_US, Outcome, Rules, Word};
 use crate::algorithm::{Algorithm, PackedAlgorithm, Verdict, validate_cost};

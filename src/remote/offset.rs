@@ -37,6 +37,7 @@
 //! publication visible), so it reads again. Retries need a writer to
 //! overtake a reader twice: a round trip's worth of time.
 
+use crate::sync::canary::{self, Canary};
 use crate::sync::{AtomicU64, Mutex, Ordering, lock};
 
 /// Widens a bound by `|t − at| >> DRIFT_SHIFT`: 1/512 of the time since it
@@ -44,8 +45,10 @@ use crate::sync::{AtomicU64, Mutex, Ordering, lock};
 pub(crate) const DRIFT_SHIFT: u32 = 9;
 
 /// The latest `(b, at)` from a round trip; see the module documentation.
+/// Public only for the loom model (`model-tests/loom.rs`), under the loom
+/// feature.
 #[derive(Debug)]
-pub(crate) struct Offset {
+pub struct Offset {
     /// 0 until the first round trip; then the slot `version & 1` holds the
     /// newest pair.
     version: AtomicU64,
@@ -71,7 +74,9 @@ impl Slot {
 }
 
 impl Offset {
-    pub(crate) fn new() -> Self {
+    /// No round trip yet.
+    #[must_use]
+    pub fn new() -> Self {
         Self {
             version: AtomicU64::new(0),
             slots: [Slot::new(), Slot::new()],
@@ -81,7 +86,7 @@ impl Offset {
 
     /// Records a round trip sent at local `sent_ns` that the remote decided
     /// at `remote_us`, unless a newer one is recorded.
-    pub(crate) fn observe(&self, remote_us: u64, sent_ns: u64) {
+    pub fn observe(&self, remote_us: u64, sent_ns: u64) {
         let bound_ns = remote_us
             .wrapping_add(1)
             .wrapping_mul(1_000)
@@ -109,7 +114,8 @@ impl Offset {
     /// An upper bound of the remote's reading, in nanoseconds on its axis,
     /// at the local reading `now_ns`; `None` before the first round trip.
     #[inline]
-    pub(crate) fn remote_ns(&self, now_ns: u64) -> Option<u64> {
+    #[must_use]
+    pub fn remote_ns(&self, now_ns: u64) -> Option<u64> {
         loop {
             let version = self.version.load(Ordering::Acquire);
             if version == 0 {
@@ -119,11 +125,19 @@ impl Offset {
             let bound_ns = slot.bound_ns.load(Ordering::Acquire);
             let at_ns = slot.at_ns.load(Ordering::Acquire);
             // Relaxed: the Acquire loads above already order it after them.
-            if self.version.load(Ordering::Relaxed) == version {
+            if self.version.load(Ordering::Relaxed) == version
+                || canary::planted(Canary::OffsetTornRead)
+            {
                 let drift_ns = now_ns.abs_diff(at_ns) >> DRIFT_SHIFT;
                 return Some(now_ns.wrapping_add(bound_ns).saturating_add(drift_ns));
             }
         }
+    }
+}
+
+impl Default for Offset {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
