@@ -18,6 +18,7 @@
 //! for each:
 //!
 //! * `run`: checks for `RUN_MS`; prints `checks admitted calls errors`.
+//! * `paced NS`: the same, one check every `NS` nanoseconds.
 //! * `cost`: `ROUNDS` interleaved pairs of rounds of 200 checks, one on the
 //!   Redis limiter and one on an in-process lock-free limiter with the same
 //!   quota, the order alternating; prints each pair as `ns-per-check,
@@ -97,15 +98,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// The mode a command line names.
+/// The mode a command line names: `exact`, `deny-cached`, `leased`, or
+/// `leased:SLACK`.
 fn mode(name: &str) -> Result<Mode, String> {
-    match name {
-        "exact" => Ok(Mode::Exact),
-        "deny-cached" => Ok(Mode::DenyCached),
-        "leased" => Ok(Mode::Leased(Leases::new())),
-        other => Err(format!(
-            "unknown mode {other:?}: exact, deny-cached or leased"
+    let unknown = || format!("unknown mode {name:?}: exact, deny-cached, leased or leased:SLACK");
+    match name.split_once(':') {
+        None if name == "exact" => Ok(Mode::Exact),
+        None if name == "deny-cached" => Ok(Mode::DenyCached),
+        None if name == "leased" => Ok(Mode::Leased(Leases::new())),
+        Some(("leased", slack)) => Ok(Mode::Leased(
+            Leases::new().with_slack(slack.parse().map_err(|_| unknown())?),
         )),
+        _ => Err(unknown()),
     }
 }
 
@@ -148,20 +152,37 @@ fn hammer(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let key: &[u8] = b"hot";
     let mut output = std::io::stdout();
     for command in std::io::stdin().lock().lines() {
-        match command?.as_str() {
-            "run" => {
+        let command = command?;
+        let (name, argument) = command.split_once(' ').unwrap_or((&command, ""));
+        match name {
+            "run" | "paced" => {
+                let pace = Duration::from_nanos(argument.parse().unwrap_or(0));
                 let (mut checks, mut admitted, mut errors) = (0_u64, 0_u64, 0_u64);
                 let calls = limiter.remote_calls();
                 let started = Instant::now();
                 runtime.block_on(async {
                     while started.elapsed() < run {
-                        for _ in 0..100 {
+                        // Unpaced: 100 checks between two readings of the
+                        // time; paced: one, once its instant has come.
+                        let batch = if pace.is_zero() { 100 } else { 1 };
+                        let due = pace * u32::try_from(checks).unwrap_or(u32::MAX);
+                        // Sleep through most of the wait (three processes
+                        // share a core), spin through the rest.
+                        if let Some(wait) =
+                            due.checked_sub(started.elapsed() + Duration::from_micros(200))
+                        {
+                            std::thread::sleep(wait);
+                        }
+                        while started.elapsed() < due {
+                            std::hint::spin_loop();
+                        }
+                        for _ in 0..batch {
                             match limiter.check(key).await {
                                 Ok(decision) => admitted += u64::from(decision.is_allowed()),
                                 Err(_) => errors += 1,
                             }
                         }
-                        checks += 100;
+                        checks += batch;
                     }
                 });
                 writeln!(
