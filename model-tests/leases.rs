@@ -25,9 +25,12 @@
 
 #![cfg(feature = "shuttle")]
 
+#[path = "schedules.rs"]
+mod schedules;
+
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shuttle::sync::atomic::{AtomicU64, Ordering};
 use shuttle::sync::{Arc, Mutex};
@@ -36,7 +39,6 @@ use tollgate::canary::{Canary, plant};
 use tollgate::remote::{Leases, Local, LocalView, RemoteQuota, lease};
 
 const EXECUTIONS: usize = 5_000;
-const PCT_DEPTH: usize = 3;
 
 /// 10 µs an interval, bursts of 4: a lease on a fresh key is its request's
 /// unit and 1 more (half of the 3 left), and a request of 2 units can find
@@ -61,8 +63,9 @@ fn both_schedulers(name: &str, leases: Option<Leases>, canary: Option<Canary>) {
         ("expiry", EXPIRY),
     ] {
         for step_us in [INTERVAL_US, 4] {
-            schedules(
+            schedules::random_then_pct(
                 &format!("{name}; {workload}, clock steps of {step_us} µs"),
+                EXECUTIONS,
                 move || model(plans, leases, canary, step_us),
             );
         }
@@ -134,22 +137,6 @@ const EXPIRY: &[Plan] = &[(
         Check(1, Complete),
     ],
 )];
-
-/// Runs `test` under the random scheduler, then under PCT.
-fn schedules(name: &str, test: impl Fn() + Send + Sync + Clone + 'static) {
-    let started = Instant::now();
-    shuttle::check_random(test.clone(), EXECUTIONS);
-    println!(
-        "shuttle {name}: random, {EXECUTIONS} executions, {:?}",
-        started.elapsed()
-    );
-    let started = Instant::now();
-    shuttle::check_pct(test, EXECUTIONS, PCT_DEPTH);
-    println!(
-        "shuttle {name}: pct depth {PCT_DEPTH}, {EXECUTIONS} executions, {:?}",
-        started.elapsed()
-    );
-}
 
 /// The remote, its clock, and what it and the nodes admitted.
 struct World {

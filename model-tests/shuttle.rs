@@ -10,8 +10,10 @@
 
 #![cfg(feature = "shuttle")]
 
+#[path = "schedules.rs"]
+mod schedules;
+
 use std::collections::HashMap;
-use std::time::Instant;
 
 use shuttle::sync::atomic::{AtomicU64, Ordering};
 use shuttle::sync::{Arc, Mutex};
@@ -22,23 +24,11 @@ use tollgate::store::{GlobalMutex, PerKey, Sharded, StoreKind};
 use tollgate::{Builder, Quota, RateLimiter};
 
 const EXECUTIONS: usize = 10_000;
-const PCT_DEPTH: usize = 3;
 
 /// Runs `test` under the random scheduler, then under PCT, each for
 /// `EXECUTIONS` executions, and prints the time taken.
 fn both_schedulers(name: &str, test: impl Fn() + Send + Sync + Clone + 'static) {
-    let started = Instant::now();
-    shuttle::check_random(test.clone(), EXECUTIONS);
-    println!(
-        "shuttle {name}: random, {EXECUTIONS} executions, {:?}",
-        started.elapsed()
-    );
-    let started = Instant::now();
-    shuttle::check_pct(test, EXECUTIONS, PCT_DEPTH);
-    println!(
-        "shuttle {name}: pct depth {PCT_DEPTH}, {EXECUTIONS} executions, {:?}",
-        started.elapsed()
-    );
+    schedules::random_then_pct(name, EXECUTIONS, test);
 }
 
 fn limiter<A: Algorithm, S: StoreKind<u64, A>>(

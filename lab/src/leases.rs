@@ -94,17 +94,33 @@ fn all(hammers: &mut [Hammer], command: &str) -> Vec<String> {
     hammers.iter_mut().map(Hammer::reply).collect()
 }
 
-/// The sums of the first four numbers of each line.
-fn sum(replies: &[String]) -> [f64; 4] {
-    replies
-        .iter()
-        .map(|line| numbers(line))
-        .fold([0.0; 4], |mut sum, row| {
-            for (total, value) in sum.iter_mut().zip(row) {
-                *total += value;
-            }
-            sum
-        })
+/// Three processes in `mode` on the flushed server, sent `command`: the
+/// processes, their summed checks, admissions and round trips, and how
+/// long the run lasted on the server's clock (µs).
+fn measured(
+    binary: &Path,
+    url: &str,
+    connection: &mut redis::Connection,
+    mode: &str,
+    budget: &Budget,
+    command: &str,
+) -> (Vec<Hammer>, [f64; 3], u64) {
+    let _: () = redis::cmd("FLUSHALL").query(connection).expect("FLUSHALL");
+    let mut hammers: Vec<Hammer> = (0..3)
+        .map(|_| Hammer::start(binary, url, mode, LIMIT, WINDOW_MS, budget, budget.run))
+        .collect();
+    let started_us = server_time(connection);
+    let replies = all(&mut hammers, command);
+    let span_us = server_time(connection) - started_us;
+    let mut sums = [0.0; 4];
+    for line in &replies {
+        for (sum, value) in sums.iter_mut().zip(numbers(line)) {
+            *sum += value;
+        }
+    }
+    let [checks, admitted, calls, errors] = sums;
+    assert!(errors == 0.0, "{mode}: {errors} checks failed");
+    (hammers, [checks, admitted, calls], span_us)
 }
 
 fn numbers(line: &str) -> Vec<f64> {
@@ -172,26 +188,8 @@ pub fn run(binary: &Path, budget: &Budget, pin: impl Fn(u32) -> bool) {
     let mut judged = Vec::new();
     let mut costs = Vec::new();
     for mode in MODES {
-        let _: () = redis::cmd("FLUSHALL")
-            .query(&mut connection)
-            .expect("FLUSHALL");
-        let mut hammers: Vec<Hammer> = (0..3)
-            .map(|_| Hammer::start(binary, &url, mode, LIMIT, WINDOW_MS, budget, budget.run))
-            .collect();
-        let started_us = server_time(&mut connection);
-        let replies = all(&mut hammers, "run");
-        let span_us = server_time(&mut connection) - started_us;
-        let totals = replies
-            .iter()
-            .map(|line| numbers(line))
-            .fold([0.0; 4], |mut sum, row| {
-                for (total, value) in sum.iter_mut().zip(row) {
-                    *total += value;
-                }
-                sum
-            });
-        let [checks, admitted, calls, errors] = totals;
-        assert!(errors == 0.0, "{mode}: {errors} checks failed");
+        let (mut hammers, [checks, admitted, calls], span_us) =
+            measured(binary, &url, &mut connection, mode, budget, "run");
         let limit = BURST + span_us / INTERVAL_US;
         let admitted = admitted as u64;
         let over = admitted.saturating_sub(limit);
@@ -224,17 +222,8 @@ pub fn run(binary: &Path, budget: &Budget, pin: impl Fn(u32) -> bool) {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for mode in ["deny-cached", "leased", "leased:100"] {
-        let _: () = redis::cmd("FLUSHALL")
-            .query(&mut connection)
-            .expect("FLUSHALL");
-        let mut hammers: Vec<Hammer> = (0..3)
-            .map(|_| Hammer::start(binary, &url, mode, LIMIT, WINDOW_MS, budget, budget.run))
-            .collect();
-        let started_us = server_time(&mut connection);
-        let replies = all(&mut hammers, "paced 4000000");
-        let span_us = server_time(&mut connection) - started_us;
-        let [checks, admitted, calls, errors] = sum(&replies);
-        assert!(errors == 0.0, "{mode}: {errors} checks failed");
+        let (_, [checks, admitted, calls], span_us) =
+            measured(binary, &url, &mut connection, mode, budget, "paced 4000000");
         let limit = BURST + span_us / INTERVAL_US;
         let admitted = admitted as u64;
         let slack = mode
