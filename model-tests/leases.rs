@@ -36,7 +36,7 @@ use shuttle::sync::atomic::{AtomicU64, Ordering};
 use shuttle::sync::{Arc, Mutex};
 use shuttle::thread;
 use tollgate::canary::{Canary, plant};
-use tollgate::remote::{Leases, Local, LocalView, RemoteQuota, lease};
+use tollgate::remote::{Leases, Local, LocalView, RemoteClock, RemoteQuota, lease};
 
 const EXECUTIONS: usize = 5_000;
 
@@ -61,6 +61,7 @@ fn both_schedulers(name: &str, leases: Option<Leases>, canary: Option<Canary>) {
         ("crowd", CROWD),
         ("give-back", GIVE_BACK),
         ("expiry", EXPIRY),
+        ("expiry, bounded clock", EXPIRY_BOUNDED),
     ] {
         for step_us in [INTERVAL_US, 4] {
             schedules::random_then_pct(
@@ -123,20 +124,24 @@ const GIVE_BACK: &[Plan] = &[(
 )];
 
 /// A node alone on the key that leases, is idle for two clock steps (with
-/// steps of an interval, its lease's units pass their deadlines), and goes
-/// on as [`GIVE_BACK`], while the clock thread moves too.
-const EXPIRY: &[Plan] = &[(
-    0,
-    &[
-        Check(1, Complete),
-        Tick,
-        Tick,
-        Check(1, Complete),
-        Check(2, Complete),
-        Check(1, Complete),
-        Check(1, Complete),
-    ],
-)];
+/// steps of an interval, its lease's units pass their deadlines: exactly,
+/// on node 0, whose view knows the remote's instant), and goes on as
+/// [`GIVE_BACK`], while the clock thread moves too.
+const EXPIRY: &[Plan] = &[(0, EXPIRING)];
+
+/// [`EXPIRY`] on node 1, which bounds the remote's clock from its round
+/// trips.
+const EXPIRY_BOUNDED: &[Plan] = &[(1, EXPIRING)];
+
+const EXPIRING: &[Step] = &[
+    Check(1, Complete),
+    Tick,
+    Tick,
+    Check(1, Complete),
+    Check(2, Complete),
+    Check(1, Complete),
+    Check(1, Complete),
+];
 
 /// The remote, its clock, and what it and the nodes admitted.
 struct World {
@@ -162,10 +167,15 @@ struct Node {
     view: LocalView<u64>,
     /// How far this node's clock lags the deciding one, ns.
     lag_ns: u64,
+    /// Whether the remote decides on this node's readings (a client clock
+    /// sent with each call: its view knows the remote's instant exactly)
+    /// rather than on its own clock when the call reaches it.
+    client_clock: bool,
     world: Arc<World>,
     /// Whether local denials are checked against the remote (the deny
-    /// cache model: no units are ever given back there, so the remote's
-    /// TAT after a denial is at least the one it was decided against).
+    /// cache model, where nothing is given back): the remote's TAT is held
+    /// still, under its lock, while the node decides, and a local denial
+    /// must be one the remote makes on it at the check's instant.
     check_denials: bool,
 }
 
@@ -177,13 +187,16 @@ impl Node {
         let local_ns = world.clock_ns.load(Ordering::SeqCst) - self.lag_ns;
         // The deciding clock's reading at the check's instant.
         let at_us = (local_ns + self.lag_ns) / 1_000;
-        match self.view.check(&key, cost, local_ns).unwrap() {
+        let held = self.check_denials.then(|| world.tat_us.lock().unwrap());
+        let local = self.view.check(&key, cost, local_ns).unwrap();
+        match local {
             Local::Decided(decision) if decision.is_allowed() && key == KEY => {
+                drop(held);
                 world.admitted.lock().unwrap().push((at_us, cost));
             }
             Local::Decided(_) => {
-                if self.check_denials {
-                    let tat_us = world.tat_us.lock().unwrap().get(&key).copied().unwrap_or(0);
+                if let Some(tats) = held {
+                    let tat_us = tats.get(&key).copied().unwrap_or(0);
                     let debt_us = tat_us.saturating_sub(at_us);
                     let max_debt_us = world.quota.tolerance_us() - u64::from(cost) * INTERVAL_US;
                     assert!(
@@ -193,17 +206,23 @@ impl Node {
                 }
             }
             Local::Ask(ask) => {
+                drop(held);
                 // The call in flight: the clock may move.
                 thread::yield_now();
                 let answer = {
                     let mut tat_us = world.tat_us.lock().unwrap();
-                    let now_us = world.clock_ns.load(Ordering::SeqCst) / 1_000;
+                    let now_us = if self.client_clock {
+                        ask.sent_ns() / 1_000
+                    } else {
+                        world.clock_ns.load(Ordering::SeqCst) / 1_000
+                    };
                     let (answer, stored) = lease(
                         tat_us.get(&key).copied(),
                         now_us,
                         &world.quota,
                         ask.request(),
-                    );
+                    )
+                    .unwrap();
                     if let Some(stored) = stored {
                         tat_us.insert(key, stored);
                     }
@@ -256,16 +275,22 @@ fn model(plans: &'static [Plan], leases: Option<Leases>, canary: Option<Canary>,
         tat_us: Mutex::new(HashMap::new()),
         admitted: Mutex::new(Vec::new()),
     });
-    let node = |lag_ns| {
+    let node = |lag_ns, client_clock| {
         let node = Arc::new(Node {
             view: LocalView::new(
                 world.quota,
+                if client_clock {
+                    RemoteClock::Local
+                } else {
+                    RemoteClock::One
+                },
                 leases,
                 NonZeroUsize::new(16).unwrap(),
                 Duration::from_secs(1),
             )
             .unwrap(),
             lag_ns,
+            client_clock,
             world: Arc::clone(&world),
             check_denials: leases.is_none(),
         });
@@ -274,7 +299,11 @@ fn model(plans: &'static [Plan], leases: Option<Leases>, canary: Option<Canary>,
         node.request(WARM_UP, 1, Complete);
         node
     };
-    let nodes = [node(0), node(4_321), node(999_999)];
+    // Node 0 sends its clock (the deciding clock, lag 0: its view knows
+    // the remote's instant exactly, so a check can fall on a deadline or a
+    // floor's end exactly); nodes 1 and 2 are served on the remote's own
+    // clock, which they bound from their round trips.
+    let nodes = [node(0, true), node(4_321, false), node(999_999, false)];
     let workers: Vec<_> = plans
         .iter()
         .map(|&(index, plan)| {
@@ -340,6 +369,26 @@ fn canary_give_back_of_a_spent_unit_is_caught() {
         "canary: a give-back of a spent unit",
         Some(Leases::new()),
         Some(Canary::GiveBackSpent),
+    );
+}
+
+#[test]
+#[should_panic(expected = "the window bound")]
+fn canary_lease_spent_an_interval_late_is_caught() {
+    both_schedulers(
+        "canary: a unit spent an interval past its deadline",
+        Some(Leases::new()),
+        Some(Canary::LeaseOneLate),
+    );
+}
+
+#[test]
+#[should_panic(expected = "a denial the remote would not make")]
+fn canary_deny_at_the_boundary_is_caught() {
+    both_schedulers(
+        "canary: a deny cache that denies a request that just fits",
+        None,
+        Some(Canary::DenyAtTheBoundary),
     );
 }
 

@@ -199,6 +199,12 @@ pub mod canary {
         /// The deny cache denies one interval past the instant the remote
         /// would admit (`crate::remote`).
         DenyCacheOutlives,
+        /// The deny cache denies a request that just fits (`>=` for `>`)
+        /// (`crate::remote`).
+        DenyAtTheBoundary,
+        /// A lease's unit is spent up to one interval past its deadline: a
+        /// slack of one nobody asked for (`crate::remote`).
+        LeaseOneLate,
         /// A claim gives back one unit more than its lease has left: one
         /// already spent (`crate::remote`).
         GiveBackSpent,

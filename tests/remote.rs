@@ -11,7 +11,9 @@ use std::num::NonZeroUsize;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
-use tollgate::remote::{GiveBack, LeaseReply, Leases, Local, LocalView, RemoteQuota, lease};
+use tollgate::remote::{
+    GiveBack, LeaseReply, LeaseRequest, Leases, Local, LocalView, RemoteClock, RemoteQuota, lease,
+};
 
 /// A remote: the twin over a map of TATs, at the view's own instants.
 #[derive(Default)]
@@ -27,7 +29,8 @@ impl Remote {
         quota: &RemoteQuota,
         ask: &tollgate::remote::LeaseRequest,
     ) -> LeaseReply {
-        let (reply, stored) = lease(self.tats.get(key).copied(), now_ns / 1_000, quota, ask);
+        let (reply, stored) =
+            lease(self.tats.get(key).copied(), now_ns / 1_000, quota, ask).unwrap();
         if let Some(stored) = stored {
             self.tats.insert(key.to_owned(), stored);
         }
@@ -43,6 +46,7 @@ fn quota() -> RemoteQuota {
 fn view<K: tollgate::store::Key>(leases: Option<Leases>, max_keys: usize) -> LocalView<K> {
     LocalView::new(
         quota(),
+        RemoteClock::One,
         leases,
         NonZeroUsize::new(max_keys).unwrap(),
         Duration::from_secs(1),
@@ -210,7 +214,7 @@ fn a_key_that_panics_when_its_claim_completes_leaves_a_claim_that_goes_stale() {
     let view = view::<Touchy>(Some(Leases::new()), 16);
     let mut tat = None;
     let answer = |ask: &tollgate::remote::Ask<'_, Touchy>, tat: &mut Option<u64>, now_ns: u64| {
-        let (reply, stored) = lease(*tat, now_ns / 1_000, &quota(), ask.request());
+        let (reply, stored) = lease(*tat, now_ns / 1_000, &quota(), ask.request()).unwrap();
         *tat = stored.or(*tat);
         reply
     };
@@ -241,4 +245,157 @@ fn a_key_that_panics_when_its_claim_completes_leaves_a_claim_that_goes_stale() {
         panic!("asked")
     };
     assert!(taken.is_claim());
+}
+
+/// Claims in flight survive the table's growth: a growth sweep judges
+/// idleness a rest time in the past, and a claimed word is never idle.
+#[test]
+fn claims_in_flight_survive_the_tables_growth() {
+    let view = view::<String>(Some(Leases::new()), 1_000_000);
+    let mut remote = Remote::default();
+    check(&view, &mut remote, "warm", 1, T0);
+    let held: Vec<_> = (0..20)
+        .map(|index| {
+            let key = format!("held-{index}");
+            let Local::Ask(ask) = view.check(key.as_str(), 1, T0).unwrap() else {
+                panic!("a new key is asked")
+            };
+            assert!(ask.is_claim());
+            (key, ask)
+        })
+        .collect();
+    // 20 000 other keys, a second apart on the clock: the table grows, and
+    // sweeps the keys that have rested.
+    for index in 0..20_000_u64 {
+        let now_ns = T0 + index * 1_000_000_000;
+        check(&view, &mut remote, &format!("other-{index}"), 1, now_ns);
+    }
+    let later = T0 + 20_000 * 1_000_000_000;
+    for (key, ask) in held {
+        let reply = remote.answer(&key, later, &quota(), ask.request());
+        assert!(ask.complete(&reply), "{key}: its claim was evicted");
+    }
+}
+
+/// A claim whose call was never sent puts the lease back as it was.
+#[test]
+fn a_claim_never_sent_keeps_its_lease() {
+    let view = view::<String>(Some(Leases::new()), 16);
+    let mut remote = Remote::default();
+    check(&view, &mut remote, "warm", 1, T0);
+    // A lease of 4 units (half of the 9 left beside the request).
+    assert_eq!(check(&view, &mut remote, "k", 1, T0), (true, true));
+    // A request of 5 claims, giving the 4 back; its call is never sent.
+    let Local::Ask(ask) = view.check("k", 5, T0).unwrap() else {
+        panic!("asked")
+    };
+    assert_eq!(
+        ask.request().give_back.map(|give_back| give_back.units),
+        Some(4)
+    );
+    assert!(ask.not_sent());
+    // The 4 units serve again, locally.
+    for unit in 0..4 {
+        assert_eq!(
+            check(&view, &mut remote, "k", 1, T0),
+            (true, false),
+            "unit {unit}"
+        );
+    }
+}
+
+/// Two remotes sharing a view's keys with clocks 5 ms apart (a Cluster's
+/// masters): judged by the newest round trip's bound, which was master A's,
+/// master B's lease units are spent past their deadlines on B's clock, and
+/// with what others are admitted on B then, a window holds more than
+/// GCRA's bound; the largest bound of the window (`RemoteClock::Several`)
+/// keeps them to B's clock.
+#[test]
+fn a_cluster_s_masters_keep_their_deadlines_on_their_own_clocks() {
+    const SKEW_NS: u64 = 5_000_000;
+    // 1 ms an interval, bursts of 10.
+    let quota = RemoteQuota::new(1_000, 10).unwrap();
+    // The most by which a window of B's clock exceeds `burst + ⌊W / I⌋`.
+    let excess = |clock: RemoteClock| {
+        let view: LocalView<String> = LocalView::new(
+            quota,
+            clock,
+            Some(Leases::new()),
+            NonZeroUsize::new(16).unwrap(),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let mut tats: HashMap<&str, u64> = HashMap::new();
+        // Admissions on `kb`, by B's clock (µs).
+        let mut admitted: Vec<u64> = Vec::new();
+        // Key `kb` lives on master B, `ka` on A; B's clock reads 5 ms more.
+        let remote_us = |key: &str, now_ns: u64| {
+            (if key == "kb" {
+                now_ns + SKEW_NS
+            } else {
+                now_ns
+            }) / 1_000
+        };
+        let mut ask_redis = |key: &'static str, now_ns: u64, request: &LeaseRequest| {
+            let (reply, stored) = lease(
+                tats.get(key).copied(),
+                remote_us(key, now_ns),
+                &quota,
+                request,
+            )
+            .unwrap();
+            if let Some(stored) = stored {
+                tats.insert(key, stored);
+            }
+            reply
+        };
+        let mut check = |key: &'static str, now_ns: u64, admitted: &mut Vec<u64>| {
+            let allowed = match view.check(key, 1, now_ns).unwrap() {
+                Local::Decided(decision) => decision.is_allowed(),
+                Local::Ask(ask) => {
+                    let reply = ask_redis(key, now_ns, ask.request());
+                    ask.complete(&reply);
+                    reply.allowed
+                }
+            };
+            if allowed && key == "kb" {
+                admitted.push(remote_us(key, now_ns));
+            }
+        };
+        // B: a plain check (the first round trip), then a lease of 4 units
+        // (half of the 8 left): slots B + 3 … 6 ms, spendable until B + 2
+        // … 5 ms. Then a round trip to A.
+        check("kb", T0, &mut admitted);
+        check("kb", T0, &mut admitted);
+        check("ka", T0, &mut admitted);
+        // At B + 4.5 ms this instance checks four times; then another
+        // instance takes what Redis still admits.
+        let later = T0 + 4_500_000;
+        for _ in 0..4 {
+            check("kb", later, &mut admitted);
+        }
+        let plain = LeaseRequest {
+            cost: 1,
+            want: 0,
+            give_back: None,
+        };
+        let other = remote_us("kb", later);
+        while ask_redis("kb", later, &plain).allowed {
+            admitted.push(other);
+        }
+        admitted.sort_unstable();
+        let mut most = 0_i64;
+        for (first, &from_us) in admitted.iter().enumerate() {
+            for (last, &to_us) in admitted.iter().enumerate().skip(first) {
+                let units = i64::try_from(last - first + 1).unwrap();
+                let bound = i64::try_from(10 + (to_us - from_us) / 1_000).unwrap();
+                most = most.max(units - bound);
+            }
+        }
+        most
+    };
+    assert_eq!(excess(RemoteClock::Several), 0);
+    // The newest bound alone (A's) spends units past their deadlines on
+    // B's clock: a window two units over its bound.
+    assert_eq!(excess(RemoteClock::One), 2);
 }

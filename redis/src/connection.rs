@@ -103,6 +103,12 @@ impl Connection {
         self.options.call_timeout
     }
 
+    /// Whether this is a Cluster connection: keys on several masters, each
+    /// with its own clock.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.inner, Inner::Cluster(_))
+    }
+
     /// Connects to a standalone server, for example `redis://127.0.0.1:6379/`,
     /// with the default [`Options`].
     ///

@@ -8,15 +8,15 @@ use std::time::Duration;
 
 use redis::ErrorKind;
 use tollgate::algorithm::{Gcra, validate_cost};
-use tollgate::clock::{Clock, MonotonicClock};
-use tollgate::remote::{Local, RemoteQuota};
+use tollgate::clock::Clock;
+use tollgate::remote::{Local, RemoteClock, RemoteQuota};
 use tollgate::{Decision, Quota};
 
 use crate::connection::{Call as Sent, Connection};
 use crate::error::{ConfigError, Error};
 use crate::failure::{Admission, Fallback, OnFailure, Unavailable};
 use crate::key::Namespace;
-use crate::local::{Hybrid, Mode, lease_arguments, lease_reply};
+use crate::local::{BootClock, Hybrid, Mode, lease_arguments, lease_reply};
 use crate::script::{END_OF_TIME_US, MAX_SPAN_US, SCRIPT, ScriptLimit, Scripted};
 
 /// The longest expiry grace, 2^40 ms (34 years): every expiry stays an
@@ -99,7 +99,7 @@ pub struct RedisBuilder<A: Scripted = Gcra> {
 #[derive(Clone)]
 enum Time {
     /// The server's `TIME`, read inside the script: one clock for every
-    /// instance.
+    /// instance (per master, on a Cluster: a key's master decides it).
     Server,
     /// The caller's clock, in nanoseconds from its origin.
     Client(Arc<dyn Clock>),
@@ -257,13 +257,18 @@ impl<A: Scripted> RedisBuilder<A> {
         let local = if self.mode == Mode::Exact {
             None
         } else {
+            let (clock, remote): (Arc<dyn Clock>, _) = match &self.time {
+                Time::Client(clock) => (Arc::clone(clock), RemoteClock::Local),
+                Time::Server if connection.is_cluster() => {
+                    (Arc::new(BootClock::new()), RemoteClock::Several)
+                }
+                Time::Server => (Arc::new(BootClock::new()), RemoteClock::One),
+            };
             Some(Hybrid::new(
                 self.mode,
                 RemoteQuota::new(limit.span_us, limit.burst).map_err(ConfigError::Local)?,
-                match &self.time {
-                    Time::Client(clock) => Arc::clone(clock),
-                    Time::Server => Arc::new(MonotonicClock::new()),
-                },
+                clock,
+                remote,
                 self.local_keys,
                 // A claim's call ends within the call timeout; twice it,
                 // and a claim still standing was abandoned.
@@ -357,9 +362,9 @@ impl<A: Scripted> RedisLimiter<A> {
         }
     }
 
-    /// Script calls sent by this limiter's checks and peeks (not counting
-    /// those the circuit breaker kept from Redis): with a [`Mode`] that
-    /// decides locally, how many checks took a round trip.
+    /// Script calls this limiter's checks and peeks attempted (those that
+    /// failed included, those the circuit breaker kept back not): with a
+    /// [`Mode`] that decides locally, how many checks asked Redis.
     #[must_use]
     pub fn remote_calls(&self) -> u64 {
         // Relaxed: a statistic, ordered with nothing.
@@ -413,7 +418,15 @@ impl<A: Scripted> RedisLimiter<A> {
                 )
             }
             Err(Sent::Unavailable(cause)) => {
-                drop(ask);
+                if matches!(cause, Unavailable::BreakerOpen(_)) {
+                    // Never sent: the lease's units are still this
+                    // instance's to spend.
+                    ask.not_sent();
+                } else {
+                    // May have run: the units it gave back may be Redis's
+                    // again. Dropping the ask drops them here.
+                    drop(ask);
+                }
                 self.fall_back(key, cost, false, cause)
             }
             Err(Sent::Failed(error)) => Err(Error::Script(error)),
@@ -440,7 +453,7 @@ impl<A: Scripted> RedisLimiter<A> {
         }
     }
 
-    /// Counts a call that was sent (not one the breaker kept back).
+    /// Counts a call that was attempted (not one the breaker kept back).
     fn count(&self, sent: &Result<Vec<i64>, Sent>) {
         if !matches!(sent, Err(Sent::Unavailable(Unavailable::BreakerOpen(_)))) {
             // Relaxed: a statistic, ordered with nothing.

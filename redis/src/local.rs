@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::clock::Clock;
-use tollgate::remote::{GiveBack, LeaseReply, LeaseRequest, Leases, LocalView, RemoteQuota};
+use tollgate::remote::{
+    GiveBack, LeaseReply, LeaseRequest, Leases, LocalView, RemoteClock, RemoteQuota,
+};
 
 use crate::error::{ConfigError, Error};
 
@@ -110,11 +112,13 @@ pub(crate) struct Hybrid {
 
 impl Hybrid {
     /// The local half for `mode` (a deny cache for [`Mode::Exact`] too,
-    /// which is never built).
+    /// which is never built), its instants read from `clock`, the remote
+    /// deciding on `remote`.
     pub(crate) fn new(
         mode: Mode,
         quota: RemoteQuota,
         clock: Arc<dyn Clock>,
+        remote: RemoteClock,
         max_keys: NonZeroUsize,
         claim_timeout: Duration,
     ) -> Result<Self, ConfigError> {
@@ -122,8 +126,8 @@ impl Hybrid {
             Mode::Exact | Mode::DenyCached => None,
             Mode::Leased(leases) => Some(leases),
         };
-        let view =
-            LocalView::new(quota, leases, max_keys, claim_timeout).map_err(ConfigError::Local)?;
+        let view = LocalView::new(quota, remote, leases, max_keys, claim_timeout)
+            .map_err(ConfigError::Local)?;
         Ok(Self {
             view,
             clock,
@@ -196,3 +200,43 @@ pub(crate) fn lease_reply(reply: &[i64], request: &LeaseRequest) -> Result<Lease
     }
     Ok(reply)
 }
+
+/// The local clock beside a server's `TIME`: nanoseconds of
+/// `CLOCK_BOOTTIME` since the limiter was built. It counts the time a
+/// suspended system sleeps, as the server's clock goes on counting it; a
+/// monotonic clock that stops meanwhile would put every lease's deadline
+/// that much later on resume, and spend units past them.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[derive(Debug)]
+pub(crate) struct BootClock {
+    origin_ns: u64,
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+impl BootClock {
+    pub(crate) fn new() -> Self {
+        Self {
+            origin_ns: Self::read(),
+        }
+    }
+
+    fn read() -> u64 {
+        let now = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        u64::try_from(now.tv_sec)
+            .unwrap_or(0)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::try_from(now.tv_nsec).unwrap_or(0))
+    }
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+impl Clock for BootClock {
+    fn now_ns(&self) -> u64 {
+        Self::read().saturating_sub(self.origin_ns)
+    }
+}
+
+/// Elsewhere, the monotonic clock (which on some systems stops while the
+/// system is suspended: notes/12).
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) type BootClock = tollgate::clock::MonotonicClock;

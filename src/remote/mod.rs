@@ -68,15 +68,16 @@
 //! ```
 //! use std::num::NonZeroUsize;
 //! use std::time::Duration;
-//! use tollgate::remote::{lease, Leases, Local, LocalView, RemoteQuota};
+//! use tollgate::remote::{lease, Leases, Local, LocalView, RemoteClock, RemoteQuota};
 //!
 //! # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // 100 a second (10 ms), bursts of 100; the remote is simulated by the
-//! // script's Rust twin, on the same clock as the node.
+//! // script's Rust twin, deciding on the node's readings.
 //! let quota = RemoteQuota::new(10_000, 100)?;
 //! let view: LocalView<String> = LocalView::new(
 //!     quota,
+//!     RemoteClock::Local,
 //!     Some(Leases::new()),
 //!     NonZeroUsize::new(10_000).unwrap(),
 //!     Duration::from_secs(1),
@@ -88,7 +89,7 @@
 //!         Local::Decided(decision) => admitted += u32::from(decision.is_allowed()),
 //!         Local::Ask(ask) => {
 //!             round_trips += 1;
-//!             let (reply, stored) = lease(tat_us, now_ns / 1_000, &quota, ask.request());
+//!             let (reply, stored) = lease(tat_us, now_ns / 1_000, &quota, ask.request())?;
 //!             tat_us = stored.or(tat_us);
 //!             admitted += u32::from(reply.allowed);
 //!             ask.complete(&reply);
@@ -96,9 +97,9 @@
 //!     }
 //! }
 //! assert_eq!(admitted, 20);
-//! // The first round trip teaches the clocks' offset; the second leases 8
-//! // units, the third 16 (a lease spent in full doubles the next).
-//! assert_eq!(round_trips, 3);
+//! // The first round trip leases 8 units, the second 16 (a lease spent in
+//! // full doubles the next).
+//! assert_eq!(round_trips, 2);
 //! # Ok(())
 //! # }
 //! # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
@@ -117,6 +118,7 @@ use std::time::Duration;
 #[cfg(feature = "loom")]
 #[doc(hidden)]
 pub use self::offset::Offset;
+pub use offset::RemoteClock;
 pub use script::lease;
 pub use word::MAX_LEASE_UNITS;
 
@@ -268,6 +270,11 @@ pub enum RemoteError {
     /// A lease size of 0 or above [`MAX_LEASE_UNITS`].
     #[error("a lease holds 1 to {MAX_LEASE_UNITS} units, not {0}")]
     LeaseSize(u32),
+    /// A lease call the script refuses ([`lease`]'s errors).
+    #[error(
+        "a lease call needs a cost of 1 to the burst, at most a burst wanted or given back, and an instant below 2^52 µs"
+    )]
+    BadRequest,
 }
 
 /// What a lease call asks of the remote ([`lease`] decides it).
@@ -427,9 +434,9 @@ pub enum Local<'a, K: Key> {
 /// failed, or its future was dropped) releases the key's claim.
 pub struct Ask<'a, K: Key> {
     view: &'a LocalView<K>,
-    /// The key and the word it was claimed with, if this ask holds the
-    /// key's claim.
-    claim: Option<(K, Knowledge)>,
+    /// The key, the word it was claimed with and the word that claim
+    /// replaced, if this ask holds the key's claim.
+    claim: Option<(K, Knowledge, Knowledge)>,
     /// The size class of the lease asked for (kept in the key's word
     /// again when this ask ends).
     class: u32,
@@ -438,10 +445,11 @@ pub struct Ask<'a, K: Key> {
 }
 
 impl<K: Key> LocalView<K> {
-    /// A view of the remote limiter `quota`: a deny cache, with `leases`
-    /// when given; at most `max_keys` keys held (a new key beyond them is
-    /// asked without a claim); a claim stands `claim_timeout` before
-    /// another caller takes it over (the remote call's timeout is right).
+    /// A view of the remote limiter `quota`, deciding on `clock`: a deny
+    /// cache, with `leases` when given; at most `max_keys` keys held (a new
+    /// key beyond them is asked without a claim); a claim stands one to two
+    /// `claim_timeout`s before another caller takes it over (twice the
+    /// remote call's timeout is right).
     ///
     /// # Errors
     ///
@@ -449,6 +457,7 @@ impl<K: Key> LocalView<K> {
     /// µs.
     pub fn new(
         quota: RemoteQuota,
+        clock: RemoteClock,
         leases: Option<Leases>,
         max_keys: NonZeroUsize,
         claim_timeout: Duration,
@@ -469,10 +478,17 @@ impl<K: Key> LocalView<K> {
                 .clamp(1, MAX_SPAN_US),
             max_units,
         };
+        // A word's knowledge lasts at most the tolerance (a lease's last
+        // slot), the slack and a claim: a bound of several clocks is kept
+        // that long.
+        let window_us = rules
+            .tolerance_us
+            .saturating_add(rules.slack_us)
+            .saturating_add(rules.claim_us.saturating_mul(2));
         Ok(Self {
             rules,
             store: DefaultStore::default().build(Some(KeyCap::new(max_keys, WhenFull::Reject))),
-            offset: Offset::new(),
+            offset: Offset::new(clock, Duration::from_micros(window_us)),
         })
     }
 
@@ -611,7 +627,7 @@ impl<K: Key> LocalView<K> {
         };
         Ask {
             view: self,
-            claim: Some((key.to_owned(), Knowledge(claimed))),
+            claim: Some((key.to_owned(), Knowledge(claimed), Knowledge(replaced))),
             class,
             request: LeaseRequest {
                 cost,
@@ -654,7 +670,7 @@ impl<K: Key> Ask<'_, K> {
     pub fn complete(mut self, reply: &LeaseReply) -> bool {
         let view = self.view;
         view.offset.observe(reply.now_us, self.sent_ns);
-        let Some((key, claimed)) = self.claim.take() else {
+        let Some((key, claimed, _)) = self.claim.take() else {
             return false;
         };
         let installed = Word {
@@ -670,6 +686,22 @@ impl<K: Key> Ask<'_, K> {
         view.store
             .compare_exchange(&key, &view.rules, &claimed, &Knowledge(installed.pack()))
     }
+
+    /// Ends an ask whose call was never sent (the caller knows it: a
+    /// circuit breaker kept it back): the key's word is put back as the
+    /// claim found it, its lease's units included, since nothing of them
+    /// reached the remote. Returns whether it was (not when another caller
+    /// took the claim over meanwhile). A call that may have been sent
+    /// (a timeout, a connection lost) must be dropped instead: its units
+    /// may have been given back.
+    pub fn not_sent(mut self) -> bool {
+        let Some((key, claimed, replaced)) = self.claim.take() else {
+            return false;
+        };
+        self.view
+            .store
+            .compare_exchange(&key, &self.view.rules, &claimed, &replaced)
+    }
 }
 
 impl<K: Key> Drop for Ask<'_, K> {
@@ -677,7 +709,7 @@ impl<K: Key> Drop for Ask<'_, K> {
     /// remote may have taken them back). A panic in the key's `Hash` or
     /// `Eq` here is caught: the claim then stands until it is stale.
     fn drop(&mut self) {
-        let Some((key, claimed)) = self.claim.take() else {
+        let Some((key, claimed, _)) = self.claim.take() else {
             return;
         };
         let view = self.view;

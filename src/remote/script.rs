@@ -3,8 +3,11 @@
 //! which its differential test holds to it, and the simulated remote of
 //! the model checks (`model-tests/leases.rs`).
 
-use super::{LeaseReply, LeaseRequest, RemoteQuota};
+use super::{LeaseReply, LeaseRequest, RemoteError, RemoteQuota};
 use crate::algorithm::to_u32;
+
+/// The latest instant the script takes: 2^52 µs (its callers clamp to it).
+const END_OF_TIME_US: u64 = 1 << 52;
 
 /// Decides a lease call on a key whose stored TAT is `stored_us` (`None`:
 /// absent, a fresh key) at the remote's `now_us`; returns the reply and the
@@ -23,15 +26,31 @@ use crate::algorithm::to_u32;
 ///    The request's units take the first slots, the lease the last.
 ///
 /// The quota is [`RemoteQuota::new`]'s: `tolerance = burst × interval` fits
-/// 2^51, and `now_us` is at most 2^52 (the caller clamps), so no sum
-/// overflows, here or in Lua's doubles.
-#[must_use]
+/// 2^51, and `now_us` is at most 2^52, so no sum overflows, here or in
+/// Lua's doubles.
+///
+/// # Errors
+///
+/// [`RemoteError::BadRequest`], as the script refuses them: a cost of 0
+/// or above the burst, more units wanted or given back than the burst, or
+/// an instant past 2^52 µs.
 pub fn lease(
     stored_us: Option<u64>,
     now_us: u64,
     quota: &RemoteQuota,
     request: &LeaseRequest,
-) -> (LeaseReply, Option<u64>) {
+) -> Result<(LeaseReply, Option<u64>), RemoteError> {
+    let burst = quota.burst();
+    if request.cost == 0
+        || request.cost > burst
+        || request.want > burst
+        || request
+            .give_back
+            .is_some_and(|give_back| give_back.units > burst)
+        || now_us > END_OF_TIME_US
+    {
+        return Err(RemoteError::BadRequest);
+    }
     let interval_us = quota.interval_us();
     let tolerance_us = quota.tolerance_us();
     let mut tat_us = stored_us.unwrap_or(0);
@@ -55,7 +74,7 @@ pub fn lease(
             now_us,
             returned,
         };
-        return (reply, (returned > 0).then_some(tat_us));
+        return Ok((reply, (returned > 0).then_some(tat_us)));
     }
     let free = (max_debt_us - debt_us) / interval_us;
     let granted = request.want.min(to_u32(free / 2));
@@ -71,7 +90,7 @@ pub fn lease(
         now_us,
         returned,
     };
-    (reply, Some(end_us))
+    Ok((reply, Some(end_us)))
 }
 
 #[cfg(all(test, not(any(feature = "loom", feature = "shuttle"))))]
@@ -85,17 +104,17 @@ mod tests {
         let quota = RemoteQuota::new(10, 100).unwrap();
         let request = LeaseRequest {
             cost: 1,
-            want: 500,
+            want: 100,
             give_back: None,
         };
-        let (reply, stored) = lease(None, 1_000, &quota, &request);
+        let (reply, stored) = lease(None, 1_000, &quota, &request).unwrap();
         assert!(reply.allowed);
         assert_eq!(reply.granted, 49);
         assert_eq!(reply.end_us, 1_500);
         assert_eq!(stored, Some(1_500));
         assert_eq!(reply.remaining, 50);
         // Next: 50 free, one for the request, 24 of the 49 left.
-        let (reply, stored) = lease(stored, 1_000, &quota, &request);
+        let (reply, stored) = lease(stored, 1_000, &quota, &request).unwrap();
         assert_eq!((reply.granted, stored), (24, Some(1_750)));
     }
 
@@ -113,11 +132,38 @@ mod tests {
         };
         // The key holds 1 500: 20 units come back (TAT 1 300), then the
         // request's unit is charged.
-        let (reply, stored) = lease(Some(1_500), 1_000, &quota, &request);
+        let (reply, stored) = lease(Some(1_500), 1_000, &quota, &request).unwrap();
         assert_eq!((reply.returned, stored), (20, Some(1_310)));
         // Someone was admitted since (the key holds 1 510): nothing.
-        let (reply, stored) = lease(Some(1_510), 1_000, &quota, &request);
+        let (reply, stored) = lease(Some(1_510), 1_000, &quota, &request).unwrap();
         assert_eq!((reply.returned, stored), (0, Some(1_520)));
+    }
+
+    #[test]
+    fn requests_the_script_refuses_are_errors() {
+        use crate::remote::RemoteError;
+        let quota = RemoteQuota::new(10, 2).unwrap();
+        let request = |cost, want, units| LeaseRequest {
+            cost,
+            want,
+            give_back: Some(GiveBack { end_us: 5, units }),
+        };
+        for bad in [
+            request(0, 0, 0),
+            request(3, 0, 0),
+            request(1, 3, 0),
+            request(1, 0, 3),
+        ] {
+            assert_eq!(
+                lease(Some(5), 1, &quota, &bad),
+                Err(RemoteError::BadRequest)
+            );
+        }
+        assert_eq!(
+            lease(None, (1 << 52) + 1, &quota, &request(1, 0, 0)),
+            Err(RemoteError::BadRequest)
+        );
+        assert!(lease(None, 1 << 52, &quota, &request(2, 2, 2)).is_ok());
     }
 
     #[test]
@@ -128,7 +174,7 @@ mod tests {
             want: 8,
             give_back: None,
         };
-        let (reply, stored) = lease(Some(2_000), 1_000, &quota, &request);
+        let (reply, stored) = lease(Some(2_000), 1_000, &quota, &request).unwrap();
         assert!(!reply.allowed);
         assert_eq!(
             (reply.retry_us, reply.reset_us, reply.end_us),

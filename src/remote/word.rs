@@ -22,9 +22,13 @@
 //! request the remote admits: the model found it.) Its age is the epoch:
 //! it stands while the current epoch is its own, the next, or (a reading
 //! older than the claim) the one before, and is stale after that, between
-//! two and three claim timeouts on; a claim stuck for eight epochs or more
+//! one and two claim timeouts on; a claim stuck for eight epochs or more
 //! stands again for three of every eight, so it is taken over in the
-//! others.
+//! others. A claimed word is never idle: three bits cannot date a claim
+//! from an instant far from now, and a growth sweep judges idleness a
+//! whole rest time in the past (the review found claims in flight evicted
+//! that way, their leases lost). A stuck claim is taken over by the key's
+//! next check, and its word is then evicted as any other.
 //!
 //! `end` never exceeds [`MAX_END_US`], so no word is `u64::MAX`, the value
 //! the atomic cell reserves for a retired cell.
@@ -126,7 +130,11 @@ impl Rules {
         if word.units == CLAIMED || word.units == 0 {
             return 0;
         }
-        let horizon_us = (word.end_us + self.slack_us).saturating_sub(now_us);
+        let mut slack_us = self.slack_us;
+        if crate::sync::canary::planted(crate::sync::canary::Canary::LeaseOneLate) {
+            slack_us += self.interval_us;
+        }
+        let horizon_us = (word.end_us + slack_us).saturating_sub(now_us);
         // A lease far from its deadlines (a drained key's) needs no division.
         if horizon_us >= u64::from(word.units) * self.interval_us {
             word.units
@@ -155,20 +163,31 @@ impl Rules {
         // The remote's debt is at least `end − now`: its TAT only moves
         // later (admissions move it on, denials write nothing, time pays it
         // back one for one), so a cost it already exceeds is denied there.
-        let debt_us = word.end_us.saturating_sub(now_us);
+        // Not counting this node's own units: asked for, it would give them
+        // back, and the remote would decide without them.
+        let own_us = match word.units {
+            CLAIMED => 0,
+            units => u64::from(units) * self.interval_us,
+        };
+        let floor_us = word.end_us.saturating_sub(own_us);
+        let debt_us = floor_us.saturating_sub(now_us);
         let mut max_debt_us = self.tolerance_us - u64::from(cost) * self.interval_us;
         if crate::sync::canary::planted(crate::sync::canary::Canary::DenyCacheOutlives) {
             max_debt_us = max_debt_us.saturating_sub(self.interval_us);
         }
-        if debt_us > max_debt_us {
-            let end_ns = word.end_us * 1_000;
-            let conforms_ns = (word.end_us - max_debt_us) * 1_000;
+        let at_the_boundary = debt_us == max_debt_us
+            && debt_us > 0
+            && crate::sync::canary::planted(crate::sync::canary::Canary::DenyAtTheBoundary);
+        if debt_us > max_debt_us || at_the_boundary {
+            let end_ns = floor_us * 1_000;
+            let conforms_ns = (floor_us - max_debt_us) * 1_000;
             let free =
                 to_u32((self.tolerance_us - debt_us.min(self.tolerance_us)) / self.interval_us);
             return Outcome::Deny(Decision::deny(
                 self.burst,
                 (usable + free).min(self.burst),
-                conforms_ns - reading_ns,
+                // Positive (the debt exceeds its most), but for a canary's.
+                conforms_ns.saturating_sub(reading_ns).max(1),
                 end_ns - reading_ns,
             ));
         }
@@ -240,14 +259,10 @@ impl Rules {
 
     /// Whether `packed` decides as no knowledge at all at `now_ns` and
     /// after: a floor at or before now, no unit left (with the slack), and
-    /// no claim that still stands.
+    /// no claim (see the module documentation).
     pub(crate) fn is_idle(&self, packed: u64, reading_ns: u64) -> bool {
         let word = Word::unpack(packed);
-        let now_us = reading_ns / 1_000;
-        if word.units == CLAIMED && self.stands(word.tag, now_us) {
-            return false;
-        }
-        word.end_us.saturating_add(self.slack_us) <= now_us
+        word.units != CLAIMED && word.end_us.saturating_add(self.slack_us) <= reading_ns / 1_000
     }
 }
 
@@ -352,6 +367,31 @@ mod tests {
     }
 
     #[test]
+    fn a_nodes_own_units_deny_nothing_that_giving_them_back_admits() {
+        // 10 ms, burst 10 (tolerance 100 000 µs): a lease of 4 units up to
+        // +60 ms. A request of 6 units cannot be spent from it; the remote
+        // would owe 60 ms with the units, 20 ms once they are given back,
+        // and 6 units fit below 40 ms of debt: ask, giving them back.
+        let rules = rules(10_000, 10, 8);
+        let lease = Word {
+            end_us: 1_060_000,
+            units: 4,
+            tag: 1,
+        };
+        assert!(matches!(
+            rules.outcome(lease.pack(), 1_000_000_000, 6),
+            Outcome::Claim { .. }
+        ));
+        // A request of 9 units would need the debt at 10 ms: denied here,
+        // its wait counted without the units (10 ms), as the remote would
+        // count it once they are back.
+        let Outcome::Deny(denied) = rules.outcome(lease.pack(), 1_000_000_000, 9) else {
+            panic!("denied");
+        };
+        assert_eq!(denied.retry_after().as_millis(), 10);
+    }
+
+    #[test]
     fn a_fresh_claim_stands_and_a_stale_one_is_taken_over() {
         // Claims of 1 s: epochs of 1 000 000 µs.
         let rules = rules(10, 10, 8);
@@ -379,12 +419,15 @@ mod tests {
             })
         );
         assert_eq!(rules.outcome(claimed, 3_999_999_000, 1), Outcome::Unclaimed);
-        assert!(!rules.is_idle(claimed, 3_999_999_000));
         assert!(matches!(
             rules.outcome(claimed, 4_000_000_000, 1),
             Outcome::Claim { class: 0, .. }
         ));
-        assert!(rules.is_idle(claimed, 4_000_000_000));
+        // Never idle, whenever it is judged: a sweep judges a rest time in
+        // the past, where the epochs alias.
+        for reading_ns in [0, 1_000_000_000, 4_000_000_000, u64::MAX] {
+            assert!(!rules.is_idle(claimed, reading_ns));
+        }
     }
 
     #[test]

@@ -129,6 +129,9 @@ if ARGV[1] == "4" then
     now = tonumber(time[1]) * 1000000 + tonumber(time[2])
   else
     now = tonumber(now)
+    if now > 4503599627370496 then
+      return redis.error_reply("tollgate: a time past 2^52 us")
+    end
   end
   grace = tonumber(ARGV[9]) or 0
   local stored = redis.call("GET", key)
