@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::instances::{Instance, admitted_in_turn};
 use crate::redis_server::RedisServer;
-use crate::stats::spread;
+use crate::stats::{quartiles, spread};
 
 /// The hot key's quota: 1 000 a second (1 ms an interval), bursts of 1 000.
 const LIMIT: u32 = 1_000;
@@ -244,8 +244,8 @@ pub fn run(binary: &Path, budget: &Budget, pin: impl Fn(u32) -> bool) {
         "\n### A check decided locally\n\nIn the same processes, interleaved pairs of rounds of 200 \
          checks on the hot key: the Redis limiter, and an in-process lock-free limiter with the \
          same quota (keyed GCRA, the default store and clock). Rounds in which a check took a \
-         round trip are left out of the local cost; the last column keeps them. Median (range) \
-         of the paired ratios.\n"
+         round trip are left out of the local cost; the last column keeps them. Median \
+         (interquartile range) of the paired ratios.\n"
     );
     println!("| mode | local check | in-process check | local / in-process | with round trips |");
     println!("|---|---:|---:|---:|---:|");
@@ -335,7 +335,7 @@ fn cost(hammers: &mut [Hammer], mode: &str, judged: &mut Vec<(String, bool)>) ->
     }
     let (local_ns, ..) = spread(&mut local);
     let (in_process_ns, ..) = spread(&mut in_process);
-    let (ratio, low, high) = spread(&mut ratios);
+    let (ratio, low, high) = quartiles(&mut ratios);
     let (all_in_ratio, ..) = spread(&mut all_in);
     judged.push((
         format!("{mode}: a local check within 2× the in-process lock-free check"),

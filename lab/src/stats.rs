@@ -19,3 +19,15 @@ pub fn ratio_spread(a: &[f64], b: &[f64]) -> (f64, f64, f64) {
     let mut ratios: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
     spread(&mut ratios)
 }
+
+/// The median of `values` and their quartiles (sorting them).
+pub fn quartiles(values: &mut [f64]) -> (f64, f64, f64) {
+    let middle = median(values);
+    let at = |fraction: f64| {
+        // The index of a quantile: truncation is the point.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let index = ((values.len().saturating_sub(1)) as f64 * fraction) as usize;
+        values.get(index).copied().unwrap_or(f64::NAN)
+    };
+    (middle, at(0.25), at(0.75))
+}

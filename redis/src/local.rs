@@ -13,6 +13,8 @@ use tollgate::remote::{
 };
 
 use crate::error::{ConfigError, Error};
+#[cfg(doc)]
+use crate::RedisLimiter;
 
 /// How much a limiter decides locally. GCRA only (a denial writes nothing
 /// and other instances only move a key's arrival time later, which is what
@@ -43,7 +45,11 @@ pub enum Mode {
     /// instance already denies is denied here, as Redis would at that
     /// instant. Admissions are Redis's, so the limiter admits exactly what
     /// Redis alone admits; a drained hot key costs Redis about one call per
-    /// instance per refilled unit instead of one per check.
+    /// instance per refilled unit instead of one per check. (One exception,
+    /// never an admission: when units are given back on a key, a cancelled
+    /// [reservation](RedisLimiter::reserve_n) or another instance's lease,
+    /// a denial cached before can outlast Redis's by at most those units'
+    /// intervals.)
     DenyCached,
     /// Denials cached, and leases: a check that asks Redis also takes up to
     /// a lease's units of the key's budget, spent here by later checks

@@ -4,15 +4,21 @@
 //!
 //! A remote GCRA key is one number, its theoretical arrival time (TAT). It
 //! only moves later: an admission moves it on, a denial writes nothing, and
-//! time pays the debt `TAT − now` back one for one. So anything a node
-//! learns of it stays true: a TAT of `T` seen at the remote's instant `s`
-//! means a TAT of at least `T` from then on. Two uses follow.
+//! time pays the debt `TAT − now` back one for one. (Only units given back,
+//! a cancelled reservation's or a lease's, move it back, and only over
+//! units nobody was admitted after.) So anything a node learns of it stays
+//! true: a TAT of `T` seen at the remote's instant `s` means a TAT of at
+//! least `T` from then on, unless units were given back since. Two uses
+//! follow.
 //!
 //! * **The deny cache.** A request of cost `n` at the remote's instant `t`
 //!   is denied there if `T − t > tolerance − n × interval`. A node that knows
 //!   `T` denies such a request itself, and the remote would have: **exact**,
 //!   not merely safe (it denies nothing the remote would admit at that
-//!   instant). Every reply teaches a `T`: a denial's, and an admission's.
+//!   instant), while no units are given back on the key; units given back
+//!   can make it deny for at most their intervals longer than the remote
+//!   would. It never admits. Every reply teaches a `T`: a denial's, and an
+//!   admission's.
 //! * **Leases.** A node asks the remote for `n + L` units at once (one
 //!   GCRA admission, so nothing the remote limiter would not admit), spends
 //!   `n` at once and keeps `L`. GCRA gave them the slots `T − (L − 1) ×
