@@ -12,9 +12,9 @@ use tollgate::remote::{
     GiveBack, LeaseReply, LeaseRequest, Leases, LocalView, RemoteClock, RemoteQuota,
 };
 
-use crate::error::{ConfigError, Error};
 #[cfg(doc)]
 use crate::RedisLimiter;
+use crate::error::{ConfigError, Error};
 
 /// How much a limiter decides locally. GCRA only (a denial writes nothing
 /// and other instances only move a key's arrival time later, which is what
