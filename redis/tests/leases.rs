@@ -445,35 +445,52 @@ fn leases_admit_no_more_than_redis_alone_in_any_window_on_a_cluster() {
 // ---------------------------------------------------------------------------
 // A dead Redis.
 
-#[test]
-fn a_lease_serves_while_redis_is_down_then_the_policy_answers() {
+/// A runtime, a server to kill, and a leased limiter of 100 an hour named
+/// `name` on it (a client clock at `START_US`, the policy `Deny`, a breaker
+/// opening after 3 failures for `cooldown`).
+fn leased_on_a_server_to_kill(
+    name: &str,
+    cooldown: Duration,
+) -> (
+    tokio::runtime::Runtime,
+    RedisServer,
+    RedisLimiter,
+    ManualClock,
+) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let mut server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
+    let server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
     let connection = runtime
         .block_on(Connection::open_with(
             format!("redis://127.0.0.1:{}/", server.port()),
             Options::default()
                 .call_timeout(Duration::from_millis(200))
-                .breaker(3, Duration::from_millis(300)),
+                .breaker(3, cooldown),
         ))
         .unwrap();
     let clock = ManualClock::new();
     clock.set(Duration::from_micros(START_US));
-    // 100 an hour (36 s an interval), bursts of 100, on a client clock that
-    // holds still (the local half knows Redis's instant: the clock's): the
-    // first check leases 8 units (a first lease's size), spent by the next
-    // 8; the tenth leases 16, the twenty-seventh 32 (each doubles, and
-    // Redis has room: half of what is left is 49, 45, then 36).
-    let limiter = RedisLimiter::builder("dies", Quota::per_hour(100).unwrap())
+    let limiter = RedisLimiter::builder(name, Quota::per_hour(100).unwrap())
         .clock(clock.clone())
         .mode(Mode::Leased(Leases::new()))
         .on_failure(OnFailure::Deny)
         .build(connection)
         .unwrap();
+    (runtime, server, limiter, clock)
+}
+
+#[test]
+fn a_lease_serves_while_redis_is_down_then_the_policy_answers() {
+    // 100 an hour (36 s an interval), bursts of 100, on a client clock that
+    // holds still (the local half knows Redis's instant: the clock's): the
+    // first check leases 8 units (a first lease's size), spent by the next
+    // 8; the tenth leases 16, the twenty-seventh 32 (each doubles, and
+    // Redis has room: half of what is left is 49, 45, then 36).
+    let (runtime, mut server, limiter, clock) =
+        leased_on_a_server_to_kill("dies", Duration::from_millis(300));
     let check = |limiter: &RedisLimiter| {
         runtime
             .block_on(limiter.check("k"))
@@ -516,28 +533,8 @@ fn a_lease_serves_while_redis_is_down_then_the_policy_answers() {
 /// nothing of it reached Redis.
 #[test]
 fn a_lease_survives_a_request_the_breaker_kept_back() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
-    let connection = runtime
-        .block_on(Connection::open_with(
-            format!("redis://127.0.0.1:{}/", server.port()),
-            Options::default()
-                .call_timeout(Duration::from_millis(200))
-                .breaker(3, Duration::from_secs(60)),
-        ))
-        .unwrap();
-    let clock = ManualClock::new();
-    clock.set(Duration::from_micros(START_US));
-    let limiter = RedisLimiter::builder("kept", Quota::per_hour(100).unwrap())
-        .clock(clock)
-        .mode(Mode::Leased(Leases::new()))
-        .on_failure(OnFailure::Deny)
-        .build(connection)
-        .unwrap();
+    let (runtime, mut server, limiter, _clock) =
+        leased_on_a_server_to_kill("kept", Duration::from_secs(60));
     runtime.block_on(async {
         // A lease of 8 units beside the first check's; one spent.
         assert!(limiter.check("k").await.unwrap().is_allowed());
