@@ -36,6 +36,7 @@ use shuttle::sync::atomic::{AtomicU64, Ordering};
 use shuttle::sync::{Arc, Mutex};
 use shuttle::thread;
 use tollgate::canary::{Canary, plant};
+use tollgate::clock::Clock;
 use tollgate::remote::{Leases, Local, LocalView, RemoteClock, RemoteQuota, lease};
 
 const EXECUTIONS: usize = 5_000;
@@ -163,6 +164,26 @@ enum Reply {
     Abandon,
 }
 
+shuttle::thread_local! {
+    /// The last reading a node's clock gave this thread.
+    static LAST_READING: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A node's clock: the deciding clock less the node's lag; each reading
+/// recorded as the thread's last.
+struct NodeClock {
+    world: Arc<World>,
+    lag_ns: u64,
+}
+
+impl Clock for NodeClock {
+    fn now_ns(&self) -> u64 {
+        let reading = self.world.clock_ns.load(Ordering::SeqCst) - self.lag_ns;
+        LAST_READING.with(|last| last.set(reading));
+        reading
+    }
+}
+
 struct Node {
     view: LocalView<u64>,
     /// How far this node's clock lags the deciding one, ns.
@@ -184,11 +205,11 @@ impl Node {
     /// view asks.
     fn request(&self, key: u64, cost: u32, reply: Reply) {
         let world = &self.world;
-        let local_ns = world.clock_ns.load(Ordering::SeqCst) - self.lag_ns;
-        // The deciding clock's reading at the check's instant.
-        let at_us = (local_ns + self.lag_ns) / 1_000;
         let held = self.check_denials.then(|| world.tat_us.lock().unwrap());
-        let local = self.view.check(&key, cost, local_ns).unwrap();
+        let local = self.view.check(&key, cost).unwrap();
+        // The deciding clock's reading at the instant the view decided on:
+        // its last reading (taken after it loaded the key's word).
+        let at_us = (LAST_READING.with(std::cell::Cell::get) + self.lag_ns) / 1_000;
         match local {
             Local::Decided(decision) if decision.is_allowed() && key == KEY => {
                 drop(held);
@@ -283,6 +304,10 @@ fn model(plans: &'static [Plan], leases: Option<Leases>, canary: Option<Canary>,
                     RemoteClock::Local
                 } else {
                     RemoteClock::One
+                },
+                NodeClock {
+                    world: Arc::clone(&world),
+                    lag_ns,
                 },
                 leases,
                 NonZeroUsize::new(16).unwrap(),

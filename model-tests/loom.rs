@@ -811,7 +811,6 @@ fn canary_check_then_insert_with_two_fresh_cells_is_caught() {
 fn offset_reads_one_pair() {
     let offset = Arc::new(tollgate::remote::Offset::new(
         tollgate::remote::RemoteClock::One,
-        Duration::from_secs(1),
     ));
     // (remote µs, sent ns): b = 1 000, 4 000 and 0; at = 1 000, 2 000, 3 000.
     offset.observe(1, 1_000);

@@ -1,6 +1,7 @@
 //! `tollgate::remote`'s local view against the script's Rust twin
 //! (`remote::lease`) as the remote: memory bounded at every instant, claims
-//! that stand and go stale, give-backs, user code that panics.
+//! that stand and go stale, give-backs, readings older than a lease,
+//! several remote clocks, user code that panics.
 
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
@@ -11,26 +12,37 @@ use std::num::NonZeroUsize;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tollgate::clock::{Clock, ManualClock};
 use tollgate::remote::{
     GiveBack, LeaseReply, LeaseRequest, Leases, Local, LocalView, RemoteClock, RemoteQuota, lease,
 };
+use tollgate::store::Key;
 
-/// A remote: the twin over a map of TATs, at the view's own instants.
+/// 100 a second (10 ms), bursts of 10.
+fn quota() -> RemoteQuota {
+    RemoteQuota::new(10_000, 10).unwrap()
+}
+
+const T0: u64 = 5_000_000_000;
+
+/// A remote: the twin over a map of TATs, deciding at the instants it is
+/// given.
 #[derive(Default)]
 struct Remote {
     tats: HashMap<String, u64>,
 }
 
 impl Remote {
-    fn answer(
-        &mut self,
-        key: &str,
-        now_ns: u64,
-        quota: &RemoteQuota,
-        ask: &tollgate::remote::LeaseRequest,
-    ) -> LeaseReply {
-        let (reply, stored) =
-            lease(self.tats.get(key).copied(), now_ns / 1_000, quota, ask).unwrap();
+    fn answer(&mut self, key: &str, now_ns: u64, request: &LeaseRequest) -> LeaseReply {
+        let (reply, stored) = lease(
+            self.tats.get(key).copied(),
+            now_ns / 1_000,
+            &quota(),
+            request,
+        )
+        .unwrap();
         if let Some(stored) = stored {
             self.tats.insert(key.to_owned(), stored);
         }
@@ -38,82 +50,91 @@ impl Remote {
     }
 }
 
-/// 100 a second (10 ms), bursts of 10.
-fn quota() -> RemoteQuota {
-    RemoteQuota::new(10_000, 10).unwrap()
+/// A view and the clock it reads: the remote decides on the view's own
+/// readings (it answers at an ask's `sent_ns`), on `remote`.
+struct Node<K: Key> {
+    view: LocalView<K>,
+    clock: ManualClock,
 }
 
-fn view<K: tollgate::store::Key>(leases: Option<Leases>, max_keys: usize) -> LocalView<K> {
-    LocalView::new(
-        quota(),
-        RemoteClock::One,
-        leases,
-        NonZeroUsize::new(max_keys).unwrap(),
-        Duration::from_secs(1),
-    )
-    .unwrap()
+impl<K: Key> Node<K> {
+    fn new(remote: RemoteClock, leases: Option<Leases>, max_keys: usize) -> Self {
+        let clock = ManualClock::new();
+        let view = LocalView::new(
+            quota(),
+            remote,
+            clock.clone(),
+            leases,
+            NonZeroUsize::new(max_keys).unwrap(),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        Self { view, clock }
+    }
+
+    fn at(&self, now_ns: u64) -> &LocalView<K> {
+        self.clock.set(Duration::from_nanos(now_ns));
+        &self.view
+    }
 }
 
-const T0: u64 = 5_000_000_000;
-
-/// Runs one check through the view and, when it asks, through the remote;
-/// returns whether it was admitted and whether it took a round trip.
-fn check(
-    view: &LocalView<String>,
-    remote: &mut Remote,
-    key: &str,
-    cost: u32,
-    now_ns: u64,
-) -> (bool, bool) {
-    match view.check(key, cost, now_ns).unwrap() {
-        Local::Decided(decision) => (decision.is_allowed(), false),
-        Local::Ask(ask) => {
-            let reply = remote.answer(key, now_ns, &quota(), ask.request());
-            ask.complete(&reply);
-            (reply.allowed, true)
+impl Node<String> {
+    /// One check at `now_ns` through the view and, when it asks, through
+    /// `remote`; whether it was admitted and whether it took a round trip.
+    fn check(&self, remote: &mut Remote, key: &str, cost: u32, now_ns: u64) -> (bool, bool) {
+        match self.at(now_ns).check(key, cost).unwrap() {
+            Local::Decided(decision) => (decision.is_allowed(), false),
+            Local::Ask(ask) => {
+                let reply = remote.answer(key, ask.sent_ns(), ask.request());
+                ask.complete(&reply);
+                (reply.allowed, true)
+            }
         }
     }
 }
 
+fn leased(max_keys: usize) -> Node<String> {
+    Node::new(RemoteClock::One, Some(Leases::new()), max_keys)
+}
+
 #[test]
 fn a_flood_of_keys_never_holds_more_than_the_cap() {
-    let view = view::<String>(Some(Leases::new()), 8);
+    let node = leased(8);
     let mut remote = Remote::default();
     // Teach the offset.
-    check(&view, &mut remote, "warm", 1, T0);
+    node.check(&mut remote, "warm", 1, T0);
     for index in 0..2_000 {
         let key = format!("flood-{index}");
         // A key the view cannot hold is asked without a claim, and is
         // still admitted: the remote decides it.
-        let (admitted, asked) = check(&view, &mut remote, &key, 1, T0 + index);
+        let (admitted, asked) = node.check(&mut remote, &key, 1, T0 + index);
         assert!(admitted && asked, "key {index}");
         assert!(
-            view.len() <= 8,
+            node.view.len() <= 8,
             "{} keys held after key {index}",
-            view.len()
+            node.view.len()
         );
     }
     // Held keys are idle once their floors pass (a tolerance, 100 ms, on):
-    // the next new keys find room again, and an explicit sweep frees all.
-    let later = T0 + 200_000_000;
-    let held = view.len();
-    assert_eq!((held, view.evict_idle(later)), (8, 8));
-    assert!(view.is_empty());
+    // an explicit sweep frees them all.
+    let held = node.view.len();
+    assert_eq!((held, node.at(T0 + 200_000_000).evict_idle()), (8, 8));
+    assert!(node.view.is_empty());
 }
 
 #[test]
 fn a_claim_stands_until_stale_and_is_then_taken_over() {
-    let view = view::<String>(Some(Leases::new()), 16);
+    let node = leased(16);
     let mut remote = Remote::default();
-    check(&view, &mut remote, "warm", 1, T0);
+    node.check(&mut remote, "warm", 1, T0);
     // A claim whose caller never completes nor drops its ask.
-    let Local::Ask(claim) = view.check("k", 1, T0).unwrap() else {
+    let Local::Ask(claim) = node.at(T0).check("k", 1).unwrap() else {
         panic!("a new key is asked");
     };
     assert!(claim.is_claim());
     std::mem::forget(claim);
     // Meanwhile others ask without the claim: plain checks, no lease.
-    let Local::Ask(other) = view.check("k", 1, T0 + 1).unwrap() else {
+    let Local::Ask(other) = node.at(T0 + 1).check("k", 1).unwrap() else {
         panic!("asked")
     };
     assert!(!other.is_claim());
@@ -123,12 +144,12 @@ fn a_claim_stands_until_stale_and_is_then_taken_over() {
     // (6) and the one before stand; from epoch 7 it is stale. (The instant
     // the view judges is the reading plus the drift allowance, 1/512 of
     // the 2 s since the last round trip: 3.9 ms.)
-    let Local::Ask(still) = view.check("k", 1, 6_990_000_000).unwrap() else {
+    let Local::Ask(still) = node.at(6_990_000_000).check("k", 1).unwrap() else {
         panic!("asked")
     };
     assert!(!still.is_claim());
     drop(still);
-    let Local::Ask(taken) = view.check("k", 1, 7_000_000_000).unwrap() else {
+    let Local::Ask(taken) = node.at(7_000_000_000).check("k", 1).unwrap() else {
         panic!("asked")
     };
     assert!(taken.is_claim(), "a stale claim is taken over");
@@ -136,15 +157,15 @@ fn a_claim_stands_until_stale_and_is_then_taken_over() {
 
 #[test]
 fn a_lease_too_small_for_a_request_is_given_back_first() {
-    let view = view::<String>(Some(Leases::new()), 16);
+    let node = leased(16);
     let mut remote = Remote::default();
-    check(&view, &mut remote, "warm", 1, T0);
+    node.check(&mut remote, "warm", 1, T0);
     // The first claim leases 8 units beside its own... at most half of the
     // 9 left: 4. The key's TAT is then T0 + 5 intervals.
-    assert_eq!(check(&view, &mut remote, "k", 1, T0), (true, true));
+    assert_eq!(node.check(&mut remote, "k", 1, T0), (true, true));
     assert_eq!(remote.tats["k"], T0 / 1_000 + 50_000);
     // Four units are held; a request of 5 gives them back and asks again.
-    let Local::Ask(ask) = view.check("k", 5, T0).unwrap() else {
+    let Local::Ask(ask) = node.at(T0).check("k", 5).unwrap() else {
         panic!("asked")
     };
     assert_eq!(
@@ -154,7 +175,7 @@ fn a_lease_too_small_for_a_request_is_given_back_first() {
             units: 4
         })
     );
-    let reply = remote.answer("k", T0, &quota(), ask.request());
+    let reply = remote.answer("k", ask.sent_ns(), ask.request());
     assert_eq!(reply.returned, 4);
     assert!(reply.allowed);
     ask.complete(&reply);
@@ -168,27 +189,26 @@ fn a_lease_too_small_for_a_request_is_given_back_first() {
 
 #[test]
 fn a_dropped_ask_keeps_the_floor_and_drops_the_units() {
-    let view = view::<String>(Some(Leases::new()), 16);
+    let node = leased(16);
     let mut remote = Remote::default();
-    check(&view, &mut remote, "warm", 1, T0);
+    node.check(&mut remote, "warm", 1, T0);
     // Drain the key through the view: every admission, local or remote.
-    let mut admitted = 0;
-    for _ in 0..20 {
-        admitted += u32::from(check(&view, &mut remote, "k", 1, T0).0);
-    }
+    let admitted = (0..20)
+        .filter(|_| node.check(&mut remote, "k", 1, T0).0)
+        .count();
     assert_eq!(admitted, 10);
     // Drained: the floor denies here, with no round trip.
-    assert_eq!(check(&view, &mut remote, "k", 1, T0), (false, false));
-    // Half a tolerance later a unit fits: the view claims and asks; the
-    // call fails and the ask is dropped. The floor it knew stays: the
+    assert_eq!(node.check(&mut remote, "k", 1, T0), (false, false));
+    // A tenth of a tolerance later a unit fits: the view claims and asks;
+    // the call fails and the ask is dropped. The floor it knew stays: the
     // next check claims again at once.
     let later = T0 + 10_000_000;
-    let Local::Ask(ask) = view.check("k", 1, later).unwrap() else {
+    let Local::Ask(ask) = node.at(later).check("k", 1).unwrap() else {
         panic!("asked")
     };
     assert!(ask.is_claim());
     drop(ask);
-    let Local::Ask(again) = view.check("k", 1, later).unwrap() else {
+    let Local::Ask(again) = node.at(later).check("k", 1).unwrap() else {
         panic!("asked")
     };
     assert!(again.is_claim(), "a released claim is claimed again");
@@ -211,37 +231,32 @@ impl Hash for Touchy {
 
 #[test]
 fn a_key_that_panics_when_its_claim_completes_leaves_a_claim_that_goes_stale() {
-    let view = view::<Touchy>(Some(Leases::new()), 16);
-    let mut tat = None;
-    let answer = |ask: &tollgate::remote::Ask<'_, Touchy>, tat: &mut Option<u64>, now_ns: u64| {
-        let (reply, stored) = lease(*tat, now_ns / 1_000, &quota(), ask.request()).unwrap();
-        *tat = stored.or(*tat);
-        reply
+    let node = Node::<Touchy>::new(RemoteClock::One, Some(Leases::new()), 16);
+    let mut remote = Remote::default();
+    let mut ask_and_answer = |key: &'static str, now_ns| {
+        let Local::Ask(ask) = node.at(now_ns).check(&Touchy(key), 1).unwrap() else {
+            panic!("asked")
+        };
+        let reply = remote.answer(key, ask.sent_ns(), ask.request());
+        (ask, reply)
     };
-    let Local::Ask(warm) = view.check(&Touchy("warm"), 1, T0).unwrap() else {
-        panic!("asked")
-    };
-    let mut warm_tat = None;
-    let reply = answer(&warm, &mut warm_tat, T0);
+    let (warm, reply) = ask_and_answer("warm", T0);
     warm.complete(&reply);
-    let Local::Ask(claim) = view.check(&Touchy("k"), 1, T0).unwrap() else {
-        panic!("asked")
-    };
+    let (claim, reply) = ask_and_answer("k", T0);
     assert!(claim.is_claim());
-    let reply = answer(&claim, &mut tat, T0);
     ARMED.with(|armed| armed.set(true));
     let panicked = catch_unwind(AssertUnwindSafe(|| claim.complete(&reply))).is_err();
     ARMED.with(|armed| armed.set(false));
     assert!(panicked, "the key's Hash panicked in complete");
     // The claim stands (the ask had taken it out to install the reply:
     // nothing releases it): others ask without it.
-    let Local::Ask(other) = view.check(&Touchy("k"), 1, T0).unwrap() else {
+    let Local::Ask(other) = node.at(T0).check(&Touchy("k"), 1).unwrap() else {
         panic!("asked")
     };
     assert!(!other.is_claim());
     drop(other);
     // Stale two epochs on: claimed again.
-    let Local::Ask(taken) = view.check(&Touchy("k"), 1, T0 + 2_000_000_000).unwrap() else {
+    let Local::Ask(taken) = node.at(T0 + 2_000_000_000).check(&Touchy("k"), 1).unwrap() else {
         panic!("asked")
     };
     assert!(taken.is_claim());
@@ -251,13 +266,13 @@ fn a_key_that_panics_when_its_claim_completes_leaves_a_claim_that_goes_stale() {
 /// idleness a rest time in the past, and a claimed word is never idle.
 #[test]
 fn claims_in_flight_survive_the_tables_growth() {
-    let view = view::<String>(Some(Leases::new()), 1_000_000);
+    let node = leased(1_000_000);
     let mut remote = Remote::default();
-    check(&view, &mut remote, "warm", 1, T0);
+    node.check(&mut remote, "warm", 1, T0);
     let held: Vec<_> = (0..20)
         .map(|index| {
             let key = format!("held-{index}");
-            let Local::Ask(ask) = view.check(key.as_str(), 1, T0).unwrap() else {
+            let Local::Ask(ask) = node.at(T0).check(key.as_str(), 1).unwrap() else {
                 panic!("a new key is asked")
             };
             assert!(ask.is_claim());
@@ -268,11 +283,10 @@ fn claims_in_flight_survive_the_tables_growth() {
     // sweeps the keys that have rested.
     for index in 0..20_000_u64 {
         let now_ns = T0 + index * 1_000_000_000;
-        check(&view, &mut remote, &format!("other-{index}"), 1, now_ns);
+        node.check(&mut remote, &format!("other-{index}"), 1, now_ns);
     }
-    let later = T0 + 20_000 * 1_000_000_000;
     for (key, ask) in held {
-        let reply = remote.answer(&key, later, &quota(), ask.request());
+        let reply = remote.answer(&key, ask.sent_ns(), ask.request());
         assert!(ask.complete(&reply), "{key}: its claim was evicted");
     }
 }
@@ -280,13 +294,13 @@ fn claims_in_flight_survive_the_tables_growth() {
 /// A claim whose call was never sent puts the lease back as it was.
 #[test]
 fn a_claim_never_sent_keeps_its_lease() {
-    let view = view::<String>(Some(Leases::new()), 16);
+    let node = leased(16);
     let mut remote = Remote::default();
-    check(&view, &mut remote, "warm", 1, T0);
+    node.check(&mut remote, "warm", 1, T0);
     // A lease of 4 units (half of the 9 left beside the request).
-    assert_eq!(check(&view, &mut remote, "k", 1, T0), (true, true));
+    assert_eq!(node.check(&mut remote, "k", 1, T0), (true, true));
     // A request of 5 claims, giving the 4 back; its call is never sent.
-    let Local::Ask(ask) = view.check("k", 5, T0).unwrap() else {
+    let Local::Ask(ask) = node.at(T0).check("k", 5).unwrap() else {
         panic!("asked")
     };
     assert_eq!(
@@ -297,29 +311,97 @@ fn a_claim_never_sent_keeps_its_lease() {
     // The 4 units serve again, locally.
     for unit in 0..4 {
         assert_eq!(
-            check(&view, &mut remote, "k", 1, T0),
+            node.check(&mut remote, "k", 1, T0),
             (true, false),
             "unit {unit}"
         );
     }
 }
 
+/// A clock that reads `stale` once when told to, and `now` otherwise: a
+/// thread that read its clock, lost the processor, and read it again.
+struct Stale {
+    now: ManualClock,
+    stale: u64,
+    once: AtomicBool,
+}
+
+impl Clock for Stale {
+    fn now_ns(&self) -> u64 {
+        if self.once.swap(false, Ordering::Relaxed) {
+            self.stale
+        } else {
+            self.now.now_ns()
+        }
+    }
+}
+
+/// A reading older than a lease (a thread that read its clock, and lost
+/// the processor while a sibling leased) never spends it: the view reads
+/// its instant again after loading the key's word. The node leases at
+/// T0 + 200 ms (slots up to T0 + 250 ms); a check whose first reading is
+/// still T0 decides at its later reading: the unit spent then owes what a
+/// spend then owes (a reset of 40 ms), not what it would at T0 (240 ms,
+/// more than the tolerance: a slot more than a tolerance after the
+/// instant, which Redis alone never admits).
+#[test]
+fn a_reading_older_than_a_lease_never_spends_it() {
+    let later = T0 + 200_000_000;
+    let now = ManualClock::new();
+    now.set(Duration::from_nanos(later));
+    let clock = std::sync::Arc::new(Stale {
+        now,
+        stale: T0,
+        once: AtomicBool::new(false),
+    });
+    let view: LocalView<String> = LocalView::new(
+        quota(),
+        RemoteClock::Local,
+        std::sync::Arc::clone(&clock),
+        Some(Leases::new()),
+        NonZeroUsize::new(16).unwrap(),
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    let mut remote = Remote::default();
+    // A lease of 4 beside the check's unit: slots up to later + 50 ms.
+    let Local::Ask(ask) = view.check("k", 1).unwrap() else {
+        panic!("a new key is asked")
+    };
+    let reply = remote.answer("k", ask.sent_ns(), ask.request());
+    assert_eq!(reply.granted, 4);
+    ask.complete(&reply);
+    // The stale thread's check.
+    clock.once.store(true, Ordering::Relaxed);
+    let Local::Decided(spent) = view.check("k", 1).unwrap() else {
+        panic!("spent from the lease")
+    };
+    assert!(spent.is_allowed());
+    assert_eq!(
+        spent.reset_after(),
+        Duration::from_millis(50),
+        "decided at the stale reading"
+    );
+}
+
 /// Two remotes sharing a view's keys with clocks 5 ms apart (a Cluster's
-/// masters): judged by the newest round trip's bound, which was master A's,
-/// master B's lease units are spent past their deadlines on B's clock, and
-/// with what others are admitted on B then, a window holds more than
-/// GCRA's bound; the largest bound of the window (`RemoteClock::Several`)
-/// keeps them to B's clock.
+/// masters): judged by the newest round trip's bound alone, which was
+/// master A's, master B's lease units are spent past their deadlines on
+/// B's clock, and with what others are admitted on B then, a window holds
+/// more than GCRA's bound; with the masters' skew declared
+/// (`RemoteClock::Several`), every bound covers both clocks.
 #[test]
 fn a_cluster_s_masters_keep_their_deadlines_on_their_own_clocks() {
     const SKEW_NS: u64 = 5_000_000;
     // 1 ms an interval, bursts of 10.
     let quota = RemoteQuota::new(1_000, 10).unwrap();
     // The most by which a window of B's clock exceeds `burst + ⌊W / I⌋`.
-    let excess = |clock: RemoteClock| {
+    let excess = |remote_clock: RemoteClock| {
+        let clock = ManualClock::new();
         let view: LocalView<String> = LocalView::new(
             quota,
-            clock,
+            remote_clock,
+            clock.clone(),
             Some(Leases::new()),
             NonZeroUsize::new(16).unwrap(),
             Duration::from_secs(1),
@@ -350,10 +432,11 @@ fn a_cluster_s_masters_keep_their_deadlines_on_their_own_clocks() {
             reply
         };
         let mut check = |key: &'static str, now_ns: u64, admitted: &mut Vec<u64>| {
-            let allowed = match view.check(key, 1, now_ns).unwrap() {
+            clock.set(Duration::from_nanos(now_ns));
+            let allowed = match view.check(key, 1).unwrap() {
                 Local::Decided(decision) => decision.is_allowed(),
                 Local::Ask(ask) => {
-                    let reply = ask_redis(key, now_ns, ask.request());
+                    let reply = ask_redis(key, ask.sent_ns(), ask.request());
                     ask.complete(&reply);
                     reply.allowed
                 }
@@ -394,8 +477,31 @@ fn a_cluster_s_masters_keep_their_deadlines_on_their_own_clocks() {
         }
         most
     };
-    assert_eq!(excess(RemoteClock::Several), 0);
+    assert_eq!(
+        excess(RemoteClock::Several {
+            skew: Duration::from_nanos(SKEW_NS)
+        }),
+        0
+    );
     // The newest bound alone (A's) spends units past their deadlines on
     // B's clock: a window two units over its bound.
     assert_eq!(excess(RemoteClock::One), 2);
+}
+
+/// A denial counts the units this node would give back once, among what
+/// the remote would have free (the first fix counted them twice).
+#[test]
+fn a_denial_counts_its_own_units_once() {
+    let node = Node::<String>::new(RemoteClock::Local, Some(Leases::new()), 16);
+    let mut remote = Remote::default();
+    // A lease of 4 units beside the first check's unit: the key owes 5
+    // intervals, 4 of them this node's.
+    assert_eq!(node.check(&mut remote, "k", 1, T0), (true, true));
+    // 10 units cannot fit: without this node's 4 the key owes one
+    // interval, so 9 are free, the 4 included.
+    let Local::Decided(denied) = node.at(T0).check("k", 10).unwrap() else {
+        panic!("denied here")
+    };
+    assert!(!denied.is_allowed());
+    assert_eq!(denied.remaining(), 9);
 }

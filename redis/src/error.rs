@@ -55,6 +55,14 @@ pub enum ConfigError {
     /// The local half's configuration (the leases' slack too long).
     #[error("the local half: {0}")]
     Local(tollgate::remote::RemoteError),
+    /// A [`Mode`](crate::Mode) other than `Exact` on a Redis Cluster with
+    /// the server's clock, and no declared skew between the masters'
+    /// clocks ([`RedisBuilder::cluster_clock_skew`](crate::RedisBuilder::cluster_clock_skew)).
+    #[error(
+        "deciding locally on a Cluster with the servers' clocks needs the most they differ \
+         (cluster_clock_skew), or a client clock"
+    )]
+    ClusterSkewUnknown,
 }
 
 /// A check that returned no decision.

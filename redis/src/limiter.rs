@@ -92,6 +92,7 @@ pub struct RedisBuilder<A: Scripted = Gcra> {
     on_failure: OnFailure,
     mode: Mode,
     local_keys: NonZeroUsize,
+    cluster_skew: Option<Duration>,
     _algorithm: PhantomData<fn() -> A>,
 }
 
@@ -128,6 +129,7 @@ impl RedisLimiter<Gcra> {
             on_failure: OnFailure::default(),
             mode: Mode::Exact,
             local_keys: LOCAL_KEYS,
+            cluster_skew: None,
             _algorithm: PhantomData,
         }
     }
@@ -150,6 +152,19 @@ impl RedisBuilder<Gcra> {
         self.local_keys = max_keys;
         self
     }
+
+    /// The most two masters' clocks differ, for a [`Mode`] other than
+    /// `Exact` on a Redis Cluster with the server's clock: each master
+    /// decides its keys on its own `TIME`, and the local half judges every
+    /// key by a bound that must cover the master furthest ahead (notes/12).
+    /// Required there ([`ConfigError::ClusterSkewUnknown`] without it);
+    /// unused with a client clock ([`clock`](RedisBuilder::clock)), which
+    /// every master decides on alike.
+    #[must_use]
+    pub fn cluster_clock_skew(mut self, skew: Duration) -> Self {
+        self.cluster_skew = Some(skew);
+        self
+    }
 }
 
 impl<A: Scripted> RedisBuilder<A> {
@@ -168,6 +183,7 @@ impl<A: Scripted> RedisBuilder<A> {
             on_failure: self.on_failure,
             mode: self.mode,
             local_keys: self.local_keys,
+            cluster_skew: self.cluster_skew,
             _algorithm: PhantomData,
         }
     }
@@ -260,7 +276,8 @@ impl<A: Scripted> RedisBuilder<A> {
             let (clock, remote): (Arc<dyn Clock>, _) = match &self.time {
                 Time::Client(clock) => (Arc::clone(clock), RemoteClock::Local),
                 Time::Server if connection.is_cluster() => {
-                    (Arc::new(BootClock::new()), RemoteClock::Several)
+                    let skew = self.cluster_skew.ok_or(ConfigError::ClusterSkewUnknown)?;
+                    (Arc::new(BootClock::new()), RemoteClock::Several { skew })
                 }
                 Time::Server => (Arc::new(BootClock::new()), RemoteClock::One),
             };
@@ -377,18 +394,19 @@ impl<A: Scripted> RedisLimiter<A> {
         let Some(hybrid) = &self.local else {
             return self.on_redis(key, cost, peek, core.time.now()).await;
         };
-        let reading_ns = hybrid.clock.now_ns();
-        let now = core.time.at(reading_ns);
         if peek {
-            return match hybrid.view.peek(key, cost, reading_ns)? {
+            return match hybrid.view.peek(key, cost)? {
                 Some(decision) => Ok(decision),
-                None => self.on_redis(key, cost, true, now).await,
+                None => self.on_redis(key, cost, true, core.time.now()).await,
             };
         }
-        let ask = match hybrid.view.check(key, cost, reading_ns)? {
+        let ask = match hybrid.view.check(key, cost)? {
             Local::Decided(decision) => return Ok(decision),
             Local::Ask(ask) => ask,
         };
+        // A client clock decides at the ask's reading (taken after the
+        // view's decision, before the call).
+        let now = core.time.at(ask.sent_ns());
         let redis_key = core.namespace.key(key);
         let request = *ask.request();
         let sent = evaluate(&core.connection, &core.script, |name, body| {

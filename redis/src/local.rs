@@ -108,10 +108,10 @@ impl Mode {
     }
 }
 
-/// A limiter's local half: the view, and the clock its instants come from.
+/// A limiter's local half: the view (with the clock its instants come
+/// from), and what it was built for.
 pub(crate) struct Hybrid {
     pub(crate) view: LocalView<Vec<u8>>,
-    pub(crate) clock: Arc<dyn Clock>,
     pub(crate) quota: RemoteQuota,
     pub(crate) mode: Mode,
 }
@@ -132,14 +132,9 @@ impl Hybrid {
             Mode::Exact | Mode::DenyCached => None,
             Mode::Leased(leases) => Some(leases),
         };
-        let view = LocalView::new(quota, remote, leases, max_keys, claim_timeout)
+        let view = LocalView::new(quota, remote, clock, leases, max_keys, claim_timeout)
             .map_err(ConfigError::Local)?;
-        Ok(Self {
-            view,
-            clock,
-            quota,
-            mode,
-        })
+        Ok(Self { view, quota, mode })
     }
 }
 

@@ -60,7 +60,13 @@ struct Step {
 fn cases() -> impl Strategy<Value = Case> {
     (1_u64..=1_000, 1_u32..=16).prop_flat_map(|(interval_us, burst)| {
         let span = i64::try_from(interval_us * u64::from(burst)).unwrap();
-        let step = (-span / 4..=span, 1..=burst, 0..=burst, 0_u8..3, 1..=burst).prop_map(
+        // Costs of 0 and past the burst, and more units wanted or given
+        // back than the burst, in about one step in eight: the script
+        // refuses those, and so must the twin.
+        let size = move |low: u32| {
+            prop_oneof![7 => low..=burst, 1 => prop_oneof![Just(0), Just(burst + 1)]]
+        };
+        let step = (-span / 4..=span, size(1), size(0), 0_u8..3, size(1)).prop_map(
             |(advance_us, cost, want, give_back, units)| Step {
                 advance_us,
                 cost,
@@ -85,6 +91,7 @@ fn lease_differential(
     source: &str,
     key: &str,
     case: &Case,
+    refused: &std::cell::Cell<u32>,
 ) -> Result<(), TestCaseError> {
     let quota = RemoteQuota::new(case.interval_us, case.burst).unwrap();
     let _: () = redis::cmd("DEL").arg(key).query(connection).unwrap();
@@ -127,10 +134,11 @@ fn lease_differential(
             (Ok(twin), Ok(reply)) => (twin, reply),
             (Err(_), Err(error)) => {
                 prop_assert!(
-                    error.to_string().contains("tollgate: a lease call"),
+                    error.to_string().contains("a lease call needs"),
                     "{}",
                     error
                 );
+                refused.set(refused.get() + 1);
                 continue;
             }
             (twin, reply) => {
@@ -214,11 +222,20 @@ fn the_lease_script_is_its_rust_twin() {
     let server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
     let client = redis::Client::open(format!("redis://127.0.0.1:{}/", server.port())).unwrap();
     let connection = std::cell::RefCell::new(client.get_connection().unwrap());
+    let refused = std::cell::Cell::new(0);
     lease_runner(128)
         .run(&cases(), |case| {
-            lease_differential(&mut connection.borrow_mut(), SCRIPT, "lease-twin", &case)
+            lease_differential(
+                &mut connection.borrow_mut(),
+                SCRIPT,
+                "lease-twin",
+                &case,
+                &refused,
+            )
         })
         .unwrap();
+    // The comparison covered refusals too: requests both refused.
+    assert!(refused.get() > 0, "no request was refused");
 }
 
 /// Each planted bug, in a copy of the script, is caught by the comparison.
@@ -238,6 +255,11 @@ fn planted_bugs_in_the_lease_script_are_caught() {
             "math.floor(math.floor((max_debt - debt) / interval) / 2)",
             "math.floor((max_debt - debt) / interval)",
         ),
+        (
+            "a script that takes costs, wants and give-backs past the burst",
+            "or cost < 1 or cost > burst or want > burst or units > burst then",
+            "then",
+        ),
     ] {
         assert_eq!(SCRIPT.matches(site).count(), 1, "the site of {what}");
         let source = SCRIPT.replace(site, planted);
@@ -248,6 +270,7 @@ fn planted_bugs_in_the_lease_script_are_caught() {
                     &source,
                     "lease-planted",
                     &case,
+                    &std::cell::Cell::new(0),
                 )
             })
             .is_err();
@@ -614,6 +637,71 @@ fn a_unit_past_its_deadline_is_not_spent() {
     assert_eq!(by_redis, 10);
     assert!(!admitted(&leased), "a unit spent past its deadline");
     assert!(!admitted(&exact));
+}
+
+/// On a Cluster deciding on its masters' own clocks, a local mode needs the
+/// most those clocks differ (it judges every key by a bound that covers
+/// the master furthest ahead); given it, keys on every master admit exactly
+/// their burst, most of it from leases.
+#[test]
+fn on_a_cluster_s_own_clocks_a_local_mode_needs_their_skew() {
+    let target = Target::start(Kind::Cluster);
+    let quota = Quota::per_hour(100).unwrap();
+    let refused = RedisLimiter::builder("skew", quota)
+        .mode(Mode::Leased(Leases::new()))
+        .build(target.connection.clone());
+    assert!(matches!(refused, Err(ConfigError::ClusterSkewUnknown)));
+    let limiter = RedisLimiter::builder("skew", quota)
+        .mode(Mode::Leased(Leases::new()))
+        .cluster_clock_skew(Duration::from_millis(10))
+        .build(target.connection.clone())
+        .unwrap();
+    let keys = ["alpha", "bravo", "charlie", "delta"];
+    let slots: std::collections::HashSet<u16> = keys
+        .iter()
+        .map(|key| {
+            let redis_key = limiter.redis_key(key);
+            let tag = redis_key
+                .iter()
+                .skip_while(|&&byte| byte != b'{')
+                .skip(1)
+                .take_while(|&&byte| byte != b'}')
+                .copied()
+                .collect::<Vec<u8>>();
+            crc16(&tag) % 16_384
+        })
+        .collect();
+    assert!(slots.len() > 1, "the keys share a slot: {slots:?}");
+    for key in keys {
+        let admitted = (0..150)
+            .filter(|_| {
+                target
+                    .runtime
+                    .block_on(limiter.check(key))
+                    .unwrap()
+                    .is_allowed()
+            })
+            .count();
+        assert_eq!(admitted, 100, "{key}");
+    }
+    println!("round trips for 600 checks: {}", limiter.remote_calls());
+    assert!(limiter.remote_calls() < 100, "{}", limiter.remote_calls());
+}
+
+/// Redis Cluster's key slot hash (CRC16-CCITT, XMODEM).
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
 }
 
 // ---------------------------------------------------------------------------

@@ -50,6 +50,13 @@ impl<C: Clock + ?Sized> Clock for &C {
     }
 }
 
+impl<C: Clock + ?Sized> Clock for crate::sync::Arc<C> {
+    #[inline]
+    fn now_ns(&self) -> u64 {
+        (**self).now_ns()
+    }
+}
+
 impl<C: Clock + ?Sized> Clock for Box<C> {
     #[inline]
     fn now_ns(&self) -> u64 {

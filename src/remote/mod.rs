@@ -74,28 +74,32 @@
 //! ```
 //! use std::num::NonZeroUsize;
 //! use std::time::Duration;
+//! use tollgate::clock::ManualClock;
 //! use tollgate::remote::{lease, Leases, Local, LocalView, RemoteClock, RemoteQuota};
 //!
 //! # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // 100 a second (10 ms), bursts of 100; the remote is simulated by the
-//! // script's Rust twin, deciding on the node's readings.
+//! // script's Rust twin, deciding on the node's readings (its clock).
 //! let quota = RemoteQuota::new(10_000, 100)?;
+//! let clock = ManualClock::new();
+//! clock.set(Duration::from_secs(1));
 //! let view: LocalView<String> = LocalView::new(
 //!     quota,
 //!     RemoteClock::Local,
+//!     clock.clone(),
 //!     Some(Leases::new()),
 //!     NonZeroUsize::new(10_000).unwrap(),
 //!     Duration::from_secs(1),
 //! )?;
 //! let (mut tat_us, mut round_trips, mut admitted) = (None, 0, 0);
-//! let now_ns = 1_000_000_000;
 //! for _ in 0..20 {
-//!     match view.check("alice", 1, now_ns)? {
+//!     match view.check("alice", 1)? {
 //!         Local::Decided(decision) => admitted += u32::from(decision.is_allowed()),
 //!         Local::Ask(ask) => {
 //!             round_trips += 1;
-//!             let (reply, stored) = lease(tat_us, now_ns / 1_000, &quota, ask.request())?;
+//!             let now_us = ask.sent_ns() / 1_000;
+//!             let (reply, stored) = lease(tat_us, now_us, &quota, ask.request())?;
 //!             tat_us = stored.or(tat_us);
 //!             admitted += u32::from(reply.allowed);
 //!             ask.complete(&reply);
@@ -133,7 +137,7 @@ use self::offset::Offset;
 use self::word::{MAX_END_US, Outcome, Rules, Word};
 use crate::algorithm::{Algorithm, PackedAlgorithm, Verdict, validate_cost};
 use crate::cell::{Atomic, CellFor, Preferred};
-use crate::clock::saturating_nanos;
+use crate::clock::{Clock, MonotonicClock, saturating_nanos};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
@@ -330,26 +334,55 @@ pub struct LeaseReply {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Knowledge(u64);
 
-impl Algorithm for Rules {
+/// The table's algorithm: the rules, and the clocks a decision reads.
+///
+/// **A decision reads its instant after the cell loaded the key's word**
+/// (in `decide`), never before: knowledge is only ever acted on at an
+/// instant no older than itself. (A reading taken before the load could
+/// predate a lease a sibling thread installed meanwhile; spent "at" that
+/// reading, a unit's slot would lie more than a tolerance after it, which
+/// the remote never admits: the second review's finding.) So this is the
+/// one algorithm whose `decide` is not a pure function of its arguments:
+/// it is `Rules::outcome`, which is, at the instant read there. The
+/// `now_ns` the table passes (read before, for its sweeps) is a floor.
+pub(crate) struct Judge {
+    rules: Rules,
+    clock: Box<dyn Clock>,
+    offset: Offset,
+}
+
+impl Judge {
+    /// An upper bound of the remote's instant now, ns; `None` before the
+    /// first round trip.
+    fn remote_now(&self) -> Option<u64> {
+        self.offset.remote_ns(self.clock.now_ns())
+    }
+}
+
+impl Algorithm for Judge {
     type State = Knowledge;
     type Admission = Knowledge;
 
-    /// The deny cache's rules for `quota` (not used by the view itself,
-    /// which builds its rules from a [`RemoteQuota`]).
+    /// The deny cache's rules for `quota`, on the monotonic clock, deciding
+    /// on it (not used by the view, which builds its own).
     fn from_quota(quota: &Quota) -> Self {
         let interval_us = quota.emission_interval_ns().div_ceil(1_000);
-        Rules {
-            interval_us,
-            burst: quota.burst(),
-            tolerance_us: interval_us * u64::from(quota.burst()),
-            slack_us: 0,
-            claim_us: 1_000_000,
-            max_units: 0,
+        Judge {
+            rules: Rules {
+                interval_us,
+                burst: quota.burst(),
+                tolerance_us: interval_us * u64::from(quota.burst()),
+                slack_us: 0,
+                claim_us: 1_000_000,
+                max_units: 0,
+            },
+            clock: Box::new(MonotonicClock::new()),
+            offset: Offset::new(RemoteClock::Local),
         }
     }
 
     fn capacity(&self) -> u32 {
-        self.burst
+        self.rules.burst
     }
 
     #[inline]
@@ -359,15 +392,16 @@ impl Algorithm for Rules {
         now_ns: u64,
         cost: u32,
     ) -> Result<Verdict<Knowledge>, CheckError> {
-        validate_cost(cost, self.burst)?;
-        Ok(match self.outcome(state.0, now_ns, cost) {
+        validate_cost(cost, self.rules.burst)?;
+        let remote_ns = self.remote_now().map_or(now_ns, |fresh| fresh.max(now_ns));
+        Ok(match self.rules.outcome(state.0, remote_ns, cost) {
             Outcome::Spend { decision, word } => Verdict::Allow {
                 decision,
                 admission: Knowledge(word),
             },
             Outcome::Deny(decision) => Verdict::Deny(decision),
-            Outcome::Claim { word, .. } => Verdict::Allow {
-                decision: Decision::allow(MARKER, 0, state.0),
+            Outcome::Claim { word, class, back } => Verdict::Allow {
+                decision: Decision::allow(MARKER, (back << TAG_BITS) | class, word),
                 admission: Knowledge(word),
             },
             Outcome::Unclaimed => Verdict::Deny(Decision::deny(MARKER, 0, 1, 1)),
@@ -380,17 +414,18 @@ impl Algorithm for Rules {
     }
 
     fn is_idle(&self, state: &Knowledge, now_ns: u64) -> bool {
-        Rules::is_idle(self, state.0, now_ns)
+        self.rules.is_idle(state.0, now_ns)
     }
 
     fn rest_ns(&self) -> u64 {
-        self.tolerance_us
-            .saturating_add(self.slack_us.max(self.claim_us))
+        self.rules
+            .tolerance_us
+            .saturating_add(self.rules.slack_us.max(self.rules.claim_us))
             .saturating_mul(1_000)
     }
 }
 
-impl PackedAlgorithm for Rules {
+impl PackedAlgorithm for Judge {
     /// The word itself; never `u64::MAX` (see `word.rs`).
     #[inline]
     fn pack(&self, state: &Knowledge) -> u64 {
@@ -403,24 +438,38 @@ impl PackedAlgorithm for Rules {
     }
 }
 
-impl CellFor<Rules> for Preferred {
-    type Cell = Atomic<Rules>;
+impl CellFor<Judge> for Preferred {
+    type Cell = Atomic<Judge>;
+}
+
+impl fmt::Debug for Judge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Judge")
+            .field("rules", &self.rules)
+            .field("offset", &self.offset)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The limit of the decisions that carry a claim or an unclaimed miss out
-/// of the table: no algorithm's (every quota's burst is at least 1).
+/// of the table: no algorithm's (every quota's burst is at least 1). A
+/// claim's carries the claimed word in its reset field, and in its
+/// remaining field the units it gives back (shifted) and the next lease's
+/// size class.
 const MARKER: u32 = 0;
+
+/// The bits of a claim marker's size class.
+const TAG_BITS: u32 = 3;
 
 /// A node's knowledge of a remote GCRA limiter's keys, in the crate's
 /// lock-free table: its exact deny cache, and its leases when it leases.
 /// See the [module documentation](self).
 ///
-/// It reads no clock: every method takes the local instant, so that the
-/// caller reads its clock once for a check and for the call it may send.
+/// It reads its instants from the clock it is given, after loading a key's
+/// word (see [`Ask::sent_ns`] for the instant an ask is sent at).
 pub struct LocalView<K: Key> {
-    rules: Rules,
-    store: <DefaultStore as StoreKind<K, Rules>>::Store,
-    offset: Offset,
+    judge: Judge,
+    store: <DefaultStore as StoreKind<K, Judge>>::Store,
 }
 
 /// The answer of [`LocalView::check`].
@@ -434,14 +483,14 @@ pub enum Local<'a, K: Key> {
 }
 
 /// A call to the remote that a check needs: send [`request`](Ask::request)
-/// (its time read at [`sent_ns`](Ask::sent_ns): the local instant the check
-/// was given, or on a remote with its own clock, read no earlier), then
-/// [`complete`](Ask::complete) it with the reply. Dropping it (the call
-/// failed, or its future was dropped) releases the key's claim.
+/// (deciding at [`sent_ns`](Ask::sent_ns) when the remote decides on the
+/// local clock's readings), then [`complete`](Ask::complete) it with the
+/// reply. Dropping it (the call failed, or its future was dropped)
+/// releases the key's claim.
 pub struct Ask<'a, K: Key> {
     view: &'a LocalView<K>,
-    /// The key, the word it was claimed with and the word that claim
-    /// replaced, if this ask holds the key's claim.
+    /// The key, the word it was claimed with and the word to put back if
+    /// the call is never sent, if this ask holds the key's claim.
     claim: Option<(K, Knowledge, Knowledge)>,
     /// The size class of the lease asked for (kept in the key's word
     /// again when this ask ends).
@@ -451,11 +500,12 @@ pub struct Ask<'a, K: Key> {
 }
 
 impl<K: Key> LocalView<K> {
-    /// A view of the remote limiter `quota`, deciding on `clock`: a deny
-    /// cache, with `leases` when given; at most `max_keys` keys held (a new
-    /// key beyond them is asked without a claim); a claim stands one to two
-    /// `claim_timeout`s before another caller takes it over (twice the
-    /// remote call's timeout is right).
+    /// A view of the remote limiter `quota`, deciding on `remote` and
+    /// reading local instants from `clock`: a deny cache, with `leases`
+    /// when given; at most `max_keys` keys held (a new key beyond them is
+    /// asked without a claim); a claim stands one to two `claim_timeout`s
+    /// before another caller takes it over (twice the remote call's
+    /// timeout is right).
     ///
     /// # Errors
     ///
@@ -463,7 +513,8 @@ impl<K: Key> LocalView<K> {
     /// µs.
     pub fn new(
         quota: RemoteQuota,
-        clock: RemoteClock,
+        remote: RemoteClock,
+        clock: impl Clock + 'static,
         leases: Option<Leases>,
         max_keys: NonZeroUsize,
         claim_timeout: Duration,
@@ -484,23 +535,18 @@ impl<K: Key> LocalView<K> {
                 .clamp(1, MAX_SPAN_US),
             max_units,
         };
-        // A word's knowledge lasts at most the tolerance (a lease's last
-        // slot), the slack and a claim: a bound of several clocks is kept
-        // that long.
-        let window_us = rules
-            .tolerance_us
-            .saturating_add(rules.slack_us)
-            .saturating_add(rules.claim_us.saturating_mul(2));
         Ok(Self {
-            rules,
+            judge: Judge {
+                rules,
+                clock: Box::new(clock),
+                offset: Offset::new(remote),
+            },
             store: DefaultStore::default().build(Some(KeyCap::new(max_keys, WhenFull::Reject))),
-            offset: Offset::new(clock, Duration::from_micros(window_us)),
         })
     }
 
-    /// Checks `cost` units for `key` at the local instant `now_ns`: decided
-    /// here (spent from the lease, or denied as the remote would), or an
-    /// [`Ask`] to send.
+    /// Checks `cost` units for `key` now: decided here (spent from the
+    /// lease, or denied as the remote would), or an [`Ask`] to send.
     ///
     /// # Errors
     ///
@@ -509,24 +555,24 @@ impl<K: Key> LocalView<K> {
     /// # Panics
     ///
     /// Only if user code panics: the key's `Hash`, `Eq`, `Borrow` or
-    /// `ToOwned`, as in [`RateLimiter::check`](crate::RateLimiter::check).
-    /// A panic after the key was claimed leaves the claim to go stale.
+    /// `ToOwned`, or the clock, as in
+    /// [`RateLimiter::check`](crate::RateLimiter::check). A panic after the
+    /// key was claimed leaves the claim to go stale.
     #[inline]
     pub fn check<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
         cost: u32,
-        now_ns: u64,
     ) -> Result<Local<'_, K>, CheckError> {
-        validate_cost(cost, self.rules.burst)?;
-        let Some(remote_ns) = self.offset.remote_ns(now_ns) else {
+        validate_cost(cost, self.judge.rules.burst)?;
+        let Some(remote_ns) = self.judge.remote_now() else {
             // Nothing is known before the first round trip: ask.
-            return Ok(Local::Ask(self.unclaimed(cost, now_ns)));
+            return Ok(Local::Ask(self.unclaimed(cost)));
         };
-        let decision = match self.store.check(key, &self.rules, remote_ns, cost) {
+        let decision = match self.store.check(key, &self.judge, remote_ns, cost) {
             Ok(decision) => decision,
             Err(CheckError::StoreFull { .. }) => {
-                return Ok(Local::Ask(self.unclaimed(cost, now_ns)));
+                return Ok(Local::Ask(self.unclaimed(cost)));
             }
             Err(error) => return Err(error),
         };
@@ -534,19 +580,18 @@ impl<K: Key> LocalView<K> {
             return Ok(Local::Decided(decision));
         }
         if !decision.is_allowed() {
-            return Ok(Local::Ask(self.unclaimed(cost, now_ns)));
+            return Ok(Local::Ask(self.unclaimed(cost)));
         }
         Ok(Local::Ask(self.claimed(
             key,
             cost,
-            now_ns,
-            remote_ns,
+            decision.remaining(),
             saturating_nanos(decision.reset_after()),
         )))
     }
 
-    /// The decision [`check`](LocalView::check) would take here, consuming
-    /// nothing; `None` when it would ask the remote.
+    /// The decision [`check`](LocalView::check) would take here now,
+    /// consuming nothing; `None` when it would ask the remote.
     ///
     /// # Errors
     ///
@@ -555,13 +600,12 @@ impl<K: Key> LocalView<K> {
         &self,
         key: &Q,
         cost: u32,
-        now_ns: u64,
     ) -> Result<Option<Decision>, CheckError> {
-        validate_cost(cost, self.rules.burst)?;
-        let Some(remote_ns) = self.offset.remote_ns(now_ns) else {
+        validate_cost(cost, self.judge.rules.burst)?;
+        let Some(remote_ns) = self.judge.remote_now() else {
             return Ok(None);
         };
-        let decision = self.store.peek(key, &self.rules, remote_ns, cost)?;
+        let decision = self.store.peek(key, &self.judge, remote_ns, cost)?;
         Ok((decision.limit() != MARKER).then_some(decision))
     }
 
@@ -577,23 +621,23 @@ impl<K: Key> LocalView<K> {
         self.store.is_empty()
     }
 
-    /// Forgets every key that knows nothing useful at the local instant
-    /// `now_ns`, and gives their memory back; returns how many.
-    pub fn evict_idle(&self, now_ns: u64) -> usize {
-        self.offset
-            .remote_ns(now_ns)
-            .map_or(0, |remote_ns| self.store.evict_idle(&self.rules, remote_ns))
+    /// Forgets every key that knows nothing useful now, and gives their
+    /// memory back; returns how many.
+    pub fn evict_idle(&self) -> usize {
+        self.judge
+            .remote_now()
+            .map_or(0, |remote_ns| self.store.evict_idle(&self.judge, remote_ns))
     }
 
     /// The most units a lease holds (zero: a deny cache only).
     #[must_use]
     pub fn max_lease_units(&self) -> u32 {
-        self.rules.max_units
+        self.judge.rules.max_units
     }
 
     /// A miss asked without the key's claim: a plain check, which teaches
     /// the clocks' offset.
-    fn unclaimed(&self, cost: u32, now_ns: u64) -> Ask<'_, K> {
+    fn unclaimed(&self, cost: u32) -> Ask<'_, K> {
         Ask {
             view: self,
             claim: None,
@@ -603,47 +647,55 @@ impl<K: Key> LocalView<K> {
                 want: 0,
                 give_back: None,
             },
-            sent_ns: now_ns,
+            sent_ns: self.judge.clock.now_ns(),
         }
     }
 
-    /// The ask of the check that claimed `key`, replacing `replaced`.
+    /// The ask of the check that claimed `key` with the word `claimed`
+    /// (the marker's `carried`: the units it gives back, and the class).
     fn claimed<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
         cost: u32,
-        now_ns: u64,
-        remote_ns: u64,
-        replaced: u64,
+        carried: u32,
+        claimed: u64,
     ) -> Ask<'_, K> {
-        let old = Word::unpack(replaced);
-        let instant_us = remote_ns / 1_000;
-        let (claimed, class) =
-            self.rules
-                .claim(old, self.rules.usable(old, instant_us), instant_us);
-        let units = match old.units {
-            0 | word::CLAIMED => 0,
-            units if canary::planted(Canary::GiveBackSpent) => units + 1,
-            units => units,
+        let rules = &self.judge.rules;
+        let class = carried & ((1 << TAG_BITS) - 1);
+        let back = carried >> TAG_BITS;
+        // The lease the claim replaced: its units at the top slots up to
+        // its end, which the claim's floor left out.
+        let end_us = Word::unpack(claimed).end_us + u64::from(back) * rules.interval_us;
+        let replaced = Word {
+            end_us,
+            units: back,
+            tag: class,
         };
-        let want = if self.rules.max_units == 0 {
+        let units = if back > 0 && canary::planted(Canary::GiveBackSpent) {
+            back + 1
+        } else {
+            back
+        };
+        let want = if rules.max_units == 0 {
             0
         } else {
-            self.rules.want(class).min(self.rules.burst - cost)
+            rules.want(class).min(rules.burst - cost)
         };
         Ask {
             view: self,
-            claim: Some((key.to_owned(), Knowledge(claimed), Knowledge(replaced))),
+            claim: Some((
+                key.to_owned(),
+                Knowledge(claimed),
+                Knowledge(replaced.pack()),
+            )),
             class,
             request: LeaseRequest {
                 cost,
                 want,
-                give_back: (units > 0).then_some(GiveBack {
-                    end_us: old.end_us,
-                    units,
-                }),
+                give_back: (units > 0).then_some(GiveBack { end_us, units }),
             },
-            sent_ns: now_ns,
+            // Read after the claim: the ask is sent no earlier.
+            sent_ns: self.judge.clock.now_ns(),
         }
     }
 }
@@ -655,8 +707,8 @@ impl<K: Key> Ask<'_, K> {
         &self.request
     }
 
-    /// The local instant of the check: send the remote this reading when
-    /// it decides on the caller's clock.
+    /// A local reading taken before the call is sent: the instant to send
+    /// the remote when it decides on the local clock's readings.
     #[must_use]
     pub fn sent_ns(&self) -> u64 {
         self.sent_ns
@@ -675,7 +727,7 @@ impl<K: Key> Ask<'_, K> {
     /// after it went stale: the reply's units are then unspent).
     pub fn complete(mut self, reply: &LeaseReply) -> bool {
         let view = self.view;
-        view.offset.observe(reply.now_us, self.sent_ns);
+        view.judge.offset.observe(reply.now_us, self.sent_ns);
         let Some((key, claimed, _)) = self.claim.take() else {
             return false;
         };
@@ -690,7 +742,7 @@ impl<K: Key> Ask<'_, K> {
             tag: self.class,
         };
         view.store
-            .compare_exchange(&key, &view.rules, &claimed, &Knowledge(installed.pack()))
+            .compare_exchange(&key, &view.judge, &claimed, &Knowledge(installed.pack()))
     }
 
     /// Ends an ask whose call was never sent (the caller knows it: a
@@ -706,7 +758,7 @@ impl<K: Key> Ask<'_, K> {
         };
         self.view
             .store
-            .compare_exchange(&key, &self.view.rules, &claimed, &replaced)
+            .compare_exchange(&key, &self.view.judge, &claimed, &replaced)
     }
 }
 
@@ -726,7 +778,7 @@ impl<K: Key> Drop for Ask<'_, K> {
         };
         drop(catch_unwind(AssertUnwindSafe(|| {
             view.store
-                .compare_exchange(&key, &view.rules, &claimed, &Knowledge(released.pack()))
+                .compare_exchange(&key, &view.judge, &claimed, &Knowledge(released.pack()))
         })));
         drop(catch_unwind(AssertUnwindSafe(move || drop(key))));
     }
@@ -734,11 +786,12 @@ impl<K: Key> Drop for Ask<'_, K> {
 
 impl<K: Key> fmt::Debug for LocalView<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rules = &self.judge.rules;
         f.debug_struct("LocalView")
-            .field("interval_us", &self.rules.interval_us)
-            .field("burst", &self.rules.burst)
-            .field("max_lease_units", &self.rules.max_units)
-            .field("slack_us", &self.rules.slack_us)
+            .field("interval_us", &rules.interval_us)
+            .field("burst", &rules.burst)
+            .field("max_lease_units", &rules.max_units)
+            .field("slack_us", &rules.slack_us)
             .field("keys", &self.store.len())
             .finish_non_exhaustive()
     }

@@ -19,12 +19,15 @@
 //!
 //!   The newest round trip's bound is kept.
 //! * Several remote clocks (a Cluster: each master runs a key's script on
-//!   its own `TIME`): the largest bound any round trip gave within the last
-//!   `window` (a word's lifetime: the tolerance, the slack and the claim
-//!   timeout), an upper bound for every master a word's knowledge came
-//!   from. (The newest alone would judge a key on master B by master A's
-//!   clock; B's lease units could then be spent past their deadlines by
-//!   the two clocks' difference: the review found it.)
+//!   its own `TIME`): the newest bound, whichever master gave it, plus the
+//!   most the masters' clocks may differ, which the user declares. A bound
+//!   of any master is then a bound of every master, so a key is never
+//!   judged by a clock behind its own. (Without the declared skew, no
+//!   bound a node can hold is safe: the first version kept the newest and
+//!   judged a key on master B by master A's clock; the second kept the
+//!   largest of a window and dropped B's while B's words were still alive
+//!   when B was far enough ahead. Both reviews showed units spent past
+//!   their deadlines.)
 //!
 //! Measuring from the send, not from the reply's arrival, is what makes
 //! the bound hold: from the arrival it would fall short by the reply's
@@ -37,9 +40,9 @@
 //!
 //! # Implementation details
 //!
-//! The bound `(b, earliest at, latest at)` is read on every local check and
-//! written after every round trip. Writers take a mutex (they follow a
-//! round trip: rare); readers take no lock. Two slots and a version: a
+//! The pair `(b, at)` is read on every local check and written after every
+//! round trip. Writers take a mutex (they follow a round trip: rare) and
+//! keep the newest pair; readers take no lock. Two slots and a version: a
 //! writer fills the slot the current version does not name, then publishes
 //! the next version with `Release`. A reader loads the version (`Acquire`),
 //! the slot it names (`Acquire`, pairing with the slot's `Release` stores),
@@ -47,7 +50,9 @@
 //! slot it read (only the writer two versions on touches it, after the one
 //! in between was published, and reading any of its stores makes that
 //! publication visible), so it reads again. Retries need a writer to
-//! overtake a reader twice: a round trip's worth of time.
+//! overtake a reader twice: a round trip's worth of time. Any bound is a
+//! bound of every clock the remote decides on, so a reader needs no
+//! ordering with the words it judges.
 
 use std::time::Duration;
 
@@ -69,8 +74,12 @@ pub enum RemoteClock {
     /// One clock of its own (a standalone Redis's `TIME`).
     One,
     /// A clock of its own per server, the servers sharing the keys (a Redis
-    /// Cluster's masters, each deciding on its `TIME`).
-    Several,
+    /// Cluster's masters, each deciding on its `TIME`), no two differing by
+    /// more than `skew`.
+    Several {
+        /// The most two of the servers' clocks differ.
+        skew: Duration,
+    },
 }
 
 /// Bounds of the remote's clock; see the module documentation. Public only
@@ -78,141 +87,73 @@ pub enum RemoteClock {
 #[derive(Debug)]
 pub struct Offset {
     clock: RemoteClock,
-    /// How long a bound of [`RemoteClock::Several`] is kept, ns.
-    window_ns: u64,
+    /// What [`RemoteClock::Several`] adds to every bound, ns.
+    skew_ns: u64,
     /// 0 until the first round trip; then the slot `version & 1` holds the
-    /// bound.
+    /// newest pair.
     version: AtomicU64,
     slots: [Slot; 2],
-    /// The writers' bookkeeping: the bounds of the current and previous
-    /// windows.
-    writer: Mutex<Windows>,
+    writer: Mutex<()>,
 }
 
-/// A published bound: `b`, and the earliest and latest sends it was
-/// measured from (the drift allowance counts from the further).
 #[derive(Debug)]
-#[allow(clippy::struct_field_names)] // all nanoseconds
 struct Slot {
-    /// `b`, as a wrapping (two's complement) offset.
+    /// `b`, as a wrapping (two's complement) offset: the remote's clock may
+    /// be behind the local one.
     bound_ns: AtomicU64,
-    earliest_ns: AtomicU64,
-    latest_ns: AtomicU64,
-}
-
-/// One window's largest bound and its sends' range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Bound {
-    window: u64,
-    offset_ns: i64,
-    earliest_ns: u64,
-    latest_ns: u64,
-}
-
-impl Bound {
-    fn merge(self, other: Bound) -> Bound {
-        Bound {
-            window: self.window.max(other.window),
-            offset_ns: self.offset_ns.max(other.offset_ns),
-            earliest_ns: self.earliest_ns.min(other.earliest_ns),
-            latest_ns: self.latest_ns.max(other.latest_ns),
-        }
-    }
-}
-
-#[derive(Debug, Default)]
-struct Windows {
-    current: Option<Bound>,
-    previous: Option<Bound>,
+    /// The local reading `q` it was measured from.
+    at_ns: AtomicU64,
 }
 
 impl Slot {
     fn new() -> Self {
         Self {
             bound_ns: AtomicU64::new(0),
-            earliest_ns: AtomicU64::new(0),
-            latest_ns: AtomicU64::new(0),
+            at_ns: AtomicU64::new(0),
         }
     }
 }
 
 impl Offset {
-    /// No round trip yet, the remote deciding on `clock`; a bound of several
-    /// clocks is kept `window` (at least a word's lifetime).
+    /// No round trip yet, the remote deciding on `clock`.
     #[must_use]
-    pub fn new(clock: RemoteClock, window: Duration) -> Self {
+    pub fn new(clock: RemoteClock) -> Self {
+        let skew_ns = match clock {
+            RemoteClock::Several { skew } => saturating_nanos(skew),
+            RemoteClock::Local | RemoteClock::One => 0,
+        };
         Self {
             clock,
-            window_ns: saturating_nanos(window).max(1),
+            skew_ns,
             version: AtomicU64::new(0),
             slots: [Slot::new(), Slot::new()],
-            writer: Mutex::new(Windows::default()),
+            writer: Mutex::new(()),
         }
     }
 
     /// Records a round trip sent at local `sent_ns` that the remote decided
-    /// at `remote_us`.
+    /// at `remote_us`, unless a newer one is recorded.
     pub fn observe(&self, remote_us: u64, sent_ns: u64) {
         if self.clock == RemoteClock::Local {
             return;
         }
-        // A two's complement difference: the remote's clock may be behind
-        // the local one.
-        #[allow(clippy::cast_possible_wrap)]
         let bound_ns = remote_us
             .wrapping_add(1)
             .wrapping_mul(1_000)
-            .wrapping_sub(sent_ns) as i64;
-        let observed = Bound {
-            window: sent_ns / self.window_ns,
-            offset_ns: bound_ns,
-            earliest_ns: sent_ns,
-            latest_ns: sent_ns,
-        };
-        let mut windows = lock(&self.writer);
-        let published = if self.clock == RemoteClock::Several {
-            // In the current window, or a send older than it (a reply that
-            // took long: the bound of a word installed now): kept with the
-            // current. In a later window: the current one becomes the
-            // previous, if it is the one just before.
-            if windows
-                .current
-                .is_none_or(|current| current.window < observed.window)
-            {
-                windows.previous = windows
-                    .current
-                    .filter(|current| current.window + 1 == observed.window);
-            }
-            let current = match windows.current {
-                Some(current) if current.window >= observed.window => current.merge(observed),
-                _ => observed,
-            };
-            windows.current = Some(current);
-            windows
-                .previous
-                .map_or(current, |previous| previous.merge(current))
-        } else {
-            if windows
-                .current
-                .is_some_and(|current| current.latest_ns > sent_ns)
-            {
-                return;
-            }
-            windows.current = Some(observed);
-            observed
-        };
+            .wrapping_sub(sent_ns);
+        let _writer = lock(&self.writer);
         // Relaxed: writers are serialised by the mutex, which orders them.
-        let next = self.version.load(Ordering::Relaxed) + 1;
+        let version = self.version.load(Ordering::Relaxed);
+        if version != 0 && self.slots[slot_of(version)].at_ns.load(Ordering::Relaxed) > sent_ns {
+            return;
+        }
+        let next = version + 1;
         let slot = &self.slots[slot_of(next)];
-        // Release: a reader whose Acquire load reads any of these stores
-        // sees every write before it, the previous version's publication
+        // Release: a reader whose Acquire load reads either store sees
+        // every write before it, the previous version's publication
         // included, so its second version load sees the version move.
-        #[allow(clippy::cast_sign_loss)]
-        slot.bound_ns
-            .store(published.offset_ns as u64, Ordering::Release);
-        slot.earliest_ns
-            .store(published.earliest_ns, Ordering::Release);
-        slot.latest_ns.store(published.latest_ns, Ordering::Release);
+        slot.bound_ns.store(bound_ns, Ordering::Release);
+        slot.at_ns.store(sent_ns, Ordering::Release);
         // Release: publishes the slot to readers that Acquire the version.
         self.version.store(next, Ordering::Release);
     }
@@ -233,15 +174,18 @@ impl Offset {
             }
             let slot = &self.slots[slot_of(version)];
             let bound_ns = slot.bound_ns.load(Ordering::Acquire);
-            let earliest_ns = slot.earliest_ns.load(Ordering::Acquire);
-            let latest_ns = slot.latest_ns.load(Ordering::Acquire);
+            let at_ns = slot.at_ns.load(Ordering::Acquire);
             // Relaxed: the Acquire loads above already order it after them.
             if self.version.load(Ordering::Relaxed) == version
                 || canary::planted(Canary::OffsetTornRead)
             {
-                let drift_ns =
-                    now_ns.abs_diff(earliest_ns).max(now_ns.abs_diff(latest_ns)) >> DRIFT_SHIFT;
-                return Some(now_ns.wrapping_add(bound_ns).saturating_add(drift_ns));
+                let drift_ns = now_ns.abs_diff(at_ns) >> DRIFT_SHIFT;
+                return Some(
+                    now_ns
+                        .wrapping_add(bound_ns)
+                        .saturating_add(drift_ns)
+                        .saturating_add(self.skew_ns),
+                );
             }
         }
     }
@@ -260,7 +204,7 @@ mod tests {
 
     #[test]
     fn one_clock_keeps_the_newest_bound_measured_from_the_send() {
-        let offset = Offset::new(RemoteClock::One, Duration::from_secs(1));
+        let offset = Offset::new(RemoteClock::One);
         assert_eq!(offset.remote_ns(5), None);
         // Sent at local 10 000 ns; the remote read 7 µs (7 000–7 999 ns):
         // b = 8 000 − 10 000, so local 10 000 is at most remote 8 000.
@@ -276,32 +220,19 @@ mod tests {
     }
 
     #[test]
-    fn several_clocks_keep_the_largest_bound_of_a_window() {
-        // Windows of 1 ms. Master A: b = 1 000 ns; master B, 5 µs ahead:
-        // b = 6 000 ns.
-        let offset = Offset::new(RemoteClock::Several, Duration::from_millis(1));
-        offset.observe(10, 10_000);
-        offset.observe(16, 11_000);
-        offset.observe(12, 12_000);
-        // The largest, B's, with the drift counted from the earliest send.
-        assert_eq!(offset.remote_ns(12_000), Some(18_000 + (2_000 >> 9)));
-        // The next window keeps the previous one's bound...
-        offset.observe(1_005, 1_005_000);
-        assert_eq!(
-            offset.remote_ns(1_005_000),
-            Some(1_011_000 + (995_000 >> 9))
-        );
-        // ... and the one after forgets it.
-        offset.observe(2_005, 2_005_000);
-        assert_eq!(
-            offset.remote_ns(2_005_000),
-            Some(2_006_000 + (1_000_000 >> 9))
-        );
+    fn several_clocks_add_their_skew_to_any_bound() {
+        // A master 3 µs behind the other answered last: its bound plus the
+        // declared skew (5 µs) bounds both.
+        let offset = Offset::new(RemoteClock::Several {
+            skew: Duration::from_micros(5),
+        });
+        offset.observe(7, 10_000);
+        assert_eq!(offset.remote_ns(10_000), Some(13_000));
     }
 
     #[test]
     fn a_local_clock_is_its_own_bound() {
-        let offset = Offset::new(RemoteClock::Local, Duration::from_secs(1));
+        let offset = Offset::new(RemoteClock::Local);
         assert_eq!(offset.remote_ns(123_456), Some(123_456));
         offset.observe(1, 999_999);
         assert_eq!(offset.remote_ns(123_456), Some(123_456));

@@ -78,6 +78,16 @@ impl Word {
         (end_us << END_SHIFT) | ((self.units as u64) << UNITS_SHIFT) | self.tag as u64
     }
 
+    /// The floor without this word's own units (the top slots up to
+    /// `end`), which a claim would give back: a lower bound of the remote's
+    /// TAT whether or not they are.
+    pub(crate) fn floor_us(self, interval_us: u64) -> u64 {
+        match self.units {
+            CLAIMED => self.end_us,
+            units => self.end_us.saturating_sub(u64::from(units) * interval_us),
+        }
+    }
+
     /// The fields of a packed word.
     pub(crate) const fn unpack(word: u64) -> Self {
         // The masks keep each field within its bits: truncation is the point.
@@ -112,9 +122,10 @@ pub(crate) enum Outcome {
     Spend { decision: Decision, word: u64 },
     /// Denied: the remote would deny it too. Writes nothing.
     Deny(Decision),
-    /// Ask the remote, holding the key's claim: write `word` (claimed).
-    /// The next lease is of size `class`.
-    Claim { word: u64, class: u32 },
+    /// Ask the remote, holding the key's claim: write `word` (claimed;
+    /// its floor leaves out the `back` units the old word held, which the
+    /// ask gives back). The next lease is of size `class`.
+    Claim { word: u64, class: u32, back: u32 },
     /// Ask the remote without a claim (another caller holds it, and its
     /// claim is fresh). Writes nothing.
     Unclaimed,
@@ -165,11 +176,7 @@ impl Rules {
         // back one for one), so a cost it already exceeds is denied there.
         // Not counting this node's own units: asked for, it would give them
         // back, and the remote would decide without them.
-        let own_us = match word.units {
-            CLAIMED => 0,
-            units => u64::from(units) * self.interval_us,
-        };
-        let floor_us = word.end_us.saturating_sub(own_us);
+        let floor_us = word.floor_us(self.interval_us);
         let debt_us = floor_us.saturating_sub(now_us);
         let mut max_debt_us = self.tolerance_us - u64::from(cost) * self.interval_us;
         if crate::sync::canary::planted(crate::sync::canary::Canary::DenyCacheOutlives) {
@@ -181,11 +188,13 @@ impl Rules {
         if debt_us > max_debt_us || at_the_boundary {
             let end_ns = floor_us * 1_000;
             let conforms_ns = (floor_us - max_debt_us) * 1_000;
+            // What the remote would have free once this node's units were
+            // back (which counts them: not added again).
             let free =
                 to_u32((self.tolerance_us - debt_us.min(self.tolerance_us)) / self.interval_us);
             return Outcome::Deny(Decision::deny(
                 self.burst,
-                (usable + free).min(self.burst),
+                free.min(self.burst),
                 // Positive (the debt exceeds its most), but for a canary's.
                 conforms_ns.saturating_sub(reading_ns).max(1),
                 end_ns - reading_ns,
@@ -194,8 +203,15 @@ impl Rules {
         if word.units == CLAIMED && self.stands(word.tag, now_us) {
             return Outcome::Unclaimed;
         }
-        let (word, class) = self.claim(word, usable, now_us);
-        Outcome::Claim { word, class }
+        let (claimed, class) = self.claim(word, usable, now_us);
+        Outcome::Claim {
+            word: claimed,
+            class,
+            back: match word.units {
+                CLAIMED => 0,
+                units => units,
+            },
+        }
     }
 
     /// The spend of `cost` of `usable` units.
@@ -215,9 +231,10 @@ impl Rules {
         }
     }
 
-    /// The claimed word a miss writes (the floor kept, the claim's epoch),
-    /// and the next lease's size class: larger after a lease that ran out,
-    /// smaller after one whose units expired unspent.
+    /// The claimed word a miss writes (the floor without the units it gives
+    /// back, the claim's epoch), and the next lease's size class: larger
+    /// after a lease that ran out, smaller after one whose units expired
+    /// unspent.
     pub(crate) fn claim(&self, word: Word, usable: u32, now_us: u64) -> (u64, u32) {
         let class = if word.units == CLAIMED {
             // A stale claim taken over: its class is lost with its ask.
@@ -229,8 +246,12 @@ impl Rules {
         } else {
             word.tag
         };
+        // The units go back with the claim's call: whether the remote takes
+        // them (the TAT moves back by them) or not (someone was admitted
+        // after them, and the TAT is higher still), the floor without them
+        // is a lower bound of the TAT.
         let claimed = Word {
-            end_us: word.end_us,
+            end_us: word.floor_us(self.interval_us),
             units: CLAIMED,
             tag: self.epoch(now_us),
         };
@@ -389,6 +410,24 @@ mod tests {
             panic!("denied");
         };
         assert_eq!(denied.retry_after().as_millis(), 10);
+    }
+
+    #[test]
+    fn a_claim_s_floor_leaves_out_the_units_it_gives_back() {
+        // A lease of 3 units up to 1 100 µs (interval 10): the claim gives
+        // them back, and its floor is 1 070 whether the remote takes them
+        // or not.
+        let rules = rules(10, 10, 8);
+        let lease = Word {
+            end_us: 1_100,
+            units: 3,
+            tag: 2,
+        };
+        let Outcome::Claim { word, back, .. } = rules.outcome(lease.pack(), 1_095_000, 5) else {
+            panic!("a claim")
+        };
+        assert_eq!(back, 3);
+        assert_eq!(Word::unpack(word).end_us, 1_070);
     }
 
     #[test]
