@@ -16,10 +16,16 @@
 //!   every local denial is one the remote would have made at that instant,
 //!   and the window bound holds.
 //!
+//! Each node's instants are its clock's readings taken inside the view,
+//! after it loads the key's word (recorded per thread, so an admission is
+//! counted at the instant it was decided at).
+//!
 //! Canaries, planted in the real code and run at the same settings: a lease
-//! that never expires and a give-back of a unit already spent (both break
-//! the window bound), and a deny cache that outlives the remote's denial
-//! (a denial the remote would not make). Each must be caught.
+//! that never expires, a unit spent an interval past its deadline, and a
+//! give-back of a unit already spent (each breaks the window bound); a deny
+//! cache that outlives the remote's denial, and one that denies a request
+//! that just fits (each a denial the remote would not make). Each must be
+//! caught.
 //!
 //! Run: `cargo test --release --features shuttle --test leases`.
 

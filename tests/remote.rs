@@ -337,11 +337,12 @@ impl Clock for Stale {
 }
 
 /// A reading older than a lease (a thread that read its clock, and lost
-/// the processor while a sibling leased) never spends it: the view reads
-/// its instant again after loading the key's word. The node leases at
-/// T0 + 200 ms (slots up to T0 + 250 ms); a check whose first reading is
-/// still T0 decides at its later reading: the unit spent then owes what a
-/// spend then owes (a reset of 40 ms), not what it would at T0 (240 ms,
+/// the processor while a sibling leased) never spends it at that reading:
+/// the view decides at its reading after loading the key's word, and
+/// never before its latest round trip (which the lease came from). The
+/// node leases at T0 + 200 ms (slots up to T0 + 250 ms); a check whose
+/// clock reads T0 decides at T0 + 200 ms: the unit spent then owes what a
+/// spend then owes (a reset of 50 ms), not what it would at T0 (250 ms,
 /// more than the tolerance: a slot more than a tolerance after the
 /// instant, which Redis alone never admits).
 #[test]
@@ -371,7 +372,7 @@ fn a_reading_older_than_a_lease_never_spends_it() {
     let reply = remote.answer("k", ask.sent_ns(), ask.request());
     assert_eq!(reply.granted, 4);
     ask.complete(&reply);
-    // The stale thread's check.
+    // The stale thread's check: its clock reads T0 inside the view.
     clock.once.store(true, Ordering::Relaxed);
     let Local::Decided(spent) = view.check("k", 1).unwrap() else {
         panic!("spent from the lease")

@@ -18,7 +18,9 @@ use crate::error::{ConfigError, Error};
 
 /// How much a limiter decides locally. GCRA only (a denial writes nothing
 /// and other instances only move a key's arrival time later, which is what
-/// makes local knowledge stay true).
+/// makes local knowledge stay true). On a Redis Cluster deciding on its
+/// masters' own clocks, a mode other than `Exact` needs the most those
+/// clocks differ ([`RedisBuilder::cluster_clock_skew`](crate::RedisBuilder::cluster_clock_skew)).
 ///
 /// ```no_run
 /// use tollgate::Quota;

@@ -54,20 +54,23 @@
 //! replaced, which holds the units to give back) and denied otherwise.
 //! They never leave this module.
 //!
-//! Times: a check's instant is the local clock's; the remote decides on its
-//! own. `offset.rs` keeps an upper bound of the remote's reading at a local
-//! instant, measured from each round trip's send, so that a unit is spent
-//! before its deadline on the remote's clock and a cached denial ends no
-//! later than the remote's.
+//! Times: a check's instant is the local clock's, **read after the key's
+//! word is loaded** (so that no knowledge is acted on at an instant older
+//! than itself); the remote decides on its own. `offset.rs` keeps an upper
+//! bound of the remote's reading at a local instant, measured from each
+//! round trip's send, so that a unit is spent before its deadline on the
+//! remote's clock and a cached denial ends no later than the remote's.
 //!
 //! A reply installs the new knowledge with a compare-and-exchange from the
 //! claimed word. A claim whose caller never completes (its future dropped:
-//! [`Ask`]'s `Drop` releases it; or a panic) stands for the claim timeout
-//! and is then taken over. Releasing a claim drops the units it held, and
-//! never puts them back: the remote may have taken them back already.
+//! [`Ask`]'s `Drop` releases it; or a panic) stands one to two claim
+//! timeouts and is then taken over by the key's next check. Releasing a
+//! claim drops the units it held, and never puts them back (the remote may
+//! have taken them back already), unless the call was never sent
+//! ([`Ask::not_sent`]).
 //!
 //! Memory is the table's: a key's word is evicted when it knows nothing
-//! useful (its floor has passed, no unit is left and no claim stands), the
+//! useful (its floor has passed, no unit is left and it is not claimed), the
 //! key cap rejects new keys (they are then asked without a claim), and so
 //! memory is bounded at every instant as in every store.
 //!
@@ -344,7 +347,9 @@ pub(crate) struct Knowledge(u64);
 /// the remote never admits: the second review's finding.) So this is the
 /// one algorithm whose `decide` is not a pure function of its arguments:
 /// it is `Rules::outcome`, which is, at the instant read there. The
-/// `now_ns` the table passes (read before, for its sweeps) is a floor.
+/// `now_ns` the table passes (the remote's instant at the latest round
+/// trip, for its sweeps: no clock read on the hot path but this one) is a
+/// floor.
 pub(crate) struct Judge {
     rules: Rules,
     clock: Box<dyn Clock>,
@@ -565,11 +570,11 @@ impl<K: Key> LocalView<K> {
         cost: u32,
     ) -> Result<Local<'_, K>, CheckError> {
         validate_cost(cost, self.judge.rules.burst)?;
-        let Some(remote_ns) = self.judge.remote_now() else {
+        let Some(recent_ns) = self.recent_ns() else {
             // Nothing is known before the first round trip: ask.
             return Ok(Local::Ask(self.unclaimed(cost)));
         };
-        let decision = match self.store.check(key, &self.judge, remote_ns, cost) {
+        let decision = match self.store.check(key, &self.judge, recent_ns, cost) {
             Ok(decision) => decision,
             Err(CheckError::StoreFull { .. }) => {
                 return Ok(Local::Ask(self.unclaimed(cost)));
@@ -602,10 +607,10 @@ impl<K: Key> LocalView<K> {
         cost: u32,
     ) -> Result<Option<Decision>, CheckError> {
         validate_cost(cost, self.judge.rules.burst)?;
-        let Some(remote_ns) = self.judge.remote_now() else {
+        let Some(recent_ns) = self.recent_ns() else {
             return Ok(None);
         };
-        let decision = self.store.peek(key, &self.judge, remote_ns, cost)?;
+        let decision = self.store.peek(key, &self.judge, recent_ns, cost)?;
         Ok((decision.limit() != MARKER).then_some(decision))
     }
 
@@ -633,6 +638,15 @@ impl<K: Key> LocalView<K> {
     #[must_use]
     pub fn max_lease_units(&self) -> u32 {
         self.judge.rules.max_units
+    }
+
+    /// The instant the table is given (its sweeps'), read without a clock:
+    /// the remote's at the latest round trip (0 on the local clock before
+    /// any); `None` while the remote's clock is unknown. The decision reads
+    /// its own instant (see [`Judge`]).
+    fn recent_ns(&self) -> Option<u64> {
+        let offset = &self.judge.offset;
+        offset.recent_ns().or_else(|| offset.known().then_some(0))
     }
 
     /// A miss asked without the key's claim: a plain check, which teaches

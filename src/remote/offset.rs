@@ -134,13 +134,16 @@ impl Offset {
     /// Records a round trip sent at local `sent_ns` that the remote decided
     /// at `remote_us`, unless a newer one is recorded.
     pub fn observe(&self, remote_us: u64, sent_ns: u64) {
-        if self.clock == RemoteClock::Local {
-            return;
-        }
-        let bound_ns = remote_us
-            .wrapping_add(1)
-            .wrapping_mul(1_000)
-            .wrapping_sub(sent_ns);
+        // On the local clock the bound is the reading itself; the send is
+        // recorded all the same, for `recent_ns`.
+        let bound_ns = if self.clock == RemoteClock::Local {
+            0
+        } else {
+            remote_us
+                .wrapping_add(1)
+                .wrapping_mul(1_000)
+                .wrapping_sub(sent_ns)
+        };
         let _writer = lock(&self.writer);
         // Relaxed: writers are serialised by the mutex, which orders them.
         let version = self.version.load(Ordering::Relaxed);
@@ -158,6 +161,25 @@ impl Offset {
         self.version.store(next, Ordering::Release);
     }
 
+    /// The remote's instant (a bound, ns) at the latest round trip's send,
+    /// read without a clock: a recent "now" for what needs no precision
+    /// (the table's sweeps, which only ever find fewer keys idle at an
+    /// older instant); `None` before the first round trip.
+    #[inline]
+    #[must_use]
+    pub fn recent_ns(&self) -> Option<u64> {
+        let (bound_ns, at_ns) = self.read()?;
+        Some(at_ns.wrapping_add(bound_ns).saturating_add(self.skew_ns))
+    }
+
+    /// Whether a bound is known: after the first round trip, or from the
+    /// start on the local clock.
+    #[inline]
+    #[must_use]
+    pub fn known(&self) -> bool {
+        self.clock == RemoteClock::Local || self.version.load(Ordering::Relaxed) != 0
+    }
+
     /// An upper bound of the remote's reading, in nanoseconds on its axis,
     /// at the local reading `now_ns`; `None` before the first round trip
     /// (never for [`RemoteClock::Local`]).
@@ -167,6 +189,20 @@ impl Offset {
         if self.clock == RemoteClock::Local {
             return Some(now_ns);
         }
+        let (bound_ns, at_ns) = self.read()?;
+        let drift_ns = now_ns.abs_diff(at_ns) >> DRIFT_SHIFT;
+        Some(
+            now_ns
+                .wrapping_add(bound_ns)
+                .saturating_add(drift_ns)
+                .saturating_add(self.skew_ns),
+        )
+    }
+
+    /// The newest `(b, at)`, read as one pair; `None` before the first
+    /// round trip.
+    #[inline]
+    fn read(&self) -> Option<(u64, u64)> {
         loop {
             let version = self.version.load(Ordering::Acquire);
             if version == 0 {
@@ -179,13 +215,7 @@ impl Offset {
             if self.version.load(Ordering::Relaxed) == version
                 || canary::planted(Canary::OffsetTornRead)
             {
-                let drift_ns = now_ns.abs_diff(at_ns) >> DRIFT_SHIFT;
-                return Some(
-                    now_ns
-                        .wrapping_add(bound_ns)
-                        .saturating_add(drift_ns)
-                        .saturating_add(self.skew_ns),
-                );
+                return Some((bound_ns, at_ns));
             }
         }
     }
@@ -233,8 +263,11 @@ mod tests {
     #[test]
     fn a_local_clock_is_its_own_bound() {
         let offset = Offset::new(RemoteClock::Local);
+        assert!(offset.known());
+        assert_eq!(offset.recent_ns(), None);
         assert_eq!(offset.remote_ns(123_456), Some(123_456));
         offset.observe(1, 999_999);
         assert_eq!(offset.remote_ns(123_456), Some(123_456));
+        assert_eq!(offset.recent_ns(), Some(999_999));
     }
 }
