@@ -654,18 +654,16 @@ fn on_a_cluster_s_own_clocks_a_local_mode_needs_their_skew() {
         .build(target.connection.clone())
         .unwrap();
     let keys = ["alpha", "bravo", "charlie", "delta"];
+    let port = target.ports()[0];
+    let mut connection = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
     let slots: std::collections::HashSet<u16> = keys
         .iter()
         .map(|key| {
-            let redis_key = limiter.redis_key(key);
-            let tag = redis_key
-                .iter()
-                .skip_while(|&&byte| byte != b'{')
-                .skip(1)
-                .take_while(|&&byte| byte != b'}')
-                .copied()
-                .collect::<Vec<u8>>();
-            crc16(&tag) % 16_384
+            redis::cmd("CLUSTER")
+                .arg("KEYSLOT")
+                .arg(limiter.redis_key(key))
+                .query(&mut connection)
+                .unwrap()
         })
         .collect();
     assert!(slots.len() > 1, "the keys share a slot: {slots:?}");
@@ -683,22 +681,6 @@ fn on_a_cluster_s_own_clocks_a_local_mode_needs_their_skew() {
     }
     println!("round trips for 600 checks: {}", limiter.remote_calls());
     assert!(limiter.remote_calls() < 100, "{}", limiter.remote_calls());
-}
-
-/// Redis Cluster's key slot hash (CRC16-CCITT, XMODEM).
-fn crc16(bytes: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &byte in bytes {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
 }
 
 // ---------------------------------------------------------------------------
