@@ -6,8 +6,9 @@
 //! memory sweep); `--out DIR` chooses where the SVG plots go (default
 //! `lab-output`); `--distributed` runs only the Redis sections, which every
 //! run ends with when it can start a `redis-server`, `--leases` only their
-//! last (deciding locally: the deny cache and leases), and `--http` only the
-//! section on the HTTP layer (against tower_governor).
+//! last (deciding locally: the deny cache and leases), `--http` only the
+//! section on the HTTP layer (against tower_governor), and `--perf` only the
+//! in-process performance section (its targets without the memory ones).
 
 #[path = "../../tests/support/churn.rs"]
 mod churn;
@@ -30,7 +31,6 @@ mod report;
 mod scenarios;
 mod serving;
 mod stats;
-mod svg;
 #[path = "../../tests/support/waves.rs"]
 mod waves;
 #[path = "../benches/support/workloads.rs"]
@@ -78,6 +78,7 @@ fn main() {
     let mut only_distributed = false;
     let mut only_http = false;
     let mut only_leases = false;
+    let mut only_perf = false;
     let mut out = std::path::PathBuf::from("lab-output");
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -86,6 +87,7 @@ fn main() {
             "--distributed" => only_distributed = true,
             "--http" => only_http = true,
             "--leases" => only_leases = true,
+            "--perf" => only_perf = true,
             "--out" => match args.next() {
                 Some(dir) => out = dir.into(),
                 None => usage("--out needs a directory"),
@@ -107,10 +109,20 @@ fn main() {
             pairs: if full { 4_000 } else { 1_000 },
         },
     };
+    let perf = perf::Budget {
+        slice: std::time::Duration::from_millis(if full { 100 } else { 25 }),
+        rounds: if full { 12 } else { 6 },
+        pairs: if full { 30 } else { 10 },
+    };
     let serving = serving::Budget {
         per_cell: std::time::Duration::from_millis(if full { 200 } else { 60 }),
         rounds: if full { 20 } else { 10 },
     };
+    if only_perf {
+        performance(&perf, &[], &out);
+        println!("Total time: {:.0?}", started.elapsed());
+        return;
+    }
     if only_distributed || only_http || only_leases {
         if only_http {
             serving::run(&serving);
@@ -138,14 +150,27 @@ fn main() {
     memory::matrix(if full { counts } else { &[100_000] });
     memory::candidate_maps();
     memory::peak_table(full);
-    println!("# Performance (wall clock: varies run to run; compare within one run)\n");
-    let budget = perf::Budget {
-        per_cell: std::time::Duration::from_millis(if full { 1_000 } else { 150 }),
-    };
-    let results = perf::run(&budget);
+    performance(&perf, &sweep, &out);
+    serving::run(&serving);
+    distributed::run(&distributed);
+    println!("\nTotal time: {:.0?}", started.elapsed());
+}
+
+/// The performance section, its targets (with `sweep`'s memory) and the
+/// plots.
+fn performance(budget: &perf::Budget, sweep: &[memory::SweepRow], out: &std::path::Path) {
+    println!("# Performance (wall clock: compare within one run)\n");
+    println!(
+        "{} rounds of {:?} a cell, {} pairs a judged ratio, {}\n",
+        budget.rounds,
+        budget.slice,
+        budget.pairs,
+        parallel::pinning()
+    );
+    let results = perf::run(budget);
     report::print(&results);
-    report::targets(&results, &sweep);
-    match report::plots(&results, &sweep, &out) {
+    report::targets(&results, sweep);
+    match report::plots(&results, sweep, out) {
         Ok(files) => {
             println!("Plots written to {}:", out.display());
             for file in files {
@@ -154,16 +179,15 @@ fn main() {
         }
         Err(error) => eprintln!("could not write the plots to {}: {error}", out.display()),
     }
-    serving::run(&serving);
-    distributed::run(&distributed);
-    println!("\nTotal time: {:.0?}", started.elapsed());
 }
 
 fn usage(problem: &str) -> ! {
     if !problem.is_empty() {
         eprintln!("tollgate-lab: {problem}");
     }
-    eprintln!("usage: tollgate-lab [--full] [--distributed] [--http] [--leases] [--out DIR]");
+    eprintln!(
+        "usage: tollgate-lab [--full] [--distributed] [--http] [--leases] [--perf] [--out DIR]"
+    );
     std::process::exit(if problem.is_empty() { 0 } else { 2 });
 }
 

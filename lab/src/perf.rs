@@ -1,6 +1,18 @@
 //! The performance section: every workload of `benches/support/workloads.rs`
 //! at 1, 2 and 4 threads (4 oversubscribes this 2-core machine), as
-//! aggregate throughput, with ratios and the targets judged in the same run.
+//! aggregate throughput, and the ratios the lab judges.
+//!
+//! How it holds still on a noisy 2-core VM:
+//!
+//! - **Tables** are measured in interleaved rounds: each round runs every
+//!   cell of a table once (its rows in an order rotated by one each round),
+//!   so that a slow second of the machine falls on every row alike. A cell
+//!   is the median of its rounds, with its order-statistics interval.
+//! - **Judged ratios** come from pairs: the subject and its baseline run
+//!   back to back, alternately first, at least 10 pairs (30 in `--full`);
+//!   each pair gives one ratio, and the verdict reads the 95 % interval of
+//!   their median: a target is met only if the whole interval meets it.
+//! - Measuring threads are pinned to CPUs (`parallel.rs`).
 
 use std::time::Duration;
 
@@ -9,24 +21,31 @@ use tollgate::algorithm::{FixedWindow, Gcra, SlidingWindowCounter, SlidingWindow
 use tollgate::clock::{Clock, CoarseClock, MonotonicClock, TscClock};
 use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded};
 
+use crate::stats::{Estimate, median_ci};
 use crate::{parallel, workloads};
 
 pub const THREADS: [usize; 3] = [1, 2, 4];
 
+/// How long to measure.
+pub struct Budget {
+    /// One run of one cell (calibrated to about this long).
+    pub slice: Duration,
+    /// Interleaved rounds per table cell.
+    pub rounds: usize,
+    /// Pairs per judged ratio.
+    pub pairs: usize,
+}
+
 /// One workload's aggregate ns per operation at 1, 2 and 4 threads.
 pub struct Row {
     pub name: &'static str,
-    pub ns: [f64; 3],
+    pub ns: [Estimate; 3],
 }
 
 impl Row {
-    pub fn mops(&self, column: usize) -> f64 {
-        1_000.0 / self.ns[column]
-    }
-
-    /// Throughput at 2 threads over throughput at 1.
-    pub fn scaling(&self) -> f64 {
-        self.ns[0] / self.ns[1]
+    /// Million operations per second at `column`, with its interval.
+    pub fn mops(&self, column: usize) -> Estimate {
+        self.ns[column].reciprocal(1_000.0)
     }
 }
 
@@ -45,7 +64,40 @@ impl Table {
     }
 }
 
-/// Every table of the section.
+/// Which way a judged ratio must lie.
+#[derive(Clone, Copy)]
+pub enum Target {
+    /// The ratio's interval must lie at or above this.
+    AtLeast(f64),
+    /// The ratio's interval must lie at or below this.
+    AtMost(f64),
+    /// Shown, not judged.
+    Shown,
+}
+
+/// A ratio from paired runs: `baseline ns / subject ns` (how many times
+/// the subject's throughput), or for an [`Target::AtMost`] target `subject
+/// ns / baseline ns` (how many times the baseline's cost).
+pub struct Judged {
+    pub name: &'static str,
+    pub ratio: Estimate,
+    pub target: Target,
+}
+
+impl Judged {
+    /// "met", "MISSED" or "shown": met only if the whole interval meets
+    /// the target.
+    pub fn verdict(&self) -> &'static str {
+        match self.target {
+            Target::AtLeast(target) if self.ratio.low >= target => "met",
+            Target::AtMost(target) if self.ratio.high <= target => "met",
+            Target::Shown => "shown",
+            _ => "MISSED",
+        }
+    }
+}
+
+/// Every table of the section, and the judged ratios.
 pub struct Results {
     pub deny: Table,
     pub deny_with_clock: Table,
@@ -53,20 +105,15 @@ pub struct Results {
     pub by_algorithm: Table,
     pub hot: Table,
     pub clock_read: Vec<(&'static str, f64)>,
+    pub judged: Vec<Judged>,
 }
 
-/// How long to measure each cell.
-pub struct Budget {
-    pub per_cell: Duration,
-}
-
-/// Aggregate ns per operation of `op` on `threads` threads: calibrated to
-/// about `budget.per_cell`, the median of five runs.
-fn measure(op: &workloads::Op, threads: usize, budget: &Budget) -> f64 {
-    let run_target = budget.per_cell / 5;
+/// The number of operations per thread that make one run of `op` on
+/// `threads` threads last about `slice`. Its runs warm the workload up.
+fn calibrate(op: &workloads::Op, threads: usize, slice: Duration) -> u64 {
     let mut ops = 1_000_u64;
     let mut elapsed = parallel::run(threads, ops, op);
-    while elapsed < run_target / 4 && ops < 1 << 32 {
+    while elapsed < slice / 8 && ops < 1 << 32 {
         ops *= 4;
         elapsed = parallel::run(threads, ops, op);
     }
@@ -75,37 +122,78 @@ fn measure(op: &workloads::Op, threads: usize, budget: &Budget) -> f64 {
         clippy::cast_possible_truncation,
         clippy::cast_sign_loss
     )]
-    let ops = ((ops as f64) * run_target.as_secs_f64() / elapsed.as_secs_f64()).max(1.0) as u64;
-    let mut samples: Vec<f64> = (0..5)
-        .map(|_| {
-            #[allow(clippy::cast_precision_loss)]
-            let total = (ops * threads as u64) as f64;
-            parallel::run(threads, ops, op).as_nanos() as f64 / total
-        })
-        .collect();
-    samples.sort_by(f64::total_cmp);
-    samples[2]
+    let ops = ((ops as f64) * slice.as_secs_f64() / elapsed.as_secs_f64()).max(1.0) as u64;
+    ops
 }
 
+/// One run: aggregate ns per operation.
+fn sample(op: &workloads::Op, threads: usize, ops: u64) -> f64 {
+    #[allow(clippy::cast_precision_loss)]
+    let total = (ops * threads as u64) as f64;
+    parallel::run(threads, ops, op).as_nanos() as f64 / total
+}
+
+/// Measures a table in interleaved rounds: each round runs every row at
+/// every thread count, rows rotated by one from the round before.
 fn table(
     title: String,
-    ops: Vec<(&'static str, workloads::Op)>,
+    ops: &[(&'static str, workloads::Op)],
     budget: &Budget,
     bar: &ProgressBar,
 ) -> Table {
-    let rows = ops
-        .into_iter()
-        .map(|(name, op)| {
-            let mut ns = [0.0; 3];
-            for (column, threads) in THREADS.into_iter().enumerate() {
-                bar.set_message(format!("{title}: {name}, {threads} thread(s)"));
-                ns[column] = measure(&op, threads, budget);
-                bar.inc(1);
+    bar.set_message(format!("{title}: calibrating"));
+    let sizes: Vec<[u64; 3]> = ops
+        .iter()
+        .map(|(_, op)| THREADS.map(|threads| calibrate(op, threads, budget.slice)))
+        .collect();
+    let mut samples = vec![[const { Vec::new() }; 3]; ops.len()];
+    bar.set_message(title.clone());
+    for round in 0..budget.rounds {
+        for (column, threads) in THREADS.into_iter().enumerate() {
+            for step in 0..ops.len() {
+                let row = (round + step) % ops.len();
+                let sample = sample(&ops[row].1, threads, sizes[row][column]);
+                samples[row][column].push(sample);
             }
-            Row { name, ns }
+        }
+        bar.inc(1);
+    }
+    let rows = ops
+        .iter()
+        .zip(samples)
+        .map(|((name, _), cells)| Row {
+            name,
+            ns: cells.map(|mut values| median_ci(&mut values)),
         })
         .collect();
     Table { title, rows }
+}
+
+/// One side of a pair: a workload at a thread count.
+struct Side<'a> {
+    op: &'a workloads::Op,
+    threads: usize,
+}
+
+/// Runs `subject` and `baseline` back to back `budget.pairs` times, each
+/// first in every other pair; returns the median of the pairs' ratios
+/// `subject ns / baseline ns` with its interval.
+fn paired(subject: &Side<'_>, baseline: &Side<'_>, budget: &Budget) -> Estimate {
+    let subject_ops = calibrate(subject.op, subject.threads, budget.slice);
+    let baseline_ops = calibrate(baseline.op, baseline.threads, budget.slice);
+    let mut ratios: Vec<f64> = (0..budget.pairs)
+        .map(|pair| {
+            let (subject_ns, baseline_ns) = if pair % 2 == 0 {
+                let s = sample(subject.op, subject.threads, subject_ops);
+                (s, sample(baseline.op, baseline.threads, baseline_ops))
+            } else {
+                let b = sample(baseline.op, baseline.threads, baseline_ops);
+                (sample(subject.op, subject.threads, subject_ops), b)
+            };
+            subject_ns / baseline_ns
+        })
+        .collect();
+    median_ci(&mut ratios)
 }
 
 fn clock_cost(clock: &dyn Clock) -> f64 {
@@ -119,140 +207,258 @@ fn clock_cost(clock: &dyn Clock) -> f64 {
     started.elapsed().as_nanos() as f64 / f64::from(READS)
 }
 
-/// Runs every workload. Cells: 9 + 3 + 3 × 7 + 5 + 5 workloads × 3 thread
-/// counts.
+type Ops = Vec<(&'static str, workloads::Op)>;
+
+fn deny_ops() -> Ops {
+    vec![
+        (
+            "fixed window",
+            workloads::deny_hot_key::<FixedWindow, _>(TscClock::new()),
+        ),
+        (
+            "token bucket",
+            workloads::deny_hot_key::<TokenBucket, _>(TscClock::new()),
+        ),
+        (
+            "sliding log",
+            workloads::deny_hot_key::<SlidingWindowLog, _>(TscClock::new()),
+        ),
+        (
+            "sliding counter",
+            workloads::deny_hot_key::<SlidingWindowCounter, _>(TscClock::new()),
+        ),
+        ("GCRA", workloads::deny_hot_key::<Gcra, _>(TscClock::new())),
+        (
+            "GCRA, foldhash",
+            workloads::deny_hot_key_on::<Gcra, _, _>(
+                workloads::lock_free_foldhash(),
+                TscClock::new(),
+            ),
+        ),
+        ("governor keyed", workloads::governor_deny_hot_key()),
+        ("GCRA direct", workloads::direct_deny()),
+        ("governor direct", workloads::governor_direct_deny()),
+    ]
+}
+
+fn clock_ops() -> Ops {
+    vec![
+        (
+            "monotonic",
+            workloads::deny_hot_key::<Gcra, _>(MonotonicClock::new()),
+        ),
+        ("tsc", workloads::deny_hot_key::<Gcra, _>(TscClock::new())),
+        (
+            "coarse",
+            workloads::deny_hot_key::<Gcra, _>(CoarseClock::new()),
+        ),
+    ]
+}
+
+fn distinct_ops(keys: u64) -> Ops {
+    vec![
+        (
+            "global mutex",
+            workloads::admit_distinct::<Gcra, _>(GlobalMutex, keys),
+        ),
+        (
+            "sharded",
+            workloads::admit_distinct::<Gcra, _>(Sharded::default(), keys),
+        ),
+        (
+            "per-key",
+            workloads::admit_distinct::<Gcra, _>(PerKey::new(), keys),
+        ),
+        (
+            "lock-free",
+            workloads::admit_distinct::<Gcra, _>(LockFree::default(), keys),
+        ),
+        (
+            "lock-free, foldhash",
+            workloads::admit_distinct::<Gcra, _>(workloads::lock_free_foldhash(), keys),
+        ),
+        (
+            "lock-free, unshared",
+            workloads::admit_distinct_unshared(keys),
+        ),
+        ("governor keyed", workloads::governor_admit_distinct(keys)),
+    ]
+}
+
+fn algorithm_ops() -> Ops {
+    vec![
+        (
+            "fixed window",
+            workloads::admit_distinct::<FixedWindow, _>(LockFree::default(), 65_536),
+        ),
+        (
+            "token bucket",
+            workloads::admit_distinct::<TokenBucket, _>(LockFree::default(), 65_536),
+        ),
+        (
+            "sliding log",
+            workloads::admit_distinct::<SlidingWindowLog, _>(LockFree::default(), 65_536),
+        ),
+        (
+            "sliding counter",
+            workloads::admit_distinct::<SlidingWindowCounter, _>(LockFree::default(), 65_536),
+        ),
+        (
+            "GCRA",
+            workloads::admit_distinct::<Gcra, _>(LockFree::default(), 65_536),
+        ),
+    ]
+}
+
+fn hot_ops() -> Ops {
+    vec![
+        ("global mutex", workloads::admit_hot_key(GlobalMutex)),
+        ("sharded", workloads::admit_hot_key(Sharded::default())),
+        ("per-key", workloads::admit_hot_key(PerKey::new())),
+        ("lock-free", workloads::admit_hot_key(LockFree::default())),
+        ("governor keyed", workloads::governor_admit_hot_key()),
+    ]
+}
+
+/// The op named `name` in `ops`.
+fn op<'a>(ops: &'a Ops, name: &str) -> &'a workloads::Op {
+    &ops.iter()
+        .find(|(row, _)| *row == name)
+        .unwrap_or_else(|| panic!("no workload {name}"))
+        .1
+}
+
+/// The ratios the lab judges, each from its own pairs at 2 threads (the
+/// scaling ratio: 2 threads against 1).
+fn judge(deny: &Ops, distinct: &Ops, budget: &Budget, bar: &ProgressBar) -> Vec<Judged> {
+    let at = |op, threads| Side { op, threads };
+    let two = |op| at(op, 2);
+    let cases: Vec<(&'static str, Side<'_>, Side<'_>, Target, bool)> = vec![
+        (
+            "keyed GCRA deny × governor keyed (throughput)",
+            two(op(deny, "GCRA")),
+            two(op(deny, "governor keyed")),
+            Target::AtLeast(4.0),
+            true,
+        ),
+        (
+            "keyed GCRA deny ÷ direct GCRA deny (cost)",
+            two(op(deny, "GCRA")),
+            two(op(deny, "GCRA direct")),
+            Target::AtMost(2.0),
+            false,
+        ),
+        (
+            "keyed GCRA deny: 2 threads × 1 thread (throughput)",
+            two(op(deny, "GCRA")),
+            at(op(deny, "GCRA"), 1),
+            Target::AtLeast(1.6),
+            true,
+        ),
+        (
+            "  the same deny, seeded foldhash: × governor keyed",
+            two(op(deny, "GCRA, foldhash")),
+            two(op(deny, "governor keyed")),
+            Target::AtLeast(4.0),
+            true,
+        ),
+        (
+            "GCRA admit, 65 536 keys × governor keyed",
+            two(op(distinct, "lock-free")),
+            two(op(distinct, "governor keyed")),
+            Target::AtLeast(2.0),
+            true,
+        ),
+        (
+            "  the same admit, seeded foldhash: × governor keyed",
+            two(op(distinct, "lock-free, foldhash")),
+            two(op(distinct, "governor keyed")),
+            Target::AtLeast(2.0),
+            true,
+        ),
+        (
+            "GCRA admit, 65 536 keys × global mutex",
+            two(op(distinct, "lock-free")),
+            two(op(distinct, "global mutex")),
+            Target::AtLeast(4.0),
+            true,
+        ),
+        (
+            "GCRA admit, 65 536 keys: one table each × shared",
+            two(op(distinct, "lock-free, unshared")),
+            two(op(distinct, "lock-free")),
+            Target::Shown,
+            true,
+        ),
+    ];
+    cases
+        .into_iter()
+        .map(|(name, subject, baseline, target, throughput)| {
+            bar.set_message(format!("judging: {}", name.trim_start()));
+            let cost = paired(&subject, &baseline, budget);
+            bar.inc(1);
+            Judged {
+                name,
+                // A throughput ratio is the baseline's cost over the subject's.
+                ratio: if throughput {
+                    cost.reciprocal(1.0)
+                } else {
+                    cost
+                },
+                target,
+            }
+        })
+        .collect()
+}
+
+/// Runs every workload and the judged pairs.
 pub fn run(budget: &Budget) -> Results {
-    let cells = (9 + 3 + 3 * 7 + 5 + 5) * THREADS.len() as u64;
-    let bar = ProgressBar::new(cells).with_style(
+    const TABLES: u64 = 3 + 3 + 2;
+    const JUDGED: u64 = 8;
+    let bar = ProgressBar::new(TABLES * budget.rounds as u64 + JUDGED).with_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} {elapsed} {msg}").expect("template"),
     );
+    let deny_ops = deny_ops();
     let deny = table(
         "Deny on a drained hot key (default store, TSC clock)".into(),
-        vec![
-            (
-                "fixed window",
-                workloads::deny_hot_key::<FixedWindow, _>(TscClock::new()),
-            ),
-            (
-                "token bucket",
-                workloads::deny_hot_key::<TokenBucket, _>(TscClock::new()),
-            ),
-            (
-                "sliding log",
-                workloads::deny_hot_key::<SlidingWindowLog, _>(TscClock::new()),
-            ),
-            (
-                "sliding counter",
-                workloads::deny_hot_key::<SlidingWindowCounter, _>(TscClock::new()),
-            ),
-            ("GCRA", workloads::deny_hot_key::<Gcra, _>(TscClock::new())),
-            (
-                "GCRA, foldhash",
-                workloads::deny_hot_key_on::<Gcra, _, _>(
-                    workloads::lock_free_foldhash(),
-                    TscClock::new(),
-                ),
-            ),
-            ("governor keyed", workloads::governor_deny_hot_key()),
-            ("GCRA direct", workloads::direct_deny()),
-            ("governor direct", workloads::governor_direct_deny()),
-        ],
+        &deny_ops,
         budget,
         &bar,
     );
     let deny_with_clock = table(
         "GCRA deny on a drained hot key, by clock".into(),
-        vec![
-            (
-                "monotonic",
-                workloads::deny_hot_key::<Gcra, _>(MonotonicClock::new()),
-            ),
-            ("tsc", workloads::deny_hot_key::<Gcra, _>(TscClock::new())),
-            (
-                "coarse",
-                workloads::deny_hot_key::<Gcra, _>(CoarseClock::new()),
-            ),
-        ],
+        &clock_ops(),
         budget,
         &bar,
     );
-    let distinct = [16_u64, 1_024, 65_536]
-        .into_iter()
-        .map(|keys| {
-            let table = table(
+    let mut distinct = Vec::new();
+    let mut widest = Vec::new();
+    for keys in [16_u64, 1_024, 65_536] {
+        let ops = distinct_ops(keys);
+        distinct.push((
+            keys,
+            table(
                 format!("GCRA admitting on {keys} distinct keys, by store"),
-                vec![
-                    (
-                        "global mutex",
-                        workloads::admit_distinct::<Gcra, _>(GlobalMutex, keys),
-                    ),
-                    (
-                        "sharded",
-                        workloads::admit_distinct::<Gcra, _>(Sharded::default(), keys),
-                    ),
-                    (
-                        "per-key",
-                        workloads::admit_distinct::<Gcra, _>(PerKey::new(), keys),
-                    ),
-                    (
-                        "lock-free",
-                        workloads::admit_distinct::<Gcra, _>(LockFree::default(), keys),
-                    ),
-                    (
-                        "lock-free, foldhash",
-                        workloads::admit_distinct::<Gcra, _>(workloads::lock_free_foldhash(), keys),
-                    ),
-                    (
-                        "lock-free, unshared",
-                        workloads::admit_distinct_unshared(keys),
-                    ),
-                    ("governor keyed", workloads::governor_admit_distinct(keys)),
-                ],
+                &ops,
                 budget,
                 &bar,
-            );
-            (keys, table)
-        })
-        .collect();
+            ),
+        ));
+        widest = ops;
+    }
     let by_algorithm = table(
         "Admitting on 65536 distinct keys, by algorithm (default store)".into(),
-        vec![
-            (
-                "fixed window",
-                workloads::admit_distinct::<FixedWindow, _>(LockFree::default(), 65_536),
-            ),
-            (
-                "token bucket",
-                workloads::admit_distinct::<TokenBucket, _>(LockFree::default(), 65_536),
-            ),
-            (
-                "sliding log",
-                workloads::admit_distinct::<SlidingWindowLog, _>(LockFree::default(), 65_536),
-            ),
-            (
-                "sliding counter",
-                workloads::admit_distinct::<SlidingWindowCounter, _>(LockFree::default(), 65_536),
-            ),
-            (
-                "GCRA",
-                workloads::admit_distinct::<Gcra, _>(LockFree::default(), 65_536),
-            ),
-        ],
+        &algorithm_ops(),
         budget,
         &bar,
     );
     let hot = table(
         "GCRA admitting on one hot key, by store".into(),
-        vec![
-            ("global mutex", workloads::admit_hot_key(GlobalMutex)),
-            ("sharded", workloads::admit_hot_key(Sharded::default())),
-            ("per-key", workloads::admit_hot_key(PerKey::new())),
-            ("lock-free", workloads::admit_hot_key(LockFree::default())),
-            ("governor keyed", workloads::governor_admit_hot_key()),
-        ],
+        &hot_ops(),
         budget,
         &bar,
     );
+    let judged = judge(&deny_ops, &widest, budget, &bar);
     bar.finish_and_clear();
     let clock_read = vec![
         (
@@ -269,44 +475,50 @@ pub fn run(budget: &Budget) -> Results {
         by_algorithm,
         hot,
         clock_read,
+        judged,
     }
 }
 
-/// Prints a table: ns/op and Mops/s per thread count, 1→2 scaling, and
-/// each row's throughput at 2 threads over `baseline`'s.
+/// Prints a table: each cell's median ns/op with its interval, per thread
+/// count, and the 2-thread ratio of medians against `baseline`.
 pub fn print_table(table: &Table, baseline: Option<&str>) {
     println!("## {}", table.title);
     println!(
-        "{:<18} {:>8} {:>8} {:>8} | {:>7} {:>7} {:>7} | {:>5} {}",
+        "{:<20} {:>20} {:>20} {:>20} {}",
         "",
-        "ns 1t",
-        "ns 2t",
-        "ns 4t*",
-        "Mop/s 1",
-        "Mop/s 2",
-        "Mop/s 4",
-        "1→2",
+        "ns 1t (95% CI)",
+        "ns 2t (95% CI)",
+        "ns 4t* (95% CI)",
         baseline.map_or(String::new(), |name| format!(
             "{:>10}",
             format!("× {name} @2")
         ))
     );
+    let cell = |estimate: &Estimate| {
+        format!(
+            "{:.1} ({:.1}–{:.1})",
+            estimate.median, estimate.low, estimate.high
+        )
+    };
     for row in &table.rows {
         let versus = baseline.map_or(String::new(), |name| {
-            format!("{:>10.2}", table.row(name).ns[1] / row.ns[1])
+            format!("{:>10.2}", table.row(name).ns[1].median / row.ns[1].median)
         });
         println!(
-            "{:<18} {:>8.1} {:>8.1} {:>8.1} | {:>7.1} {:>7.1} {:>7.1} | {:>4.2}× {}",
+            "{:<20} {:>20} {:>20} {:>20} {}",
             row.name,
-            row.ns[0],
-            row.ns[1],
-            row.ns[2],
-            row.mops(0),
-            row.mops(1),
-            row.mops(2),
-            row.scaling(),
+            cell(&row.ns[0]),
+            cell(&row.ns[1]),
+            cell(&row.ns[2]),
             versus
         );
     }
-    println!("(aggregate ns per operation over all threads; * 4 threads oversubscribe 2 cores)\n");
+    let first = &table.rows[0].ns[0];
+    println!(
+        "(aggregate ns per operation over all threads, median of {} interleaved rounds, \
+         interval of {:.1} %; × is a ratio of medians, judged ratios are paired below; \
+         * 4 threads oversubscribe 2 cores)\n",
+        first.samples,
+        first.coverage * 100.0
+    );
 }
