@@ -385,6 +385,97 @@ fn a_reading_older_than_a_lease_never_spends_it() {
     );
 }
 
+thread_local! {
+    /// What the next hash of a [`Preempted`] key runs first.
+    static PREEMPTION: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A key whose next hash first runs what [`PREEMPTION`] holds: the check
+/// hashing it loses the processor there, after the view read its floor and
+/// before the table loads the key's word.
+#[derive(Clone, PartialEq, Eq)]
+struct Preempted(&'static str);
+
+impl Hash for Preempted {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        if let Some(preemption) = PREEMPTION.with(|slot| slot.borrow_mut().take()) {
+            preemption();
+        }
+        self.0.hash(state);
+    }
+}
+
+/// The same as `a_reading_older_than_a_lease_never_spends_it`, with the
+/// lease installed while the stale check is between the view's floor (its
+/// latest round trip, read first) and the key's word: first the sibling's
+/// reply alone, then its whole call. The word's own lease bounds the
+/// instant (granted no earlier than its end less the tolerance: later −
+/// 50 ms), so the unit is spent owing the tolerance, 100 ms, not the
+/// 250 ms of a spend at T0 (found by the third review; the view's floor
+/// alone decided at T0).
+#[test]
+fn a_lease_installed_after_the_floor_is_read_is_not_spent_at_an_older_reading() {
+    for whole_call in [false, true] {
+        let later = T0 + 200_000_000;
+        let now = ManualClock::new();
+        now.set(Duration::from_nanos(if whole_call { T0 } else { later }));
+        let clock = std::sync::Arc::new(Stale {
+            now: now.clone(),
+            stale: T0,
+            once: AtomicBool::new(false),
+        });
+        let view: &'static LocalView<Preempted> = Box::leak(Box::new(
+            LocalView::new(
+                quota(),
+                RemoteClock::Local,
+                std::sync::Arc::clone(&clock),
+                Some(Leases::new()),
+                NonZeroUsize::new(16).unwrap(),
+                Duration::from_secs(1),
+            )
+            .unwrap(),
+        ));
+        // The sibling's lease call, at `later`: a lease of 4 beside its
+        // unit, slots up to later + 50 ms.
+        let sibling = {
+            let clock = std::sync::Arc::clone(&clock);
+            move |ask: tollgate::remote::Ask<'static, Preempted>| {
+                let reply = Remote::default().answer("k", ask.sent_ns(), ask.request());
+                assert_eq!(reply.granted, 4);
+                assert!(ask.complete(&reply));
+                // The stale check's clock reads T0 once, inside the view.
+                clock.once.store(true, Ordering::Relaxed);
+            }
+        };
+        if whole_call {
+            PREEMPTION.with(|slot| {
+                *slot.borrow_mut() = Some(Box::new(move || {
+                    now.set(Duration::from_nanos(later));
+                    let Local::Ask(ask) = view.check(&Preempted("k"), 1).unwrap() else {
+                        panic!("a new key is asked")
+                    };
+                    sibling(ask);
+                }));
+            });
+        } else {
+            let Local::Ask(ask) = view.check(&Preempted("k"), 1).unwrap() else {
+                panic!("a new key is asked")
+            };
+            PREEMPTION.with(|slot| *slot.borrow_mut() = Some(Box::new(move || sibling(ask))));
+        }
+        let Local::Decided(spent) = view.check(&Preempted("k"), 1).unwrap() else {
+            panic!("spent from the lease (whole call: {whole_call})")
+        };
+        assert!(spent.is_allowed());
+        assert_eq!(
+            spent.reset_after(),
+            Duration::from_millis(100),
+            "decided before the lease was granted (whole call: {whole_call})"
+        );
+    }
+}
+
 /// Two remotes sharing a view's keys with clocks 5 ms apart (a Cluster's
 /// masters): judged by the newest round trip's bound alone, which was
 /// master A's, master B's lease units are spent past their deadlines on

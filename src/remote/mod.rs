@@ -349,7 +349,10 @@ pub(crate) struct Knowledge(u64);
 /// it is `Rules::outcome`, which is, at the instant read there. The
 /// `now_ns` the table passes (the remote's instant at the latest round
 /// trip, for its sweeps: no clock read on the hot path but this one) is a
-/// floor.
+/// floor, and so is the earliest instant the word's lease can have been
+/// granted at (`Rules::granted_ns`): the table's floor is read before the
+/// word is loaded, so a lease a sibling installs in between is not under
+/// it (the third review's finding), but the word itself always is.
 pub(crate) struct Judge {
     rules: Rules,
     clock: Box<dyn Clock>,
@@ -398,7 +401,10 @@ impl Algorithm for Judge {
         cost: u32,
     ) -> Result<Verdict<Knowledge>, CheckError> {
         validate_cost(cost, self.rules.burst)?;
-        let remote_ns = self.remote_now().map_or(now_ns, |fresh| fresh.max(now_ns));
+        let remote_ns = self
+            .remote_now()
+            .map_or(now_ns, |fresh| fresh.max(now_ns))
+            .max(self.rules.granted_ns(state.0));
         Ok(match self.rules.outcome(state.0, remote_ns, cost) {
             Outcome::Spend { decision, word } => Verdict::Allow {
                 decision,
@@ -628,6 +634,12 @@ impl<K: Key> LocalView<K> {
 
     /// Forgets every key that knows nothing useful now, and gives their
     /// memory back; returns how many.
+    ///
+    /// "Now" is a fresh bound of the remote's instant (so keys go after a
+    /// quiet spell with no round trip), widened by the drift allowance:
+    /// a lease's last units within that allowance of their deadlines may
+    /// go with their word, units a decision could still have spent. That
+    /// is under-admission only, never a decision Redis would not make.
     pub fn evict_idle(&self) -> usize {
         self.judge
             .remote_now()

@@ -163,8 +163,14 @@ impl Offset {
 
     /// The remote's instant (a bound, ns) at the latest round trip's send,
     /// read without a clock: a recent "now" for what needs no precision
-    /// (the table's sweeps, which only ever find fewer keys idle at an
-    /// older instant); `None` before the first round trip.
+    /// (the table's sweeps as it grows and at its cap); `None` before the first
+    /// round trip. It can run ahead of a later decision's instant, by at
+    /// most 1 µs on one server (a call sent later whose script ran earlier
+    /// read a `TIME` at most a microsecond below this bound) and by the
+    /// declared skew on a Cluster (a later send answered by a master
+    /// behind the others); a word judged idle that much early loses only
+    /// units it could still have spent in that margin: under-admission,
+    /// never a decision Redis would not make.
     #[inline]
     #[must_use]
     pub fn recent_ns(&self) -> Option<u64> {

@@ -154,6 +154,24 @@ impl Rules {
         }
     }
 
+    /// The earliest instant (ns, on the remote's axis) at which `packed`
+    /// can hold: a word with lease units was granted them by an admission
+    /// at some remote instant `s` with `end − tolerance ≤ s` (GCRA's
+    /// conformance test), so it exists no earlier than that; 0 for a word
+    /// without units. A decision on the word is taken no earlier: this
+    /// holds even for a reading taken before a sibling installed the
+    /// lease, which the view's floor from its latest round trip cannot
+    /// cover (that floor is read before the word is loaded).
+    pub(crate) fn granted_ns(&self, packed: u64) -> u64 {
+        let word = Word::unpack(packed);
+        if word.units == 0 || word.units == CLAIMED {
+            return 0;
+        }
+        word.end_us
+            .saturating_sub(self.tolerance_us)
+            .saturating_mul(1_000)
+    }
+
     /// The decision for `cost` units (already validated: 1 to the burst) at
     /// `now_ns` on the deciding clock's axis (an upper bound of the remote's
     /// reading), on `packed`.
