@@ -18,9 +18,11 @@ use std::time::Duration;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use tollgate::algorithm::{Algorithm, FixedWindow, Gcra, PackedAlgorithm, Verdict};
+use tollgate::algorithm::{
+    Algorithm, FixedWindow, Gcra, PackedAlgorithm, SlidingWindowCounter, Verdict,
+};
 use tollgate::canary::{self, Canary};
-use tollgate::cell::{Atomic, Cell};
+use tollgate::cell::{Adaptive, Atomic, Cell};
 use tollgate::clock::{Clock, ManualClock};
 use tollgate::store::{GlobalMutex, LockFree, PerKey, StoreKind};
 use tollgate::{Builder, Quota, RateLimiter};
@@ -395,6 +397,74 @@ fn canary_window_regression_is_caught() {
         "canary: window != instead of >",
         3,
         window_model::<WindowNotEqual>,
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The sliding window counter's packed cell (`Adaptive`, in its packed form).
+
+/// Two units per one-second window. Window 0 is full; at 1.5 s the
+/// previous window weighs half, so exactly one more unit fits. Two threads
+/// check one unit at 1.5 s while a third arrives with a late reading from
+/// window 0 (0.9 s), which is denied whichever word it reads (window 0 is
+/// full; window 1, read at its first instant, carries the whole previous
+/// count). In every interleaving exactly one unit is admitted, and a unit
+/// at 1.5 s is denied afterwards: the late reading dragged nothing back.
+fn counter_window_roll() {
+    const SECOND_NS: u64 = 1_000_000_000;
+    let counter = Arc::new(SlidingWindowCounter::from_quota(
+        &Quota::per_second(2).unwrap(),
+    ));
+    assert!(counter.packs());
+    let cell = Arc::new(Adaptive::new(&counter));
+    for _ in 0..2 {
+        assert!(cell.check(&counter, 0, 1).unwrap().unwrap().is_allowed());
+    }
+    let threads = [3 * SECOND_NS / 2, 3 * SECOND_NS / 2, 9 * SECOND_NS / 10]
+        .into_iter()
+        .map(|now_ns| {
+            let (counter, cell) = (Arc::clone(&counter), Arc::clone(&cell));
+            Box::new(move || {
+                u32::from(
+                    cell.check(&counter, now_ns, 1)
+                        .unwrap()
+                        .unwrap()
+                        .is_allowed(),
+                )
+            }) as Box<dyn FnOnce() -> u32 + Send>
+        })
+        .collect();
+    let admitted = admitted_by(threads);
+    assert_eq!(admitted, 1, "admitted {admitted} where one unit fits");
+    assert!(
+        !cell
+            .peek(&counter, 3 * SECOND_NS / 2, 1)
+            .unwrap()
+            .unwrap()
+            .is_allowed(),
+        "the window rolled back"
+    );
+}
+
+#[test]
+fn sliding_counter_packed_cell_across_a_window_roll() {
+    explore(
+        "sliding counter packed cell, window roll",
+        3,
+        counter_window_roll,
+    );
+}
+
+/// Canary, planted in the atomic cell itself: an admission stores its word
+/// instead of compare-and-swapping it, so both checks at 1.5 s admit.
+#[test]
+#[should_panic(expected = "admitted 2 where one unit fits")]
+fn canary_counter_store_instead_of_cas_is_caught() {
+    explore_with(
+        Some(Canary::StoreInsteadOfCas),
+        "canary: counter cell stores instead of CAS",
+        3,
+        counter_window_roll,
     );
 }
 

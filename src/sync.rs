@@ -188,6 +188,10 @@ pub mod canary {
         /// A replaced table is freed at once, without waiting for the checks
         /// that may still be reading it.
         FreeWithoutGrace,
+        /// An admission on an atomic cell stores its word instead of
+        /// compare-and-swapping it: two checks that decided on the same
+        /// word both admit (the lost update; `crate::cell::Atomic`).
+        StoreInsteadOfCas,
         /// An abandoned reservation moves the TAT back but leaves the later
         /// reservations' slots where they were (`crate::wait`).
         CancelWithoutShift,

@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use tollgate::Quota;
 use tollgate::algorithm::{
-    Algorithm, FixedWindow, Gcra, PackedAlgorithm, SlidingWindowLog, TokenBucket,
+    Algorithm, FixedWindow, Gcra, PackedAlgorithm, SlidingWindowCounter, SlidingWindowLog,
+    TokenBucket,
 };
-use tollgate::cell::{AlwaysLocked, Atomic, Cell, CellFor, Locked, Preferred};
+use tollgate::cell::{Adaptive, AlwaysLocked, Atomic, Cell, CellFor, Locked, Preferred};
 
 /// The atomic cells reserve this word to mark a cell retired.
 const RETIRED_WORD: u64 = u64::MAX;
@@ -87,6 +88,7 @@ fn retiring_an_idle_cell_and_what_a_retired_cell_answers() {
     retirement::<FixedWindow>();
     retirement::<TokenBucket>();
     retirement::<SlidingWindowLog>();
+    retirement::<SlidingWindowCounter>();
 }
 
 #[test]
@@ -108,6 +110,7 @@ fn retire_into_new_carries_the_state() {
     carries::<FixedWindow>();
     carries::<TokenBucket>();
     carries::<SlidingWindowLog>();
+    carries::<SlidingWindowCounter>();
 }
 
 #[test]
@@ -117,6 +120,7 @@ fn each_algorithm_gets_its_cell() {
     is::<FixedWindow, Atomic<FixedWindow>, Preferred>();
     is::<TokenBucket, Locked<TokenBucket>, Preferred>();
     is::<SlidingWindowLog, Locked<SlidingWindowLog>, Preferred>();
+    is::<SlidingWindowCounter, Adaptive, Preferred>();
     is::<Gcra, Locked<Gcra>, AlwaysLocked>();
 }
 
@@ -135,5 +139,71 @@ fn locked_and_atomic_gcra_decide_alike() {
             locked.check(&gcra, now_ns, cost),
             "step {step}"
         );
+    }
+}
+
+/// A million a second in bursts of a million: two 20-bit counts leave 24
+/// index bits, fewer than the 2^33 one-second windows to the time horizon.
+fn unpacking_counter_quota() -> Quota {
+    Quota::per_second(1_000_000).unwrap()
+}
+
+/// The adaptive cell takes its packed form where the counter packs and
+/// its locked form where it does not (its `Debug` names the form), and
+/// both decide exactly as a locked cell on a trace that crosses windows,
+/// with costs of 1 to 3 and readings that go back.
+#[test]
+fn the_counter_s_adaptive_cell_decides_as_a_locked_one_in_both_forms() {
+    for (quota, form) in [
+        (Quota::per_second(10).unwrap(), "Word"),
+        (
+            Quota::per_second(10).unwrap().with_burst(7).unwrap(),
+            "Word",
+        ),
+        (unpacking_counter_quota(), "Locked"),
+    ] {
+        let counter = SlidingWindowCounter::from_quota(&quota);
+        assert_eq!(counter.packs(), form == "Word", "{quota:?}");
+        let adaptive = Adaptive::new(&counter);
+        assert!(format!("{adaptive:?}").contains(form), "{adaptive:?}");
+        let locked = Locked::new(&counter);
+        let window_ns = u64::try_from(quota.burst_window().as_nanos()).unwrap();
+        for step in 0..600_u64 {
+            // Steps of about a sixth of a window, one in seven a step back.
+            let now_ns =
+                (step * window_ns / 6).saturating_sub((step % 7 == 0) as u64 * window_ns / 2);
+            let cost = 1 + u32::try_from(step % 3).unwrap();
+            assert_eq!(
+                adaptive.check(&counter, now_ns, cost),
+                locked.check(&counter, now_ns, cost),
+                "{form}, step {step}"
+            );
+            assert_eq!(
+                adaptive.peek(&counter, now_ns, 1),
+                locked.peek(&counter, now_ns, 1),
+                "{form}, step {step}"
+            );
+        }
+    }
+}
+
+/// The packed counter's denial writes nothing: the cell's word, as its
+/// `Debug` shows it, is the same across 100 denials at moving times.
+#[test]
+fn the_packed_counter_s_denials_leave_its_word_unchanged() {
+    let counter = SlidingWindowCounter::from_quota(&Quota::per_minute(5).unwrap());
+    let cell = Adaptive::new(&counter);
+    for _ in 0..5 {
+        assert!(cell.check(&counter, 0, 1).unwrap().unwrap().is_allowed());
+    }
+    let drained = format!("{cell:?}");
+    assert!(drained.contains("word: 0x0000000000000005"), "{drained}");
+    for step in 0..100 {
+        let decision = cell
+            .check(&counter, step * 100_000_000, 1)
+            .unwrap()
+            .unwrap();
+        assert!(!decision.is_allowed());
+        assert_eq!(format!("{cell:?}"), drained, "denial {step} wrote");
     }
 }

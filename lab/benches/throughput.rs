@@ -158,23 +158,43 @@ fn admit_distinct_by_algorithm(criterion: &mut Criterion) {
     let ops: Vec<(&str, workloads::Op)> = vec![
         (
             "fixed_window",
-            workloads::admit_distinct::<FixedWindow, _>(LockFree::default(), KEYS),
+            workloads::admit_distinct_at::<FixedWindow, _>(
+                workloads::packing_quota(),
+                LockFree::default(),
+                KEYS,
+            ),
         ),
         (
             "token_bucket",
-            workloads::admit_distinct::<TokenBucket, _>(LockFree::default(), KEYS),
+            workloads::admit_distinct_at::<TokenBucket, _>(
+                workloads::packing_quota(),
+                LockFree::default(),
+                KEYS,
+            ),
         ),
         (
             "sliding_log",
-            workloads::admit_distinct::<SlidingWindowLog, _>(LockFree::default(), KEYS),
+            workloads::admit_distinct_at::<SlidingWindowLog, _>(
+                workloads::packing_quota(),
+                LockFree::default(),
+                KEYS,
+            ),
         ),
         (
             "sliding_counter",
-            workloads::admit_distinct::<SlidingWindowCounter, _>(LockFree::default(), KEYS),
+            workloads::admit_distinct_at::<SlidingWindowCounter, _>(
+                workloads::packing_quota(),
+                LockFree::default(),
+                KEYS,
+            ),
         ),
         (
             "gcra",
-            workloads::admit_distinct::<Gcra, _>(LockFree::default(), KEYS),
+            workloads::admit_distinct_at::<Gcra, _>(
+                workloads::packing_quota(),
+                LockFree::default(),
+                KEYS,
+            ),
         ),
     ];
     for (name, op) in &ops {

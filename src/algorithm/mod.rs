@@ -28,7 +28,7 @@ mod fixed_window;
 mod gcra;
 mod interval;
 mod sliding_log;
-mod sliding_window_counter;
+pub(crate) mod sliding_window_counter;
 mod token_bucket;
 
 use std::fmt::Debug;

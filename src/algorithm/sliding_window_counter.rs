@@ -2,8 +2,8 @@
 
 use std::cmp::Ordering;
 
-use super::{Algorithm, Verdict, to_u32, validate_cost};
-use crate::clock::clamp_time;
+use super::{Algorithm, PackedAlgorithm, Receipt, Verdict, to_u32, validate_cost};
+use crate::clock::{END_OF_TIME_NS, clamp_time};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
@@ -29,10 +29,83 @@ use crate::quota::Quota;
 ///
 /// A clock reading from before the stored window is treated as the stored
 /// window's first instant (where the previous window weighs most).
+///
+/// # Packed state
+///
+/// Where the quota lets every state fit, the state packs into one `u64`
+/// (see `pack_counts`), and the default cell
+/// ([`Adaptive`](crate::cell::Adaptive)) updates it with one
+/// compare-and-swap: a denial is a load and a compare, and writes nothing.
+/// Both counts take as many bits as the burst needs (`k`, 1 to 32), the
+/// window index the other `64 − 2k`, and the index must reach the time
+/// horizon ([`END_OF_TIME_NS`] / window) without the all-ones word, the
+/// atomic cell's retired marker. That holds when the window is at least
+/// about `burst²` nanoseconds (an emission interval of at least about
+/// `burst` ns): 1 000 a second in bursts of 1 000 packs (a window of 1 s:
+/// two 10-bit counts and 44 index bits, for 2^33 windows), a million a
+/// second in bursts of a million does not (two 20-bit counts leave 24
+/// index bits, for 2^33 windows). No encoding can do better for every state: past that the
+/// states of one key outnumber the values of a word. A quota that does not
+/// pack keeps its state behind a mutex, as every quota did before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingWindowCounter {
     capacity: u32,
     window_ns: u64,
+    /// `k`, the bits of each count in the packed word.
+    count_bits: u32,
+    /// Whether every state of this quota packs.
+    packs: bool,
+}
+
+/// Packs a sliding-window-counter state into a word.
+///
+/// ```text
+///  63                  2k  2k−1          k  k−1           0
+/// +----------------------+---------------+---------------+
+/// |  window index        |  previous (k) |  current (k)  |
+/// |  (64 − 2k)           |               |               |
+/// +----------------------+---------------+---------------+
+/// ```
+///
+/// | word | meaning |
+/// |---|---|
+/// | `0` | a fresh key: window 0, nothing counted |
+/// | `index << 2k \| previous << k \| current` | `current` units in window `index`, `previous` in the one before |
+/// | `u64::MAX` | never a state: the retired marker (a packing quota's index stays below `2^(64−2k) − 1`) |
+///
+/// `count_bits` is `k`, from 1 to 31; both counts must fit in it and
+/// `window_index` in the remaining bits.
+#[must_use]
+const fn pack_counts(window_index: u64, previous: u32, current: u32, count_bits: u32) -> u64 {
+    (window_index << (2 * count_bits)) | ((previous as u64) << count_bits) | current as u64
+}
+
+/// Unpacks a word built by [`pack_counts`] into (window index, previous,
+/// current).
+#[must_use]
+const fn unpack_counts(word: u64, count_bits: u32) -> (u64, u32, u32) {
+    let count_mask = (1_u64 << count_bits) - 1;
+    // The masks keep k <= 31 bits: the casts are lossless.
+    #[allow(clippy::cast_possible_truncation)]
+    let (previous, current) = (
+        ((word >> count_bits) & count_mask) as u32,
+        (word & count_mask) as u32,
+    );
+    (word >> (2 * count_bits), previous, current)
+}
+
+/// Whether every state of a quota of `count_bits` and this window packs.
+fn every_state_packs(count_bits: u32, window_ns: u64) -> bool {
+    let Some(index_bits) = u64::BITS
+        .checked_sub(2 * count_bits)
+        .filter(|&bits| bits > 0)
+    else {
+        return false;
+    };
+    // The index of the last instant, END_OF_TIME_NS (readings are clamped
+    // to it), must stay below the all-ones index: then no state is the
+    // retired word.
+    END_OF_TIME_NS / window_ns < (1_u64 << index_bits) - 1
 }
 
 /// A sliding-window-counter key: its current window and the counts of that
@@ -128,9 +201,13 @@ impl Algorithm for SlidingWindowCounter {
     type Admission = SlidingWindowCounterState;
 
     fn from_quota(quota: &Quota) -> Self {
+        let window_ns = quota.burst_window_ns();
+        let count_bits = u32::BITS - quota.burst().leading_zeros();
         Self {
             capacity: quota.burst(),
-            window_ns: quota.burst_window_ns(),
+            window_ns,
+            count_bits,
+            packs: every_state_packs(count_bits, window_ns),
         }
     }
 
@@ -198,5 +275,185 @@ impl Algorithm for SlidingWindowCounter {
     fn is_idle(&self, state: &SlidingWindowCounterState, now_ns: u64) -> bool {
         let view = self.view(state, clamp_time(now_ns));
         view.previous == 0 && view.current == 0
+    }
+}
+
+impl SlidingWindowCounter {
+    /// Whether every state of this counter's quota packs into one word, so
+    /// that the default cell ([`Adaptive`](crate::cell::Adaptive)) holds it
+    /// in an `AtomicU64` and denies without writing (see "Packed state").
+    #[must_use]
+    pub const fn packs(&self) -> bool {
+        self.packs
+    }
+
+    /// The counter in its packed form: exact only where [`packs`] holds
+    /// (the cell that calls it has checked).
+    ///
+    /// [`packs`]: SlidingWindowCounter::packs
+    pub(crate) const fn packed(&self) -> Packed {
+        Packed { counter: *self }
+    }
+}
+
+/// A [`SlidingWindowCounter`] whose states pack into one word: the
+/// algorithm the [`Adaptive`](crate::cell::Adaptive) cell's atomic form
+/// runs, for a counter that [`packs`](SlidingWindowCounter::packs). It
+/// decides exactly as the counter it wraps.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Packed {
+    counter: SlidingWindowCounter,
+}
+
+impl Algorithm for Packed {
+    type State = SlidingWindowCounterState;
+    type Admission = SlidingWindowCounterState;
+
+    /// The quota's counter in its packed form (the cell builds its own from
+    /// the counter it is given, and only where it packs).
+    fn from_quota(quota: &Quota) -> Self {
+        SlidingWindowCounter::from_quota(quota).packed()
+    }
+
+    fn capacity(&self) -> u32 {
+        self.counter.capacity()
+    }
+
+    #[inline]
+    fn decide(
+        &self,
+        state: &SlidingWindowCounterState,
+        now_ns: u64,
+        cost: u32,
+    ) -> Result<Verdict<SlidingWindowCounterState>, CheckError> {
+        self.counter.decide(state, now_ns, cost)
+    }
+
+    #[inline]
+    fn admit(&self, state: &mut SlidingWindowCounterState, admission: SlidingWindowCounterState) {
+        self.counter.admit(state, admission);
+    }
+
+    fn is_idle(&self, state: &SlidingWindowCounterState, now_ns: u64) -> bool {
+        self.counter.is_idle(state, now_ns)
+    }
+
+    fn rest_ns(&self) -> u64 {
+        self.counter.rest_ns()
+    }
+
+    fn receipt(
+        &self,
+        decision: &Decision,
+        now_ns: u64,
+        cost: u32,
+    ) -> Option<Receipt<SlidingWindowCounterState>> {
+        self.counter.receipt(decision, now_ns, cost)
+    }
+}
+
+impl PackedAlgorithm for Packed {
+    #[inline]
+    fn pack(&self, state: &SlidingWindowCounterState) -> u64 {
+        pack_counts(
+            state.window_index,
+            state.previous,
+            state.current,
+            self.counter.count_bits,
+        )
+    }
+
+    #[inline]
+    fn unpack(&self, word: u64) -> SlidingWindowCounterState {
+        let (window_index, previous, current) = unpack_counts(word, self.counter.count_bits);
+        SlidingWindowCounterState {
+            window_index,
+            previous,
+            current,
+        }
+    }
+}
+
+#[cfg(all(test, not(any(feature = "loom", feature = "shuttle"))))]
+mod tests {
+    use super::{
+        SlidingWindowCounter, SlidingWindowCounterState, every_state_packs, pack_counts,
+        unpack_counts,
+    };
+    use crate::Quota;
+    use crate::algorithm::{Algorithm, PackedAlgorithm};
+    use crate::clock::END_OF_TIME_NS;
+
+    #[test]
+    fn pack_and_unpack_round_trip_at_the_edges() {
+        for count_bits in [1_u32, 7, 16, 31] {
+            let max_count = u32::try_from((1_u64 << count_bits) - 1).unwrap();
+            let max_index = (1_u64 << (64 - 2 * count_bits)) - 1;
+            for (index, previous, current) in [
+                (0, 0, 0),
+                (0, max_count, 0),
+                (0, 0, max_count),
+                (max_index, 0, 0),
+                (max_index - 1, max_count, max_count),
+                (max_index / 3, max_count / 2, 1),
+            ] {
+                let word = pack_counts(index, previous, current, count_bits);
+                assert_eq!(
+                    unpack_counts(word, count_bits),
+                    (index, previous, current),
+                    "k = {count_bits}"
+                );
+            }
+            // Full counts never spill into each other or the index.
+            assert_eq!(pack_counts(0, 0, max_count, count_bits) >> count_bits, 0);
+            assert_eq!(
+                pack_counts(0, max_count, 0, count_bits) >> (2 * count_bits),
+                0
+            );
+            // Only the all-ones index with full counts is the retired word.
+            assert_eq!(
+                pack_counts(max_index, max_count, max_count, count_bits),
+                u64::MAX
+            );
+        }
+    }
+
+    #[test]
+    fn a_quota_packs_exactly_when_its_last_window_index_fits() {
+        // 1 000 a second in bursts of 1 000: a 1 s window, k = 10, 44
+        // index bits for 2^63 / 10^9 < 2^34 windows.
+        let packs = |quota: Quota| SlidingWindowCounter::from_quota(&quota).packs();
+        assert!(packs(Quota::per_second(1_000).unwrap()));
+        assert!(packs(Quota::per_minute(100).unwrap()));
+        // A million a second in bursts of a million: k = 20, 24 index bits
+        // for 2^33 windows of 1 s.
+        assert!(!packs(Quota::per_second(1_000_000).unwrap()));
+        // The largest burst (k = 32) leaves no index bit.
+        assert!(!packs(Quota::per_hour(u32::MAX).unwrap()));
+        // At the edge: k = 1 leaves 62 index bits, which a window of 2 ns
+        // needs all of (2^63 / 2 = 2^62 windows reach the all-ones index)
+        // and a window of 3 ns does not.
+        assert!(!every_state_packs(1, 2));
+        assert!(every_state_packs(1, 3));
+        assert_eq!(END_OF_TIME_NS / 2, 1 << 62);
+    }
+
+    #[test]
+    fn the_packed_counter_decides_as_the_counter() {
+        let counter = SlidingWindowCounter::from_quota(&Quota::per_second(10).unwrap());
+        assert!(counter.packs());
+        let packed = counter.packed();
+        let (mut plain, mut word) = (
+            SlidingWindowCounterState::default(),
+            SlidingWindowCounterState::default(),
+        );
+        for step in 0_u64..400 {
+            let now_ns = step * 7_919_000;
+            let cost = u32::try_from(step % 3).unwrap() + 1;
+            let expected = counter.check(&mut plain, now_ns, cost).unwrap();
+            let got = packed.check(&mut word, now_ns, cost).unwrap();
+            assert_eq!(got, expected, "step {step}");
+            assert_eq!(packed.unpack(packed.pack(&word)), plain);
+        }
     }
 }

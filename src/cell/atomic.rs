@@ -5,6 +5,7 @@ use super::{Cell, private};
 use crate::algorithm::{PackedAlgorithm, Verdict};
 use crate::decision::Decision;
 use crate::error::CheckError;
+use crate::sync::canary::{self, Canary};
 use crate::sync::{AtomicU64, Backoff, Ordering};
 
 /// The word no packed state ever takes ([`PackedAlgorithm::pack`]): marks a
@@ -77,6 +78,14 @@ impl<A: PackedAlgorithm> Atomic<A> {
         match algorithm.decide(&algorithm.unpack(word), now_ns, cost)? {
             // The deny path: nothing is written.
             Verdict::Deny(decision) => Ok(Attempt::Done(Some(decision))),
+            Verdict::Allow {
+                decision,
+                admission,
+            } if canary::planted(Canary::StoreInsteadOfCas) => {
+                self.word
+                    .store(algorithm.pack(&admission), Ordering::Relaxed);
+                Ok(Attempt::Done(Some(decision)))
+            }
             Verdict::Allow {
                 decision,
                 admission,

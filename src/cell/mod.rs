@@ -7,6 +7,9 @@
 //!   compare-and-swap. A denial is a load and a compare, and writes nothing.
 //!   Serves every [`PackedAlgorithm`](crate::algorithm::PackedAlgorithm)
 //!   (GCRA, fixed window).
+//! * [`Adaptive`]: the sliding window counter's, an [`Atomic`] cell where
+//!   the counter's quota lets every state pack into a word, a [`Locked`]
+//!   one where it does not.
 //! * [`Locked`]: any state behind a mutex. Read, decide and write happen
 //!   inside one critical section, which is what makes it correct: a lock held
 //!   only across the write would decide on stale data.
@@ -28,11 +31,13 @@
 //! on. Its methods are public, so that a store written outside the crate can
 //! hold these cells and apply the same arithmetic.
 
+mod adaptive;
 mod atomic;
 mod locked;
 
 use std::fmt::Debug;
 
+pub use adaptive::Adaptive;
 pub use atomic::Atomic;
 pub use locked::Locked;
 
@@ -117,8 +122,9 @@ pub trait CellFor<A: Algorithm> {
 }
 
 /// The fastest cell for each algorithm, the default: [`Atomic`] for GCRA and
-/// the fixed window, whose states pack into one word; [`Locked`] for the
-/// token bucket and the sliding windows.
+/// the fixed window, whose states pack into one word; [`Adaptive`] for the
+/// sliding window counter, whose states pack for most quotas; [`Locked`]
+/// for the token bucket and the sliding log.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Preferred;
 
@@ -144,7 +150,7 @@ impl CellFor<SlidingWindowLog> for Preferred {
 }
 
 impl CellFor<SlidingWindowCounter> for Preferred {
-    type Cell = Locked<SlidingWindowCounter>;
+    type Cell = Adaptive;
 }
 
 impl<A: Algorithm> CellFor<A> for AlwaysLocked {

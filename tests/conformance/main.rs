@@ -103,3 +103,17 @@ conformance!(
     SlidingWindowLog,
     LockFree::new(1)
 );
+conformance!(
+    sliding_counter_lock_free_one_shard,
+    SlidingWindowCounter,
+    LockFree::new(1)
+);
+
+// The sliding counter's locked form (the `Adaptive` cell's for a quota whose
+// states do not pack), on the lock-free store: every test quota here packs,
+// so the default rows above run the packed form.
+conformance!(
+    sliding_counter_lock_free_locked_form,
+    SlidingWindowCounter,
+    LockFree::default().cells::<tollgate::cell::AlwaysLocked>()
+);

@@ -123,10 +123,34 @@ pub fn governor_direct_deny() -> Op {
     })
 }
 
+/// A quota whose sliding window counter packs into a word (an emission
+/// interval of 100 µs, bursts of 1 000: a 100 ms window), which keys spread
+/// over 65 536 never drain: a thread revisits each of its 16 384 keys about
+/// once a millisecond, and a key refills ten units in that time. A key
+/// rests 100 ms (the counter 200 ms) after its last admission, as with
+/// `distinct_quota`, so that none is evicted while in use (a shorter rest
+/// lets the table's growth sweeps evict the first keys while the last are
+/// primed, and the run then measures their re-insertion).
+pub fn packing_quota() -> Quota {
+    Quota::per_second(10_000)
+        .unwrap()
+        .with_burst(1_000)
+        .unwrap()
+}
+
 /// Algorithm `A` on `store`, admitting on `keys` distinct keys (each thread
 /// its own quarter), every key present before timing.
 pub fn admit_distinct<A: Algorithm, S: StoreKind<u64, A>>(store: S, keys: u64) -> Op {
-    let limiter = keyed::<A, _, _>(distinct_quota(), store, TscClock::new());
+    admit_distinct_at::<A, _>(distinct_quota(), store, keys)
+}
+
+/// The same at `quota`.
+pub fn admit_distinct_at<A: Algorithm, S: StoreKind<u64, A>>(
+    quota: Quota,
+    store: S,
+    keys: u64,
+) -> Op {
+    let limiter = keyed::<A, _, _>(quota, store, TscClock::new());
     for key in 0..keys {
         assert!(limiter.check(&key).unwrap().is_allowed());
     }
