@@ -18,8 +18,10 @@ use std::time::Duration;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
+use tollgate::Decision;
 use tollgate::algorithm::{
-    Algorithm, FixedWindow, Gcra, PackedAlgorithm, SlidingWindowCounter, Verdict,
+    Algorithm, FixedWindow, Gcra, PackedAlgorithm, SlidingWindowCounter, SlidingWindowCounterState,
+    Verdict,
 };
 use tollgate::canary::{self, Canary};
 use tollgate::cell::{Adaptive, Atomic, Cell};
@@ -403,46 +405,88 @@ fn canary_window_regression_is_caught() {
 // ---------------------------------------------------------------------------
 // The sliding window counter's packed cell (`Adaptive`, in its packed form).
 
-/// Two units per one-second window. Window 0 is full; at 1.5 s the
-/// previous window weighs half, so exactly one more unit fits. Two threads
-/// check one unit at 1.5 s while a third arrives with a late reading from
-/// window 0 (0.9 s), which is denied whichever word it reads (window 0 is
-/// full; window 1, read at its first instant, carries the whole previous
-/// count). In every interleaving exactly one unit is admitted, and a unit
-/// at 1.5 s is denied afterwards: the late reading dragged nothing back.
+/// Two units per one-second window, one used at 0 s. Two threads check one
+/// unit at 1.5 s (window 1, where window 0's unit weighs half) and a third
+/// arrives with a late reading from window 0 (0.9 s), which admits if it
+/// decides on window 0's word and is denied on window 1's (read at its
+/// first instant, where window 0 weighs whole). Each thread checks once, so
+/// a correct cell is linearizable: its outcomes and its final state (read
+/// through decisions at four later instants, for one and two units) are
+/// those of one of the six serial orders, replayed with the pure counter.
+/// Between them the orders admit one unit or two; none admits both checks
+/// at 1.5 s.
 fn counter_window_roll() {
     const SECOND_NS: u64 = 1_000_000_000;
+    const READINGS_NS: [u64; 3] = [3 * SECOND_NS / 2, 3 * SECOND_NS / 2, 9 * SECOND_NS / 10];
+    const PROBES_NS: [u64; 4] = [
+        3 * SECOND_NS / 2,
+        2 * SECOND_NS,
+        5 * SECOND_NS / 2,
+        29 * SECOND_NS / 10,
+    ];
     let counter = Arc::new(SlidingWindowCounter::from_quota(
         &Quota::per_second(2).unwrap(),
     ));
     assert!(counter.packs());
     let cell = Arc::new(Adaptive::new(&counter));
-    for _ in 0..2 {
-        assert!(cell.check(&counter, 0, 1).unwrap().unwrap().is_allowed());
-    }
-    let threads = [3 * SECOND_NS / 2, 3 * SECOND_NS / 2, 9 * SECOND_NS / 10]
+    assert!(cell.check(&counter, 0, 1).unwrap().unwrap().is_allowed());
+    let handles: Vec<_> = READINGS_NS
         .into_iter()
         .map(|now_ns| {
             let (counter, cell) = (Arc::clone(&counter), Arc::clone(&cell));
-            Box::new(move || {
-                u32::from(
-                    cell.check(&counter, now_ns, 1)
-                        .unwrap()
-                        .unwrap()
-                        .is_allowed(),
-                )
-            }) as Box<dyn FnOnce() -> u32 + Send>
+            thread::spawn(move || {
+                cell.check(&counter, now_ns, 1)
+                    .unwrap()
+                    .unwrap()
+                    .is_allowed()
+            })
         })
         .collect();
-    let admitted = admitted_by(threads);
-    assert_eq!(admitted, 1, "admitted {admitted} where one unit fits");
+    let outcomes: Vec<bool> = handles
+        .into_iter()
+        .map(|handle| handle.join().unwrap())
+        .collect();
+    let probe = |decide: &dyn Fn(u64, u32) -> Decision| -> Vec<Decision> {
+        PROBES_NS
+            .iter()
+            .flat_map(|&now_ns| [decide(now_ns, 1), decide(now_ns, 2)])
+            .collect()
+    };
+    let observed = (
+        outcomes,
+        probe(&|now_ns, cost| cell.peek(&counter, now_ns, cost).unwrap().unwrap()),
+    );
+    let mut first = SlidingWindowCounterState::default();
+    assert!(counter.check(&mut first, 0, 1).unwrap().is_allowed());
+    let orders = [
+        [0, 1, 2],
+        [0, 2, 1],
+        [1, 0, 2],
+        [1, 2, 0],
+        [2, 0, 1],
+        [2, 1, 0],
+    ];
+    let serial: Vec<(Vec<bool>, Vec<Decision>)> = orders
+        .iter()
+        .map(|order| {
+            let mut state = first;
+            let mut outcomes = vec![false; 3];
+            for &thread in order {
+                outcomes[thread] = counter
+                    .check(&mut state, READINGS_NS[thread], 1)
+                    .unwrap()
+                    .is_allowed();
+            }
+            let state = state;
+            let decisions =
+                probe(&|now_ns, cost| counter.decide(&state, now_ns, cost).unwrap().decision());
+            (outcomes, decisions)
+        })
+        .collect();
     assert!(
-        !cell
-            .peek(&counter, 3 * SECOND_NS / 2, 1)
-            .unwrap()
-            .unwrap()
-            .is_allowed(),
-        "the window rolled back"
+        serial.contains(&observed),
+        "not linearizable: outcomes {:?} match no serial order",
+        observed.0
     );
 }
 
@@ -456,9 +500,10 @@ fn sliding_counter_packed_cell_across_a_window_roll() {
 }
 
 /// Canary, planted in the atomic cell itself: an admission stores its word
-/// instead of compare-and-swapping it, so both checks at 1.5 s admit.
+/// instead of compare-and-swapping it, so both checks at 1.5 s can admit
+/// (or the late reading's admission be overwritten).
 #[test]
-#[should_panic(expected = "admitted 2 where one unit fits")]
+#[should_panic(expected = "not linearizable")]
 fn canary_counter_store_instead_of_cas_is_caught() {
     explore_with(
         Some(Canary::StoreInsteadOfCas),

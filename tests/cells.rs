@@ -207,3 +207,47 @@ fn the_packed_counter_s_denials_leave_its_word_unchanged() {
         assert_eq!(format!("{cell:?}"), drained, "denial {step} wrote");
     }
 }
+
+/// A state made by hand that packs to the retired word (here from another
+/// quota's checks at the end of time: window 2^62 − 1, one unit in each
+/// count, which a burst of 1 packs to all ones) is never installed by a
+/// compare-and-exchange (a refund with a hand-made receipt), which would
+/// retire the cell behind its store's back, and never brings a retired
+/// cell back as the state it expects.
+#[test]
+fn a_hand_made_state_that_packs_to_the_retired_word_is_refused() {
+    use tollgate::algorithm::SlidingWindowCounterState;
+    use tollgate::clock::END_OF_TIME_NS;
+    let other = SlidingWindowCounter::from_quota(&Quota::new(2, Duration::from_nanos(2)).unwrap());
+    let mut forged = SlidingWindowCounterState::default();
+    assert!(
+        other
+            .check(&mut forged, END_OF_TIME_NS - 4, 1)
+            .unwrap()
+            .is_allowed()
+    );
+    assert!(
+        other
+            .check(&mut forged, END_OF_TIME_NS - 2, 1)
+            .unwrap()
+            .is_allowed()
+    );
+    // A burst of 1 in windows of 3 ns: k = 1, 62 index bits, and it packs.
+    let counter =
+        SlidingWindowCounter::from_quota(&Quota::new(1, Duration::from_nanos(3)).unwrap());
+    assert!(counter.packs());
+    let fresh = SlidingWindowCounterState::default();
+    let cell = Adaptive::new(&counter);
+    assert_eq!(
+        cell.compare_exchange(&counter, &fresh, &forged),
+        Some(false)
+    );
+    assert!(
+        cell.check(&counter, 0, 1).unwrap().unwrap().is_allowed(),
+        "still in service"
+    );
+    let retired = Adaptive::new(&counter);
+    assert!(retired.retire_if_idle(&counter, 0));
+    assert_eq!(retired.compare_exchange(&counter, &forged, &fresh), None);
+    assert_eq!(retired.check(&counter, 0, 1), Ok(None), "still retired");
+}

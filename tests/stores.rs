@@ -481,3 +481,39 @@ fn denied_new_keys_are_not_stored_on_any_store() {
     denied_new_keys_are_not_stored(GlobalMutex);
     denied_new_keys_are_not_stored(PerKey::new());
 }
+
+/// The sliding counter's cell in its boxed locked form (a quota whose
+/// states do not pack: bursts of 4 in windows of 16 ns, 3-bit counts and
+/// 58 index bits for 2^59 windows) through the stores that hold cells: on
+/// one lock-free shard, 2 000 keys grow the table through its rebuilds
+/// (each key's cell moved by `retire_into_new`), each key admits exactly
+/// its burst, `evict_idle` retires every cell once they rest, and the keys
+/// come back fresh.
+#[test]
+fn the_sliding_counter_s_boxed_form_through_growth_and_eviction() {
+    fn exercise<S: StoreKind<u64, SlidingWindowCounter>>(store: S) {
+        let quota = Quota::new(4, std::time::Duration::from_nanos(16)).unwrap();
+        assert!(!SlidingWindowCounter::from_quota(&quota).packs());
+        let clock = ManualClock::new();
+        let limiter = Builder::new(quota)
+            .algorithm::<SlidingWindowCounter>()
+            .clock(clock.clone())
+            .store(store)
+            .build::<u64>();
+        for round in 0..2 {
+            for key in 0..2_000_u64 {
+                let admitted = (0..5)
+                    .filter(|_| limiter.check(&key).unwrap().is_allowed())
+                    .count();
+                assert_eq!(admitted, 4, "round {round}, key {key}");
+            }
+            assert_eq!(limiter.len(), 2_000);
+            // Two windows on, every count weighs nothing.
+            clock.advance_ns(32);
+            assert_eq!(limiter.evict_idle(), 2_000, "round {round}");
+            assert_eq!(limiter.len(), 0);
+        }
+    }
+    exercise(LockFree::new(1));
+    exercise(PerKey::new());
+}

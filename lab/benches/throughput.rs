@@ -141,6 +141,14 @@ fn admit_distinct_keys(criterion: &mut Criterion) {
                 "lock_free_unshared",
                 workloads::admit_distinct_unshared(keys),
             ),
+            (
+                "lock_free_keys_mixed",
+                workloads::admit_distinct_quarters(keys, false),
+            ),
+            (
+                "lock_free_keys_apart",
+                workloads::admit_distinct_quarters(keys, true),
+            ),
             ("governor_keyed", workloads::governor_admit_distinct(keys)),
         ];
         for (name, op) in &ops {

@@ -113,6 +113,7 @@ fn main() {
         slice: std::time::Duration::from_millis(if full { 100 } else { 25 }),
         rounds: if full { 12 } else { 6 },
         pairs: if full { 30 } else { 10 },
+        blocks: if full { 5 } else { 2 },
     };
     let serving = serving::Budget {
         per_cell: std::time::Duration::from_millis(if full { 200 } else { 60 }),

@@ -35,6 +35,11 @@ pub struct Budget {
     pub rounds: usize,
     /// Pairs per judged ratio.
     pub pairs: usize,
+    /// Blocks the pairs are run in, each on workloads built afresh (new
+    /// limiters: new hash seeds, new heap addresses, new cache-line
+    /// neighbours), so that the interval covers what one process's
+    /// placement does to a ratio, not only the noise within it.
+    pub blocks: usize,
 }
 
 /// One workload's aggregate ns per operation at 1, 2 and 4 threads.
@@ -134,14 +139,32 @@ fn sample(op: &workloads::Op, threads: usize, ops: u64) -> f64 {
     parallel::run(threads, ops, op).as_nanos() as f64 / total
 }
 
+/// A fixed-seed xorshift generator for the rounds' orders: every run of
+/// the lab measures in the same orders.
+struct Shuffle(u64);
+
+impl Shuffle {
+    /// Puts `order` in a fresh random order (Fisher–Yates).
+    fn permute(&mut self, order: &mut [usize]) {
+        for index in (1..order.len()).rev() {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            // The remainder is below `index + 1`: the cast back is lossless.
+            #[allow(clippy::cast_possible_truncation)]
+            let other = (self.0 % (index as u64 + 1)) as usize;
+            order.swap(index, other);
+        }
+    }
+}
+
 /// Measures a table in interleaved rounds: each round runs every row at
-/// every thread count, rows rotated by one from the round before.
-fn table(
-    title: String,
-    ops: &[(&'static str, workloads::Op)],
-    budget: &Budget,
-    bar: &ProgressBar,
-) -> Table {
+/// every thread count, the rows in a fresh random order at each (so that
+/// no row always follows the same one).
+fn table(title: String, makers: &Makers, budget: &Budget, bar: &ProgressBar) -> Table {
+    bar.set_message(format!("{title}: building"));
+    let ops: Vec<(&'static str, workloads::Op)> =
+        makers.iter().map(|(name, make)| (*name, make())).collect();
     bar.set_message(format!("{title}: calibrating"));
     let sizes: Vec<[u64; 3]> = ops
         .iter()
@@ -149,10 +172,12 @@ fn table(
         .collect();
     let mut samples = vec![[const { Vec::new() }; 3]; ops.len()];
     bar.set_message(title.clone());
-    for round in 0..budget.rounds {
+    let mut order: Vec<usize> = (0..ops.len()).collect();
+    let mut shuffle = Shuffle(0x9E37_79B9_7F4A_7C15);
+    for _ in 0..budget.rounds {
         for (column, threads) in THREADS.into_iter().enumerate() {
-            for step in 0..ops.len() {
-                let row = (round + step) % ops.len();
+            shuffle.permute(&mut order);
+            for &row in &order {
                 let sample = sample(&ops[row].1, threads, sizes[row][column]);
                 samples[row][column].push(sample);
             }
@@ -170,30 +195,34 @@ fn table(
     Table { title, rows }
 }
 
-/// One side of a pair: a workload at a thread count.
+/// One side of a pair: a workload's maker and a thread count.
 struct Side<'a> {
-    op: &'a workloads::Op,
+    make: &'a Make,
     threads: usize,
 }
 
 /// Runs `subject` and `baseline` back to back `budget.pairs` times, each
-/// first in every other pair; returns the median of the pairs' ratios
-/// `subject ns / baseline ns` with its interval.
+/// first in every other pair, in `budget.blocks` blocks on workloads built
+/// afresh for each; returns the median of the pairs' ratios `subject ns /
+/// baseline ns` with its interval.
 fn paired(subject: &Side<'_>, baseline: &Side<'_>, budget: &Budget) -> Estimate {
-    let subject_ops = calibrate(subject.op, subject.threads, budget.slice);
-    let baseline_ops = calibrate(baseline.op, baseline.threads, budget.slice);
-    let mut ratios: Vec<f64> = (0..budget.pairs)
-        .map(|pair| {
+    let per_block = budget.pairs.div_ceil(budget.blocks.max(1));
+    let mut ratios = Vec::with_capacity(budget.pairs);
+    while ratios.len() < budget.pairs {
+        let (subject_op, baseline_op) = ((subject.make)(), (baseline.make)());
+        let subject_ops = calibrate(&subject_op, subject.threads, budget.slice);
+        let baseline_ops = calibrate(&baseline_op, baseline.threads, budget.slice);
+        for pair in 0..per_block.min(budget.pairs - ratios.len()) {
             let (subject_ns, baseline_ns) = if pair % 2 == 0 {
-                let s = sample(subject.op, subject.threads, subject_ops);
-                (s, sample(baseline.op, baseline.threads, baseline_ops))
+                let s = sample(&subject_op, subject.threads, subject_ops);
+                (s, sample(&baseline_op, baseline.threads, baseline_ops))
             } else {
-                let b = sample(baseline.op, baseline.threads, baseline_ops);
-                (sample(subject.op, subject.threads, subject_ops), b)
+                let b = sample(&baseline_op, baseline.threads, baseline_ops);
+                (sample(&subject_op, subject.threads, subject_ops), b)
             };
-            subject_ns / baseline_ns
-        })
-        .collect();
+            ratios.push(subject_ns / baseline_ns);
+        }
+    }
     median_ci(&mut ratios)
 }
 
@@ -208,10 +237,21 @@ fn clock_cost(clock: &dyn Clock) -> f64 {
     started.elapsed().as_nanos() as f64 / f64::from(READS)
 }
 
-type Ops = Vec<(&'static str, workloads::Op)>;
+/// Builds a workload (its limiter built and primed).
+type Make = Box<dyn Fn() -> workloads::Op>;
 
-fn deny_ops() -> Ops {
-    vec![
+/// A table's rows: each name with its workload's maker.
+type Makers = Vec<(&'static str, Make)>;
+
+/// `(name, maker)` from a workload expression, built each time it is called.
+macro_rules! rows {
+    ($(($name:expr, $op:expr $(,)?)),* $(,)?) => {
+        vec![$(($name, Box::new(move || $op) as Make)),*]
+    };
+}
+
+fn deny_ops() -> Makers {
+    rows![
         (
             "fixed window",
             workloads::deny_hot_key::<FixedWindow, _>(TscClock::new()),
@@ -249,8 +289,8 @@ fn deny_ops() -> Ops {
     ]
 }
 
-fn clock_ops() -> Ops {
-    vec![
+fn clock_ops() -> Makers {
+    rows![
         (
             "monotonic",
             workloads::deny_hot_key::<Gcra, _>(MonotonicClock::new()),
@@ -263,8 +303,8 @@ fn clock_ops() -> Ops {
     ]
 }
 
-fn distinct_ops(keys: u64) -> Ops {
-    vec![
+fn distinct_ops(keys: u64) -> Makers {
+    rows![
         (
             "global mutex",
             workloads::admit_distinct::<Gcra, _>(GlobalMutex, keys),
@@ -289,13 +329,21 @@ fn distinct_ops(keys: u64) -> Ops {
             "lock-free, unshared",
             workloads::admit_distinct_unshared(keys),
         ),
+        (
+            "lock-free, keys mixed",
+            workloads::admit_distinct_quarters(keys, false),
+        ),
+        (
+            "lock-free, keys apart",
+            workloads::admit_distinct_quarters(keys, true),
+        ),
         ("governor keyed", workloads::governor_admit_distinct(keys)),
     ]
 }
 
-fn algorithm_ops() -> Ops {
+fn algorithm_ops() -> Makers {
     let quota = workloads::packing_quota;
-    vec![
+    rows![
         (
             "fixed window",
             workloads::admit_distinct_at::<FixedWindow, _>(quota(), LockFree::default(), 65_536),
@@ -329,14 +377,20 @@ fn algorithm_ops() -> Ops {
             ),
         ),
         (
+            "sliding counter, unpacked",
+            // 10^8 a second in bursts of 10^7: a quota it cannot pack, so
+            // its default cell takes the boxed locked form.
+            workloads::admit_distinct::<SlidingWindowCounter, _>(LockFree::default(), 65_536),
+        ),
+        (
             "GCRA",
             workloads::admit_distinct_at::<Gcra, _>(quota(), LockFree::default(), 65_536),
         ),
     ]
 }
 
-fn hot_ops() -> Ops {
-    vec![
+fn hot_ops() -> Makers {
+    rows![
         ("global mutex", workloads::admit_hot_key(GlobalMutex)),
         ("sharded", workloads::admit_hot_key(Sharded::default())),
         ("per-key", workloads::admit_hot_key(PerKey::new())),
@@ -345,9 +399,10 @@ fn hot_ops() -> Ops {
     ]
 }
 
-/// The op named `name` in `ops`.
-fn op<'a>(ops: &'a Ops, name: &str) -> &'a workloads::Op {
-    &ops.iter()
+/// The maker of the row named `name` in `makers`.
+fn op<'a>(makers: &'a Makers, name: &str) -> &'a Make {
+    &makers
+        .iter()
         .find(|(row, _)| *row == name)
         .unwrap_or_else(|| panic!("no workload {name}"))
         .1
@@ -355,8 +410,8 @@ fn op<'a>(ops: &'a Ops, name: &str) -> &'a workloads::Op {
 
 /// The ratios the lab judges, each from its own pairs at 2 threads (the
 /// scaling ratio: 2 threads against 1).
-fn judge(deny: &Ops, distinct: &Ops, budget: &Budget, bar: &ProgressBar) -> Vec<Judged> {
-    let at = |op, threads| Side { op, threads };
+fn judge(deny: &Makers, distinct: &Makers, budget: &Budget, bar: &ProgressBar) -> Vec<Judged> {
+    let at = |make, threads| Side { make, threads };
     let two = |op| at(op, 2);
     let cases: Vec<(&'static str, Side<'_>, Side<'_>, Target, bool)> = vec![
         (
@@ -415,6 +470,20 @@ fn judge(deny: &Ops, distinct: &Ops, budget: &Budget, bar: &ProgressBar) -> Vec<
             Target::Shown,
             true,
         ),
+        (
+            "  threads' keys in no common line × mixed, 2 threads",
+            two(op(distinct, "lock-free, keys apart")),
+            two(op(distinct, "lock-free, keys mixed")),
+            Target::Shown,
+            true,
+        ),
+        (
+            "  the same, 1 thread (the control: no second core)",
+            at(op(distinct, "lock-free, keys apart"), 1),
+            at(op(distinct, "lock-free, keys mixed"), 1),
+            Target::Shown,
+            true,
+        ),
     ];
     cases
         .into_iter()
@@ -439,14 +508,14 @@ fn judge(deny: &Ops, distinct: &Ops, budget: &Budget, bar: &ProgressBar) -> Vec<
 /// Runs every workload and the judged pairs.
 pub fn run(budget: &Budget) -> Results {
     const TABLES: u64 = 3 + 3 + 2;
-    const JUDGED: u64 = 8;
+    const JUDGED: u64 = 10;
     let bar = ProgressBar::new(TABLES * budget.rounds as u64 + JUDGED).with_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} {elapsed} {msg}").expect("template"),
     );
-    let deny_ops = deny_ops();
+    let deny_makers = deny_ops();
     let deny = table(
         "Deny on a drained hot key (default store, TSC clock)".into(),
-        &deny_ops,
+        &deny_makers,
         budget,
         &bar,
     );
@@ -483,7 +552,7 @@ pub fn run(budget: &Budget) -> Results {
         budget,
         &bar,
     );
-    let judged = judge(&deny_ops, &widest, budget, &bar);
+    let judged = judge(&deny_makers, &widest, budget, &bar);
     bar.finish_and_clear();
     let clock_read = vec![
         (

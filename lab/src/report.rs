@@ -31,6 +31,12 @@ pub fn print(results: &Results) {
 
 /// The issue's targets: each judged ratio from its own pairs, then memory.
 pub fn targets(results: &Results, sweep: &[SweepRow]) {
+    if crate::parallel::cpu_count() < 2 {
+        println!(
+            "WARNING: this process may run on fewer than 2 CPUs (taskset?): the 2-thread \
+             ratios below share one core and judge nothing."
+        );
+    }
     let pairs = results
         .judged
         .first()
@@ -46,7 +52,7 @@ pub fn targets(results: &Results, sweep: &[SweepRow]) {
             Target::Shown => String::new(),
         };
         println!(
-            "{:<54} {:>6.2}× ({:.2}–{:.2}) {:>7}  {}",
+            "{:<54} {:>6.3}× ({:.3}–{:.3}) {:>7}  {}",
             judged.name,
             judged.ratio.median,
             judged.ratio.low,
@@ -109,10 +115,15 @@ where
     X: AsRangedCoord<Value = f64>,
     X::CoordDescType: ValueFormatter<f64>,
 {
+    // Only finite values are drawn (an interval with a bound of 0 ns has an
+    // infinite reciprocal, and plotters cannot place ticks up to it).
+    let finite = |point: &&(f64, f64, f64, f64)| {
+        point.0.is_finite() && point.1.is_finite() && point.2.is_finite() && point.3.is_finite()
+    };
     let top = series
         .iter()
-        .flat_map(|line| line.points.iter().map(|point| point.3))
-        .fold(0.0_f64, f64::max)
+        .flat_map(|line| line.points.iter().filter(finite).map(|point| point.3))
+        .fold(1.0_f64, f64::max)
         * 1.1;
     let root = SVGBackend::new(path, (760, 460)).into_drawing_area();
     root.fill(&WHITE)?;
@@ -131,14 +142,23 @@ where
         let colour = Palette99::pick(index).to_rgba();
         chart
             .draw_series(LineSeries::new(
-                line.points.iter().map(|&(x, y, _, _)| (x, y)),
+                line.points
+                    .iter()
+                    .filter(finite)
+                    .map(|&(x, y, _, _)| (x, y)),
                 colour.stroke_width(2),
             ))?
             .label(line.name.as_str())
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], colour.stroke_width(2)));
-        chart.draw_series(line.points.iter().filter(|point| point.2 < point.3).map(
-            |&(x, y, low, high)| ErrorBar::new_vertical(x, low, y, high, colour.filled(), 6),
-        ))?;
+        chart.draw_series(
+            line.points
+                .iter()
+                .filter(finite)
+                .filter(|point| point.2 < point.3)
+                .map(|&(x, y, low, high)| {
+                    ErrorBar::new_vertical(x, low, y, high, colour.filled(), 6)
+                }),
+        )?;
     }
     chart
         .configure_series_labels()
@@ -173,7 +193,13 @@ fn judged_chart(path: &Path, judged: &[Judged]) -> Plotted {
                 Target::Shown => None,
             }
         })
+        .filter(|row: &(&str, f64, f64, f64)| {
+            row.1.is_finite() && row.2.is_finite() && row.3.is_finite()
+        })
         .collect();
+    if shown.is_empty() {
+        return Ok(());
+    }
     let right = shown.iter().map(|row| row.3).fold(1.0_f64, f64::max) * 1.15;
     let root = SVGBackend::new(path, (900, 60 + 44 * shown.len() as u32)).into_drawing_area();
     root.fill(&WHITE)?;

@@ -180,6 +180,13 @@ pub struct Receipt<S> {
 
 impl<S> Receipt<S> {
     /// A receipt: `written` by the admission, `restored` to take it back.
+    ///
+    /// A receipt made here rather than by a check (`check_n_receipt`)
+    /// gives back nothing that check admitted: a refund with it installs
+    /// `restored` if the key holds `written`, whatever those states are,
+    /// and a state no check of that quota produces decides as its fields
+    /// say (a packed cell refuses only the states that would pack to its
+    /// retired word).
     pub const fn new(written: S, restored: S) -> Self {
         Self { written, restored }
     }

@@ -32,21 +32,25 @@ use crate::quota::Quota;
 ///
 /// # Packed state
 ///
-/// Where the quota lets every state fit, the state packs into one `u64`
-/// (see `pack_counts`), and the default cell
+/// Where the quota lets every state fit, the state packs into one `u64`,
+/// and the default cell
 /// ([`Adaptive`](crate::cell::Adaptive)) updates it with one
 /// compare-and-swap: a denial is a load and a compare, and writes nothing.
-/// Both counts take as many bits as the burst needs (`k`, 1 to 32), the
-/// window index the other `64 − 2k`, and the index must reach the time
+/// Both counts take as many bits as the burst needs (`k`, 1 to 31: a
+/// burst of 2^31 or more never packs), the window index the other
+/// `64 − 2k`, in that order from the top, and the index must reach the time
 /// horizon ([`END_OF_TIME_NS`] / window) without the all-ones word, the
 /// atomic cell's retired marker. That holds when the window is at least
 /// about `burst²` nanoseconds (an emission interval of at least about
 /// `burst` ns): 1 000 a second in bursts of 1 000 packs (a window of 1 s:
 /// two 10-bit counts and 44 index bits, for 2^33 windows), a million a
 /// second in bursts of a million does not (two 20-bit counts leave 24
-/// index bits, for 2^33 windows). No encoding can do better for every state: past that the
-/// states of one key outnumber the values of a word. A quota that does not
-/// pack keeps its state behind a mutex, as every quota did before.
+/// index bits, for 2^33 windows). A mixed-radix word (the index times
+/// `(burst + 1)²` plus the counts) would pack windows down to about
+/// `(burst + 1)² / 2` ns, up to 4× shorter at power-of-two bursts, at the
+/// price of a division on every check; below that, no encoding can: the
+/// states of one key outnumber the values of a word. A quota that does
+/// not pack keeps its state behind a mutex, as every quota did before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingWindowCounter {
     capacity: u32,
@@ -443,17 +447,20 @@ mod tests {
         let counter = SlidingWindowCounter::from_quota(&Quota::per_second(10).unwrap());
         assert!(counter.packs());
         let packed = counter.packed();
-        let (mut plain, mut word) = (
-            SlidingWindowCounterState::default(),
-            SlidingWindowCounterState::default(),
-        );
+        let mut plain = SlidingWindowCounterState::default();
+        let mut word = packed.pack(&plain);
+        assert_eq!(word, 0, "a fresh key packs to 0");
         for step in 0_u64..400 {
             let now_ns = step * 7_919_000;
             let cost = u32::try_from(step % 3).unwrap() + 1;
             let expected = counter.check(&mut plain, now_ns, cost).unwrap();
-            let got = packed.check(&mut word, now_ns, cost).unwrap();
+            // The packed side keeps its state only as a word between
+            // steps, as the atomic cell does.
+            let mut unpacked = packed.unpack(word);
+            let got = packed.check(&mut unpacked, now_ns, cost).unwrap();
+            word = packed.pack(&unpacked);
             assert_eq!(got, expected, "step {step}");
-            assert_eq!(packed.unpack(packed.pack(&word)), plain);
+            assert_eq!(packed.unpack(word), plain, "step {step}");
         }
     }
 }

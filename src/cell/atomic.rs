@@ -181,14 +181,22 @@ impl<A: PackedAlgorithm> Cell<A> for Atomic<A> {
     where
         A::State: PartialEq + Clone,
     {
+        let (current, new) = (algorithm.pack(current), algorithm.pack(new));
+        if current == RETIRED_WORD || new == RETIRED_WORD {
+            // No state a check produces packs to the retired word, but a
+            // state made by hand can (a `Receipt` built from another
+            // quota's states): installed, it would retire the cell behind
+            // the store's back; expected, it would bring a retired cell
+            // back. Neither happens: such a state is never this cell's.
+            // Relaxed: as below.
+            return (self.word.load(Ordering::Relaxed) != RETIRED_WORD).then_some(false);
+        }
         // Relaxed, both: see "Orderings" on the type. Strong: a spurious
         // failure would read as another admission having landed.
-        match self.word.compare_exchange(
-            algorithm.pack(current),
-            algorithm.pack(new),
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        ) {
+        match self
+            .word
+            .compare_exchange(current, new, Ordering::Relaxed, Ordering::Relaxed)
+        {
             Ok(_) => Some(true),
             Err(RETIRED_WORD) => None,
             Err(_) => Some(false),

@@ -109,9 +109,11 @@ conformance!(
     LockFree::new(1)
 );
 
-// The sliding counter's locked form (the `Adaptive` cell's for a quota whose
-// states do not pack), on the lock-free store: every test quota here packs,
-// so the default rows above run the packed form.
+// The sliding counter behind a `Locked` cell (`AlwaysLocked`), the
+// discipline of the `Adaptive` cell's boxed form, on the lock-free store:
+// every test quota here packs, so the default rows above run the packed
+// form. The boxed form itself, through growth and eviction:
+// `tests/stores.rs`.
 conformance!(
     sliding_counter_lock_free_locked_form,
     SlidingWindowCounter,

@@ -48,6 +48,12 @@ fn cpus() -> &'static [usize] {
     CPUS.get_or_init(allowed_cpus)
 }
 
+/// How many CPUs the measuring threads are pinned across (0: not pinned).
+#[allow(dead_code)] // The criterion benches do not ask.
+pub fn cpu_count() -> usize {
+    cpus().len()
+}
+
 /// Whether measuring threads are pinned, and to how many CPUs.
 #[allow(dead_code)] // The criterion benches pin without printing it.
 pub fn pinning() -> String {

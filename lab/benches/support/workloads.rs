@@ -190,6 +190,76 @@ pub fn admit_distinct_unshared(keys: u64) -> Op {
     })
 }
 
+/// A SipHash hasher (std's `RandomState`) for u64 keys that can set the
+/// bit the lock-free store's lowest shard bit reads (bit 32) to the parity
+/// of the key's quarter: with `apart`, threads 0 and 1 (and 2 and 3) keep
+/// their keys in disjoint shards, so no cache line of any table holds keys
+/// of two threads on two cores; without it, the same hasher mixes them as
+/// SipHash does. The same keys, the same number per shard on average, the
+/// same hash cost; what differs besides the lines two cores share is each
+/// thread's footprint (apart, a thread's keys fill half the shards'
+/// tables, so it touches fewer lines), which the ratio at 1 thread, where
+/// no line is shared, measures alone. The 2-thread ratio over the 1-thread
+/// one is then what sharing lines between cores costs (false sharing),
+/// where hardware counters cannot be read (this VM has none: `perf c2c`
+/// reports "memory events not supported").
+#[derive(Clone, Debug)]
+pub struct QuarterShards {
+    sip: std::hash::RandomState,
+    quarter: u64,
+    apart: bool,
+}
+
+/// The hasher of [`QuarterShards`].
+pub struct QuarterShardsHasher {
+    inner: std::hash::DefaultHasher,
+    key: u64,
+    quarter: u64,
+    apart: bool,
+}
+
+impl std::hash::BuildHasher for QuarterShards {
+    type Hasher = QuarterShardsHasher;
+    fn build_hasher(&self) -> QuarterShardsHasher {
+        QuarterShardsHasher {
+            inner: self.sip.build_hasher(),
+            key: 0,
+            quarter: self.quarter,
+            apart: self.apart,
+        }
+    }
+}
+
+impl std::hash::Hasher for QuarterShardsHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        self.inner.write(bytes);
+    }
+    fn write_u64(&mut self, key: u64) {
+        self.key = key;
+        self.inner.write_u64(key);
+    }
+    fn finish(&self) -> u64 {
+        let hash = self.inner.finish();
+        if self.apart {
+            (hash & !(1 << 32)) | (((self.key / self.quarter) & 1) << 32)
+        } else {
+            hash
+        }
+    }
+}
+
+/// GCRA on the lock-free store admitting on `keys` distinct keys, as
+/// `admit_distinct`, hashed by [`QuarterShards`] with its keys `apart` by
+/// thread or mixed.
+pub fn admit_distinct_quarters(keys: u64, apart: bool) -> Op {
+    let hasher = QuarterShards {
+        sip: std::hash::RandomState::new(),
+        quarter: (keys / 4).max(1),
+        apart,
+    };
+    admit_distinct::<Gcra, _>(LockFree::default().with_hasher(hasher), keys)
+}
+
 /// governor's keyed limiter on the same workload.
 pub fn governor_admit_distinct(keys: u64) -> Op {
     let limiter = governor::RateLimiter::keyed(governor_quota(100_000_000, 10_000_000));
