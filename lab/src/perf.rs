@@ -201,18 +201,20 @@ struct Side<'a> {
     threads: usize,
 }
 
-/// Runs `subject` and `baseline` back to back `budget.pairs` times, each
-/// first in every other pair, in `budget.blocks` blocks on workloads built
-/// afresh for each; returns the median of the pairs' ratios `subject ns /
-/// baseline ns` with its interval.
-fn paired(subject: &Side<'_>, baseline: &Side<'_>, budget: &Budget) -> Estimate {
-    let per_block = budget.pairs.div_ceil(budget.blocks.max(1));
-    let mut ratios = Vec::with_capacity(budget.pairs);
-    while ratios.len() < budget.pairs {
-        let (subject_op, baseline_op) = ((subject.make)(), (baseline.make)());
-        let subject_ops = calibrate(&subject_op, subject.threads, budget.slice);
-        let baseline_ops = calibrate(&baseline_op, baseline.threads, budget.slice);
-        for pair in 0..per_block.min(budget.pairs - ratios.len()) {
+/// One block of pairs: `subject` and `baseline` built afresh, then run
+/// back to back `pairs` times, each first in every other pair; the pairs'
+/// ratios `subject ns / baseline ns`.
+fn paired_block(
+    subject: &Side<'_>,
+    baseline: &Side<'_>,
+    pairs: usize,
+    slice: Duration,
+) -> Vec<f64> {
+    let (subject_op, baseline_op) = ((subject.make)(), (baseline.make)());
+    let subject_ops = calibrate(&subject_op, subject.threads, slice);
+    let baseline_ops = calibrate(&baseline_op, baseline.threads, slice);
+    (0..pairs)
+        .map(|pair| {
             let (subject_ns, baseline_ns) = if pair % 2 == 0 {
                 let s = sample(&subject_op, subject.threads, subject_ops);
                 (s, sample(&baseline_op, baseline.threads, baseline_ops))
@@ -220,10 +222,9 @@ fn paired(subject: &Side<'_>, baseline: &Side<'_>, budget: &Budget) -> Estimate 
                 let b = sample(&baseline_op, baseline.threads, baseline_ops);
                 (sample(&subject_op, subject.threads, subject_ops), b)
             };
-            ratios.push(subject_ns / baseline_ns);
-        }
-    }
-    median_ci(&mut ratios)
+            subject_ns / baseline_ns
+        })
+        .collect()
 }
 
 fn clock_cost(clock: &dyn Clock) -> f64 {
@@ -408,12 +409,24 @@ fn op<'a>(makers: &'a Makers, name: &str) -> &'a Make {
         .1
 }
 
+/// A ratio the lab judges, with the pairs' ratios measured so far.
+struct Case<'a> {
+    name: &'static str,
+    subject: Side<'a>,
+    baseline: Side<'a>,
+    target: Target,
+    /// A throughput ratio (the baseline's cost over the subject's), or a
+    /// cost ratio.
+    throughput: bool,
+    ratios: Vec<f64>,
+}
+
 /// The ratios the lab judges, each from its own pairs at 2 threads (the
 /// scaling ratio: 2 threads against 1).
-fn judge(deny: &Makers, distinct: &Makers, budget: &Budget, bar: &ProgressBar) -> Vec<Judged> {
+fn cases<'a>(deny: &'a Makers, distinct: &'a Makers) -> Vec<Case<'a>> {
     let at = |make, threads| Side { make, threads };
     let two = |op| at(op, 2);
-    let cases: Vec<(&'static str, Side<'_>, Side<'_>, Target, bool)> = vec![
+    let cases: Vec<(&'static str, Side<'a>, Side<'a>, Target, bool)> = vec![
         (
             "keyed GCRA deny × governor keyed (throughput)",
             two(op(deny, "GCRA")),
@@ -487,73 +500,89 @@ fn judge(deny: &Makers, distinct: &Makers, budget: &Budget, bar: &ProgressBar) -
     ];
     cases
         .into_iter()
-        .map(|(name, subject, baseline, target, throughput)| {
-            bar.set_message(format!("judging: {}", name.trim_start()));
-            let cost = paired(&subject, &baseline, budget);
-            bar.inc(1);
-            Judged {
-                name,
-                // A throughput ratio is the baseline's cost over the subject's.
-                ratio: if throughput {
-                    cost.reciprocal(1.0)
-                } else {
-                    cost
-                },
-                target,
-            }
+        .map(|(name, subject, baseline, target, throughput)| Case {
+            name,
+            subject,
+            baseline,
+            target,
+            throughput,
+            ratios: Vec::new(),
         })
         .collect()
 }
 
-/// Runs every workload and the judged pairs.
+/// Runs one block of pairs of every case.
+fn judge_block(cases: &mut [Case<'_>], budget: &Budget, block: usize, bar: &ProgressBar) {
+    let per_block = budget.pairs.div_ceil(budget.blocks.max(1));
+    for case in cases {
+        let pairs = per_block.min(budget.pairs.saturating_sub(case.ratios.len()));
+        bar.set_message(format!(
+            "judging, block {}: {}",
+            block + 1,
+            case.name.trim_start()
+        ));
+        let ratios = paired_block(&case.subject, &case.baseline, pairs, budget.slice);
+        case.ratios.extend(ratios);
+    }
+    bar.inc(1);
+}
+
+/// Runs every workload and the judged pairs. The pairs run in blocks
+/// spread over the whole run, one block after every few tables, so that
+/// each judged ratio samples the machine at every stage of the run (a
+/// VM's two vCPUs can change how they share their host's cores between
+/// one minute and the next), not only at its end.
 pub fn run(budget: &Budget) -> Results {
-    const TABLES: u64 = 3 + 3 + 2;
-    const JUDGED: u64 = 10;
-    let bar = ProgressBar::new(TABLES * budget.rounds as u64 + JUDGED).with_style(
+    let (deny_makers, clock_makers) = (deny_ops(), clock_ops());
+    let (few, some, widest) = (distinct_ops(16), distinct_ops(1_024), distinct_ops(65_536));
+    let (algorithm_makers, hot_makers) = (algorithm_ops(), hot_ops());
+    let specs: [(&str, &Makers); 7] = [
+        (
+            "Deny on a drained hot key (default store, TSC clock)",
+            &deny_makers,
+        ),
+        ("GCRA deny on a drained hot key, by clock", &clock_makers),
+        ("GCRA admitting on 16 distinct keys, by store", &few),
+        ("GCRA admitting on 1024 distinct keys, by store", &some),
+        ("GCRA admitting on 65536 distinct keys, by store", &widest),
+        (
+            "Admitting on 65536 distinct keys, by algorithm (default store; 10 000/s in bursts \
+             of 1 000, which the sliding counter packs)",
+            &algorithm_makers,
+        ),
+        ("GCRA admitting on one hot key, by store", &hot_makers),
+    ];
+    let blocks = budget.blocks.max(1);
+    let bar = ProgressBar::new((specs.len() * budget.rounds + blocks) as u64).with_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} {elapsed} {msg}").expect("template"),
     );
-    let deny_makers = deny_ops();
-    let deny = table(
-        "Deny on a drained hot key (default store, TSC clock)".into(),
-        &deny_makers,
-        budget,
-        &bar,
-    );
-    let deny_with_clock = table(
-        "GCRA deny on a drained hot key, by clock".into(),
-        &clock_ops(),
-        budget,
-        &bar,
-    );
-    let mut distinct = Vec::new();
-    let mut widest = Vec::new();
-    for keys in [16_u64, 1_024, 65_536] {
-        let ops = distinct_ops(keys);
-        distinct.push((
-            keys,
-            table(
-                format!("GCRA admitting on {keys} distinct keys, by store"),
-                &ops,
-                budget,
-                &bar,
-            ),
-        ));
-        widest = ops;
+    let mut cases = cases(&deny_makers, &widest);
+    let mut tables = Vec::new();
+    let mut judged_blocks = 0;
+    for (index, (title, makers)) in specs.iter().enumerate() {
+        tables.push(table((*title).to_owned(), makers, budget, &bar));
+        // Block b runs after table ⌈(b + 1) × tables / blocks⌉ − 1.
+        while judged_blocks < blocks && (judged_blocks + 1) * specs.len() <= (index + 1) * blocks {
+            judge_block(&mut cases, budget, judged_blocks, &bar);
+            judged_blocks += 1;
+        }
     }
-    let by_algorithm = table(
-        "Admitting on 65536 distinct keys, by algorithm (default store; 10 000/s in bursts of 1 000, which the sliding counter packs)".into(),
-        &algorithm_ops(),
-        budget,
-        &bar,
-    );
-    let hot = table(
-        "GCRA admitting on one hot key, by store".into(),
-        &hot_ops(),
-        budget,
-        &bar,
-    );
-    let judged = judge(&deny_makers, &widest, budget, &bar);
     bar.finish_and_clear();
+    let judged = cases
+        .into_iter()
+        .map(|mut case| {
+            let cost = median_ci(&mut case.ratios);
+            Judged {
+                name: case.name,
+                ratio: if case.throughput {
+                    cost.reciprocal(1.0)
+                } else {
+                    cost
+                },
+                target: case.target,
+            }
+        })
+        .collect();
     let clock_read = vec![
         (
             "monotonic (std Instant)",
@@ -562,6 +591,11 @@ pub fn run(budget: &Budget) -> Results {
         ("tsc (quanta)", clock_cost(&TscClock::new())),
         ("coarse (cached)", clock_cost(&CoarseClock::new())),
     ];
+    let mut tables = tables.into_iter();
+    let mut next = || tables.next().expect("seven tables");
+    let (deny, deny_with_clock) = (next(), next());
+    let distinct = vec![(16, next()), (1_024, next()), (65_536, next())];
+    let (by_algorithm, hot) = (next(), next());
     Results {
         deny,
         deny_with_clock,
