@@ -5,11 +5,12 @@
 //! How it holds still on a noisy 2-core VM:
 //!
 //! - **Tables** are measured in interleaved rounds: each round runs every
-//!   cell of a table once (its rows in an order rotated by one each round),
+//!   cell of a table once (its rows in a fresh random order each round),
 //!   so that a slow second of the machine falls on every row alike. A cell
 //!   is the median of its rounds, with its order-statistics interval.
 //! - **Judged ratios** come from pairs: the subject and its baseline run
-//!   back to back, alternately first, at least 10 pairs (30 in `--full`);
+//!   back to back, alternately first, at least 10 pairs (30 in `--full`),
+//!   in blocks on workloads built afresh and spread over the whole run;
 //!   each pair gives one ratio, and the verdict reads the 95 % interval of
 //!   their median: a target is met only if the whole interval meets it.
 //! - Measuring threads are pinned to CPUs (`parallel.rs`).
