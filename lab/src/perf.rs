@@ -111,7 +111,8 @@ pub struct Results {
     pub distinct: Vec<(u64, Table)>,
     pub by_algorithm: Table,
     pub hot: Table,
-    pub clock_read: Vec<(&'static str, f64)>,
+    /// One of each piece of a keyed check, ns, on one thread.
+    pub pieces: Vec<(&'static str, f64)>,
     pub judged: Vec<Judged>,
 }
 
@@ -228,15 +229,62 @@ fn paired_block(
         .collect()
 }
 
-fn clock_cost(clock: &dyn Clock) -> f64 {
-    const READS: u32 = 2_000_000;
-    let started = std::time::Instant::now();
-    let mut sum = 0_u64;
-    for _ in 0..READS {
-        sum = sum.wrapping_add(std::hint::black_box(clock).now_ns());
-    }
-    std::hint::black_box(sum);
-    started.elapsed().as_nanos() as f64 / f64::from(READS)
+/// ns per call of `step` (given the call's index), over 2 000 000 calls
+/// on this thread: the median of five such runs.
+fn one_thread_cost(step: &dyn Fn(u64) -> u64) -> f64 {
+    const CALLS: u32 = 2_000_000;
+    let mut runs: Vec<f64> = (0..5)
+        .map(|_| {
+            let started = std::time::Instant::now();
+            let mut sum = 0_u64;
+            for call in 0..u64::from(CALLS) {
+                sum = sum.wrapping_add(step(std::hint::black_box(call)));
+            }
+            std::hint::black_box(sum);
+            started.elapsed().as_nanos() as f64 / f64::from(CALLS)
+        })
+        .collect();
+    crate::stats::median(&mut runs)
+}
+
+/// One of each piece a keyed check is made of, on one thread: the clock
+/// reads, the two hashers, and an epoch pin (crossbeam-epoch's, on a
+/// collector of its own: the operation the lock-free store's read path
+/// runs on every check, its `lock cmpxchg` included).
+fn components() -> Vec<(&'static str, f64)> {
+    use std::hash::BuildHasher;
+    let (monotonic, tsc, coarse) = (MonotonicClock::new(), TscClock::new(), CoarseClock::new());
+    let sip = std::hash::RandomState::new();
+    let fold = foldhash::fast::RandomState::default();
+    let collector = crossbeam_epoch::Collector::new();
+    let handle = collector.register();
+    vec![
+        (
+            "clock: monotonic (std Instant)",
+            one_thread_cost(&|_| monotonic.now_ns()),
+        ),
+        ("clock: tsc (quanta)", one_thread_cost(&|_| tsc.now_ns())),
+        (
+            "clock: coarse (cached)",
+            one_thread_cost(&|_| coarse.now_ns()),
+        ),
+        (
+            "hash a u64: SipHash-1-3 (std)",
+            one_thread_cost(&|key| sip.hash_one(key)),
+        ),
+        (
+            "hash a u64: foldhash, seeded",
+            one_thread_cost(&|key| fold.hash_one(key)),
+        ),
+        (
+            "epoch pin and unpin (crossbeam)",
+            one_thread_cost(&|call| {
+                let guard = handle.pin();
+                drop(std::hint::black_box(guard));
+                call
+            }),
+        ),
+    ]
 }
 
 /// Builds a workload (its limiter built and primed).
@@ -584,14 +632,7 @@ pub fn run(budget: &Budget) -> Results {
             }
         })
         .collect();
-    let clock_read = vec![
-        (
-            "monotonic (std Instant)",
-            clock_cost(&MonotonicClock::new()),
-        ),
-        ("tsc (quanta)", clock_cost(&TscClock::new())),
-        ("coarse (cached)", clock_cost(&CoarseClock::new())),
-    ];
+    let pieces = components();
     let mut tables = tables.into_iter();
     let mut next = || tables.next().expect("seven tables");
     let (deny, deny_with_clock) = (next(), next());
@@ -603,7 +644,7 @@ pub fn run(budget: &Budget) -> Results {
         distinct,
         by_algorithm,
         hot,
-        clock_read,
+        pieces,
         judged,
     }
 }
