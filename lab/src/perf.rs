@@ -9,7 +9,7 @@
 //!   so that a slow second of the machine falls on every row alike. A cell
 //!   is the median of its rounds, with its order-statistics interval.
 //! - **Judged ratios** come from pairs: the subject and its baseline run
-//!   back to back, alternately first, at least 10 pairs (30 in `--full`),
+//!   back to back, alternately first, 10 pairs (30 in `--full`),
 //!   in blocks on workloads built afresh and spread over the whole run;
 //!   each pair gives one ratio, and the verdict reads the 95 % interval of
 //!   their median: a target is met only if the whole interval meets it.
@@ -204,18 +204,20 @@ struct Side<'a> {
 }
 
 /// One block of pairs: `subject` and `baseline` built afresh, then run
-/// back to back `pairs` times, each first in every other pair; the pairs'
-/// ratios `subject ns / baseline ns`.
+/// back to back for the pairs numbered `pairs`, the subject first in the
+/// even-numbered ones (numbered over the whole case, so that blocks of an
+/// odd size do not put the same side first more often); the pairs' ratios
+/// `subject ns / baseline ns`.
 fn paired_block(
     subject: &Side<'_>,
     baseline: &Side<'_>,
-    pairs: usize,
+    pairs: std::ops::Range<usize>,
     slice: Duration,
 ) -> Vec<f64> {
     let (subject_op, baseline_op) = ((subject.make)(), (baseline.make)());
     let subject_ops = calibrate(&subject_op, subject.threads, slice);
     let baseline_ops = calibrate(&baseline_op, baseline.threads, slice);
-    (0..pairs)
+    pairs
         .map(|pair| {
             let (subject_ns, baseline_ns) = if pair % 2 == 0 {
                 let s = sample(&subject_op, subject.threads, subject_ops);
@@ -229,35 +231,33 @@ fn paired_block(
         .collect()
 }
 
-/// ns per call of `step` (given the call's index), over 2 000 000 calls
-/// on this thread: the median of five such runs.
-fn one_thread_cost(step: &dyn Fn(u64) -> u64) -> f64 {
-    const CALLS: u32 = 2_000_000;
-    let mut runs: Vec<f64> = (0..5)
-        .map(|_| {
-            let started = std::time::Instant::now();
-            let mut sum = 0_u64;
-            for call in 0..u64::from(CALLS) {
-                sum = sum.wrapping_add(step(std::hint::black_box(call)));
-            }
-            std::hint::black_box(sum);
-            started.elapsed().as_nanos() as f64 / f64::from(CALLS)
-        })
-        .collect();
+/// ns per call of `step` (given the call's index) beyond an empty step's,
+/// over 2 000 000 calls on one pinned thread: the median of five runs,
+/// each timed as `step` and the empty step back to back.
+fn one_thread_cost(step: &(dyn Fn(u64) -> u64 + Sync)) -> f64 {
+    const CALLS: u64 = 2_000_000;
+    let time = |step: &(dyn Fn(u64) -> u64 + Sync)| {
+        let elapsed = parallel::run(1, CALLS, &|_, call| {
+            std::hint::black_box(step(std::hint::black_box(call)));
+        });
+        #[allow(clippy::cast_precision_loss)]
+        let ns = elapsed.as_nanos() as f64 / CALLS as f64;
+        ns
+    };
+    let empty = |call| call;
+    let mut runs: Vec<f64> = (0..5).map(|_| time(step) - time(&empty)).collect();
     crate::stats::median(&mut runs)
 }
 
 /// One of each piece a keyed check is made of, on one thread: the clock
-/// reads, the two hashers, and an epoch pin (crossbeam-epoch's, on a
-/// collector of its own: the operation the lock-free store's read path
-/// runs on every check, its `lock cmpxchg` included).
+/// reads, the two hashers, and an epoch pin (crossbeam-epoch's default
+/// collector through its thread-local handle, as the lock-free store's
+/// read path pins on every check, its `lock cmpxchg` included).
 fn components() -> Vec<(&'static str, f64)> {
     use std::hash::BuildHasher;
     let (monotonic, tsc, coarse) = (MonotonicClock::new(), TscClock::new(), CoarseClock::new());
     let sip = std::hash::RandomState::new();
     let fold = foldhash::fast::RandomState::default();
-    let collector = crossbeam_epoch::Collector::new();
-    let handle = collector.register();
     vec![
         (
             "clock: monotonic (std Instant)",
@@ -279,7 +279,7 @@ fn components() -> Vec<(&'static str, f64)> {
         (
             "epoch pin and unpin (crossbeam)",
             one_thread_cost(&|call| {
-                let guard = handle.pin();
+                let guard = crossbeam_epoch::pin();
                 drop(std::hint::black_box(guard));
                 call
             }),
@@ -564,7 +564,11 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers) -> Vec<Case<'a>> {
 fn judge_block(cases: &mut [Case<'_>], budget: &Budget, block: usize, bar: &ProgressBar) {
     let per_block = budget.pairs.div_ceil(budget.blocks.max(1));
     for case in cases {
-        let pairs = per_block.min(budget.pairs.saturating_sub(case.ratios.len()));
+        let done = case.ratios.len();
+        let pairs = done..budget.pairs.min(done + per_block);
+        if pairs.is_empty() {
+            continue;
+        }
         bar.set_message(format!(
             "judging, block {}: {}",
             block + 1,

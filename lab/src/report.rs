@@ -22,7 +22,10 @@ pub fn print(results: &Results) {
     }
     print_table(&results.by_algorithm, None);
     print_table(&results.hot, Some("governor keyed"));
-    println!("## The pieces of a keyed check, one at a time on one thread");
+    println!(
+        "## The pieces of a keyed check, one at a time on one pinned thread (beyond an empty \
+         step's cost)"
+    );
     for (name, ns) in &results.pieces {
         println!("{name:<34} {ns:>7.2} ns");
     }
