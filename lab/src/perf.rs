@@ -135,10 +135,10 @@ fn calibrate(op: &workloads::Op, threads: usize, slice: Duration) -> u64 {
 }
 
 /// One run: aggregate ns per operation.
-fn sample(op: &workloads::Op, threads: usize, ops: u64) -> f64 {
+fn sample(op: &(dyn Fn(usize, u64) + Sync), threads: usize, ops: u64) -> f64 {
     #[allow(clippy::cast_precision_loss)]
     let total = (ops * threads as u64) as f64;
-    parallel::run(threads, ops, op).as_nanos() as f64 / total
+    parallel::run(threads, ops, &op).as_nanos() as f64 / total
 }
 
 /// A fixed-seed xorshift generator for the rounds' orders: every run of
@@ -237,12 +237,10 @@ fn paired_block(
 fn one_thread_cost(step: &(dyn Fn(u64) -> u64 + Sync)) -> f64 {
     const CALLS: u64 = 2_000_000;
     let time = |step: &(dyn Fn(u64) -> u64 + Sync)| {
-        let elapsed = parallel::run(1, CALLS, &|_, call| {
+        let op = |_, call| {
             std::hint::black_box(step(std::hint::black_box(call)));
-        });
-        #[allow(clippy::cast_precision_loss)]
-        let ns = elapsed.as_nanos() as f64 / CALLS as f64;
-        ns
+        };
+        sample(&op, 1, CALLS)
     };
     let empty = |call| call;
     let mut runs: Vec<f64> = (0..5).map(|_| time(step) - time(&empty)).collect();
