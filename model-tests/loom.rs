@@ -641,7 +641,7 @@ fn lock_free_two_inserters_of_one_key() {
 }
 
 /// A hot key (a burst of 2, one unit used) is checked while another thread
-/// inserts the key that fills its 8-bucket table, which rebuilds it into 16
+/// inserts the key that fills its 8-bucket table, which rebuilds it into 11
 /// buckets and moves the hot key's cell. The hot key admits exactly its
 /// burst: the check lands before the move (and is carried over) or after it
 /// (in the new table), never in a cell left behind.
@@ -662,7 +662,7 @@ fn check_against_rebuild() {
 #[test]
 fn lock_free_check_against_rebuild() {
     explore(
-        "lock-free table, hot-key check vs 8->16 rebuild",
+        "lock-free table, hot-key check vs 8->11 rebuild",
         2,
         check_against_rebuild,
     );
@@ -740,19 +740,19 @@ fn canary_eviction_without_tombstone_is_caught() {
 }
 
 /// A burst of 2 at one per 30 minutes. Key 100 is drained at 0 s, idle at
-/// 1 h, and evicted then (its slot becomes a tombstone) while 14 other keys
+/// 1 h, and evicted then (its slot becomes a tombstone) while 28 other keys
 /// are busy; it is drained again at 1 h, into a new slot. At 1 h 31 min the
-/// 14 others are idle and key 100 has one unit back. One thread checks it
-/// while another evicts the 14, which leaves the 32-bucket table at a
-/// quarter of its size or less and compacts it into 8 buckets, moving key
-/// 100. Its one unit is admitted exactly once.
+/// 28 others are idle and key 100 has one unit back. One thread checks it
+/// while another evicts the 28, which leaves the 39-bucket table with at
+/// least four times the buckets its one key needs and compacts it into 8,
+/// moving key 100. Its one unit is admitted exactly once.
 fn check_against_compaction() {
     const MINUTE: Duration = Duration::from_secs(60);
     let clock = ManualClock::new();
     let limiter = one_table(Quota::per_hour(2).unwrap(), &clock);
     assert!(limiter.check_n(&100, 2).unwrap().is_allowed());
     clock.set(60 * MINUTE);
-    for key in 0..14 {
+    for key in 0..28 {
         assert!(allowed(&limiter, key));
     }
     assert_eq!(limiter.evict_idle(), 1);
@@ -761,7 +761,7 @@ fn check_against_compaction() {
     let checker = spawn_on(&limiter, |limiter| allowed(limiter, 100));
     let evictor = spawn_on(&limiter, OneTable::evict_idle);
     assert!(checker.join().unwrap(), "the unit refilled by 1 h 30 min");
-    assert_eq!(evictor.join().unwrap(), 14);
+    assert_eq!(evictor.join().unwrap(), 28);
     assert!(
         !allowed(&limiter, 100),
         "key 100 admitted a unit twice across the compaction"

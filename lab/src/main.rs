@@ -8,7 +8,9 @@
 //! run ends with when it can start a `redis-server`, `--leases` only their
 //! last (deciding locally: the deny cache and leases), `--http` only the
 //! section on the HTTP layer (against tower_governor), and `--perf` only the
-//! in-process performance section (its targets without the memory ones).
+//! in-process performance section (its targets without the memory ones),
+//! `--growth` only the table of memory at every key count while a store
+//! grows.
 
 #[path = "../../tests/support/churn.rs"]
 mod churn;
@@ -79,6 +81,7 @@ fn main() {
     let mut only_http = false;
     let mut only_leases = false;
     let mut only_perf = false;
+    let mut only_growth = false;
     let mut out = std::path::PathBuf::from("lab-output");
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -88,6 +91,7 @@ fn main() {
             "--http" => only_http = true,
             "--leases" => only_leases = true,
             "--perf" => only_perf = true,
+            "--growth" => only_growth = true,
             "--out" => match args.next() {
                 Some(dir) => out = dir.into(),
                 None => usage("--out needs a directory"),
@@ -119,8 +123,13 @@ fn main() {
         per_cell: std::time::Duration::from_millis(if full { 200 } else { 60 }),
         rounds: if full { 20 } else { 10 },
     };
+    if only_growth {
+        memory::growth_table();
+        println!("Total time: {:.0?}", started.elapsed());
+        return;
+    }
     if only_perf {
-        performance(&perf, &[], &out);
+        performance(&perf, &[], &[], &out);
         println!("Total time: {:.0?}", started.elapsed());
         return;
     }
@@ -151,15 +160,22 @@ fn main() {
     memory::matrix(if full { counts } else { &[100_000] });
     memory::candidate_maps();
     memory::peak_table(full);
-    performance(&perf, &sweep, &out);
+    let growth = memory::growth_table();
+    performance(&perf, &sweep, &growth, &out);
     serving::run(&serving);
     distributed::run(&distributed);
     println!("\nTotal time: {:.0?}", started.elapsed());
 }
 
-/// The performance section, its targets (with `sweep`'s memory) and the
+/// The performance section, its targets (with the memory of `sweep` and
+/// `growth`) and the
 /// plots.
-fn performance(budget: &perf::Budget, sweep: &[memory::SweepRow], out: &std::path::Path) {
+fn performance(
+    budget: &perf::Budget,
+    sweep: &[memory::SweepRow],
+    growth: &[memory::Growth],
+    out: &std::path::Path,
+) {
     println!("# Performance (wall clock: compare within one run)\n");
     println!(
         "{} rounds of {:?} a cell, {} pairs a judged ratio, {}\n",
@@ -170,7 +186,7 @@ fn performance(budget: &perf::Budget, sweep: &[memory::SweepRow], out: &std::pat
     );
     let results = perf::run(budget);
     report::print(&results);
-    report::targets(&results, sweep);
+    report::targets(&results, sweep, growth);
     match report::plots(&results, sweep, out) {
         Ok(files) => {
             println!("Plots written to {}:", out.display());
@@ -187,7 +203,7 @@ fn usage(problem: &str) -> ! {
         eprintln!("tollgate-lab: {problem}");
     }
     eprintln!(
-        "usage: tollgate-lab [--full] [--distributed] [--http] [--leases] [--perf] [--out DIR]"
+        "usage: tollgate-lab [--full] [--distributed] [--http] [--leases] [--perf] [--growth] [--out DIR]"
     );
     std::process::exit(if problem.is_empty() { 0 } else { 2 });
 }

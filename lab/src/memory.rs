@@ -407,3 +407,104 @@ pub fn peak_table(full: bool) {
          memory tables above are settled the same way)\n"
     );
 }
+
+/// The heap of one store while it grows one key at a time, read after every
+/// insert from `FROM` keys to `TO`: the settled figure at every count, not
+/// at a few.
+#[derive(Clone, Copy, Debug)]
+pub struct Growth {
+    pub store: &'static str,
+    /// The most bytes per key live between two inserts, and at which count.
+    pub worst: (f64, u64),
+    /// The fewest bytes per key live between two inserts, and at which count.
+    pub best: (f64, u64),
+    /// The highest peak inside one insert (a rebuild: old and new tables
+    /// live at once) against the heap after it, and at which count.
+    pub peak: (f64, u64),
+}
+
+impl Growth {
+    /// The first count and the last.
+    pub const FROM: u64 = 100_000;
+    pub const TO: u64 = 2_000_000;
+}
+
+/// Tracks the extremes of `Growth` as `step` inserts key after key.
+fn growth_of(store: &'static str, mut step: impl FnMut(u64)) -> Growth {
+    settle();
+    let before = counting_alloc::live().0;
+    let mut growth = Growth {
+        store,
+        worst: (0.0, 0),
+        best: (f64::INFINITY, 0),
+        peak: (0.0, 0),
+    };
+    for key in 0..Growth::TO {
+        counting_alloc::reset_peak();
+        step(key);
+        let keys = key + 1;
+        if keys < Growth::FROM {
+            continue;
+        }
+        let live = counting_alloc::live().0 - before;
+        #[allow(clippy::cast_precision_loss)]
+        let (per_key, peak) = (
+            live as f64 / keys as f64,
+            (counting_alloc::peak() - before) as f64 / live as f64,
+        );
+        if per_key > growth.worst.0 {
+            growth.worst = (per_key, keys);
+        }
+        if per_key < growth.best.0 {
+            growth.best = (per_key, keys);
+        }
+        if peak > growth.peak.0 {
+            growth.peak = (peak, keys);
+        }
+    }
+    growth
+}
+
+/// GCRA on the lock-free store (default shards, and one shard: no
+/// stagger) against governor's keyed limiter, u64 keys of one request
+/// each, growing from 1 to `Growth::TO` keys on one thread. Nothing is
+/// settled between inserts: a replaced table still awaiting its grace
+/// period counts, so the worst figure bounds the settled one from above.
+pub fn growth_table() -> Vec<Growth> {
+    println!("## Memory at every key count while growing: u64 keys, one request each, one thread");
+    println!(
+        "(heap after each insert from {} to {} keys; peak: the most live inside one insert ÷ \
+         the heap after it)",
+        Growth::FROM,
+        Growth::TO
+    );
+    println!(
+        "{:<30} {:>18} {:>18} {:>18}",
+        "store", "worst B/key (at)", "best B/key (at)", "peak ratio (at)"
+    );
+    let tollgate = |name, store: LockFree| {
+        let limiter = Builder::new(quota())
+            .store(store)
+            .clock(ManualClock::new())
+            .build::<u64>();
+        growth_of(name, |key| {
+            assert!(limiter.check(&key).expect("unit cost").is_allowed());
+        })
+    };
+    let governor = governor::RateLimiter::keyed(governor_quota());
+    let rows = vec![
+        tollgate("lock-free GCRA", LockFree::default()),
+        tollgate("lock-free GCRA, 1 shard", LockFree::new(1)),
+        growth_of("governor keyed", |key| {
+            assert!(governor.check_key(&key).is_ok());
+        }),
+    ];
+    for row in &rows {
+        println!(
+            "{:<30} {:>9.2} ({:>7}) {:>9.2} ({:>7}) {:>9.2}x ({:>7})",
+            row.store, row.worst.0, row.worst.1, row.best.0, row.best.1, row.peak.0, row.peak.1
+        );
+    }
+    println!();
+    rows
+}

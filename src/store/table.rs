@@ -62,22 +62,104 @@ const fn h2(hash: u64) -> u8 {
 }
 
 /// The most slots (live and deleted) a table of `buckets` fills before it
-/// is rebuilt: 7/8, as `hashbrown` does.
+/// is rebuilt: 15/16, and at least one bucket fewer than the table has, so
+/// that every probe sequence meets an `EMPTY` bucket. (`hashbrown` stops at
+/// 7/8; a higher load costs longer probes, which `notes/06` measures.)
 #[inline]
 pub(crate) const fn max_used(buckets: usize) -> usize {
-    buckets - buckets / 8
+    buckets - buckets.div_ceil(16)
 }
 
-/// The buckets a rebuild gives `live` keys: the fewest (a power of two, at
-/// least [`MIN_BUCKETS`]) that hold them at no more than 3/4 of
-/// [`max_used`], so that the next rebuild is at least a quarter of the table
-/// away. When nothing was evicted, this doubles, as `hashbrown` does.
-pub(crate) fn buckets_for(live: usize) -> usize {
-    let mut buckets = MIN_BUCKETS;
-    while live.saturating_mul(4) > max_used(buckets).saturating_mul(3) {
-        buckets *= 2;
+/// How much of [`max_used`] a rebuild may fill with the keys it keeps: the
+/// rest is the room left for new keys before the next rebuild.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Room {
+    /// 9/10: a table that only grows gets one growth step
+    /// ([`GROWTH_NUMERATOR`] / [`GROWTH_DENOMINATOR`]), so that it stays
+    /// between 15/16 and 82 % full, at the price of a rebuild every tenth
+    /// of the table.
+    Growing,
+    /// 3/4: a table whose slots are being deleted (eviction, a cap) gets a
+    /// quarter of its capacity free, so that clearing its tombstones
+    /// copies at most three keys for each key inserted.
+    Churning,
+}
+
+impl Room {
+    /// The fraction, as `(numerator, denominator)`.
+    const fn fraction(self) -> (usize, usize) {
+        match self {
+            Self::Growing => (9, 10),
+            Self::Churning => (3, 4),
+        }
     }
-    buckets
+}
+
+/// One growth step multiplies the bucket count by 9/8 (rounded up): small
+/// steps keep a growing table full, where doubling leaves it between 7/16
+/// and 7/8 full.
+const GROWTH_NUMERATOR: usize = 9;
+/// See [`GROWTH_NUMERATOR`].
+const GROWTH_DENOMINATOR: usize = 8;
+
+/// Where a shard's table sizes sit within a growth step, so that the shards
+/// of one store, which fill at the same rate, do not all grow at the same
+/// key count: shard `index` of `count` scales every size by
+/// `1 + index / (8 * count)`, spreading the shards evenly over one 9/8
+/// step. The store's bytes per key are then close to their average over a
+/// step at every key count, rather than swinging with each step.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Stagger {
+    index: usize,
+    count: usize,
+}
+
+impl Stagger {
+    /// Shard `index` of `count` (`index < count`).
+    pub(crate) fn new(index: usize, count: usize) -> Self {
+        debug_assert!(index < count);
+        Self { index, count }
+    }
+
+    /// `base` scaled into this shard's place in the step, rounded up.
+    fn scale(self, base: usize) -> usize {
+        let parts = (GROWTH_DENOMINATOR as u128) * (self.count as u128);
+        let scaled = (base as u128 * (parts + self.index as u128)).div_ceil(parts);
+        usize::try_from(scaled).unwrap_or(usize::MAX)
+    }
+}
+
+/// The buckets a rebuild gives `live` keys: the fewest of the shard's
+/// sizes (the 9/8 steps up from [`MIN_BUCKETS`], scaled by its
+/// [`Stagger`]) that hold them within `room` of [`max_used`].
+pub(crate) fn buckets_for(live: usize, room: Room, stagger: Stagger) -> usize {
+    let (numerator, denominator) = room.fraction();
+    let fits = |buckets: usize| {
+        live.saturating_mul(denominator) <= max_used(buckets).saturating_mul(numerator)
+    };
+    let mut base = MIN_BUCKETS;
+    loop {
+        let buckets = stagger.scale(base);
+        if fits(buckets) || buckets == usize::MAX {
+            return buckets;
+        }
+        base = base
+            .saturating_mul(GROWTH_NUMERATOR)
+            .div_ceil(GROWTH_DENOMINATOR)
+            .max(base.saturating_add(1));
+    }
+}
+
+/// The home bucket of `hash` among `buckets`: `hash`, rotated so that its
+/// low 32 bits lead, times `buckets`, divided by 2^64 (a multiply-shift
+/// reduction, which needs no power of two).
+#[inline]
+fn home(hash: u64, buckets: usize) -> usize {
+    let spread = u128::from(hash.rotate_left(32)) * buckets as u128;
+    // The product's high word is below `buckets`: the cast is exact.
+    #[allow(clippy::cast_possible_truncation)]
+    let home = (spread >> 64) as usize;
+    home
 }
 
 /// A bucket's key and cell, written once while its control byte is `EMPTY`.
@@ -86,7 +168,6 @@ type Slot<K, V> = UnsafeCell<MaybeUninit<(K, V)>>;
 pub(crate) struct RawTable<K, V> {
     control: Box<[AtomicU8]>,
     slots: Box<[Slot<K, V>]>,
-    mask: usize,
 }
 
 // SAFETY: the table hands out `&K` and `&V` to any thread that finds them,
@@ -97,29 +178,31 @@ unsafe impl<K: Send + Sync, V: Send + Sync> Sync for RawTable<K, V> {}
 unsafe impl<K: Send + Sync, V: Send + Sync> Send for RawTable<K, V> {}
 
 impl<K, V> RawTable<K, V> {
-    /// An empty table of `buckets` buckets, a power of two.
+    /// An empty table of `buckets` buckets (at least [`MIN_BUCKETS`]).
     pub(crate) fn with_buckets(buckets: usize) -> Self {
-        debug_assert!(buckets.is_power_of_two() && buckets >= MIN_BUCKETS);
+        debug_assert!(buckets >= MIN_BUCKETS);
         Self {
             control: (0..buckets).map(|_| AtomicU8::new(EMPTY)).collect(),
             slots: (0..buckets)
                 .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
                 .collect(),
-            mask: buckets - 1,
         }
     }
 
     pub(crate) fn buckets(&self) -> usize {
-        self.mask + 1
+        self.control.len()
     }
 
-    /// The probe sequence of `hash`: every bucket once, from its home.
+    /// The probe sequence of `hash`: every bucket once, from its home, which
+    /// a multiply-shift reduction picks from the hash's low 32 bits (then
+    /// the high ones, as carries), for any bucket count. The store picks the
+    /// shard from bits 32 and up, and `h2` is the top 7 bits, so for tables
+    /// below 2^32 buckets the three choices use different bits.
     #[inline]
     fn probe(&self, hash: u64) -> impl Iterator<Item = usize> + '_ {
-        // Truncation picks the low bits, which the mask keeps anyway.
-        #[allow(clippy::cast_possible_truncation)]
-        let home = hash as usize;
-        (0..=self.mask).map(move |step| home.wrapping_add(step) & self.mask)
+        let buckets = self.buckets();
+        let home = home(hash, buckets);
+        (home..buckets).chain(0..home)
     }
 
     /// The written slot at `index`.
@@ -285,5 +368,115 @@ impl<K, V> fmt::Debug for RawTable<K, V> {
         f.debug_struct("RawTable")
             .field("buckets", &self.buckets())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(feature = "loom")))]
+mod tests {
+    use super::*;
+
+    /// The sizes a one-shard table grows through, one key at a time, from
+    /// `MIN_BUCKETS` to `up_to` buckets.
+    fn growth(stagger: Stagger, up_to: usize) -> Vec<usize> {
+        let mut sizes = vec![MIN_BUCKETS];
+        let mut live = 0;
+        while *sizes.last().unwrap() < up_to {
+            let buckets = *sizes.last().unwrap();
+            live += 1;
+            if live > max_used(buckets) {
+                sizes.push(buckets_for(live, Room::Growing, stagger));
+            }
+        }
+        sizes
+    }
+
+    #[test]
+    fn a_table_grows_by_ninths() {
+        assert_eq!(
+            growth(Stagger::new(0, 1), 60),
+            [8, 11, 15, 20, 26, 30, 39, 50, 57, 65]
+        );
+    }
+
+    #[test]
+    fn max_used_leaves_an_empty_bucket_and_a_sixteenth() {
+        assert_eq!(max_used(8), 7);
+        assert_eq!(max_used(16), 15);
+        assert_eq!(max_used(17), 15);
+        assert_eq!(max_used(1_600), 1_500);
+        for buckets in MIN_BUCKETS..10_000 {
+            assert!(max_used(buckets) < buckets);
+            assert!(max_used(buckets) * 16 >= buckets * 15 - 15);
+        }
+    }
+
+    /// Right after growing, a table is at least 82 % full, once past its
+    /// first few sizes (where one bucket is a large share); doubling leaves
+    /// 44 %. This is what keeps a store near 17 / 0.89 bytes a key.
+    #[test]
+    fn a_grown_table_is_at_least_82_percent_full() {
+        for index in 0..8 {
+            let stagger = Stagger::new(index, 8);
+            let sizes = growth(stagger, 1 << 22);
+            for pair in sizes.windows(2).filter(|pair| pair[0] >= 128) {
+                let live = max_used(pair[0]) + 1;
+                #[allow(clippy::cast_precision_loss)]
+                let load = live as f64 / pair[1] as f64;
+                assert!(
+                    (0.82..0.9375).contains(&load),
+                    "shard {index}: {} -> {} buckets at {live} keys: {load}",
+                    pair[0],
+                    pair[1]
+                );
+            }
+        }
+    }
+
+    /// The shards of a store sit at evenly spread places within one step:
+    /// at the size each first reaches past 10 000 buckets, their sizes
+    /// spread over one ninth-step, each in its own place.
+    #[test]
+    fn shards_are_staggered_over_one_step() {
+        let sizes: Vec<usize> = (0..8)
+            .map(|index| {
+                let stagger = Stagger::new(index, 8);
+                stagger.scale(*growth(Stagger::new(0, 1), 10_000).last().unwrap())
+            })
+            .collect();
+        for pair in sizes.windows(2) {
+            assert!(pair[0] < pair[1], "{sizes:?}");
+        }
+        assert!(sizes[7] * 8 < sizes[0] * 9, "{sizes:?}");
+        assert!(sizes[7] * 64 > sizes[0] * 71, "{sizes:?}");
+    }
+
+    #[test]
+    fn rooms_leave_a_tenth_and_a_quarter() {
+        let stagger = Stagger::new(0, 1);
+        let growing = buckets_for(1_000, Room::Growing, stagger);
+        let churning = buckets_for(1_000, Room::Churning, stagger);
+        assert!(max_used(growing) * 9 >= 10_000);
+        assert!(max_used(churning) * 3 >= 4_000);
+        assert!(growing < churning);
+        assert_eq!(buckets_for(0, Room::Growing, stagger), MIN_BUCKETS);
+        assert_eq!(buckets_for(7, Room::Churning, Stagger::new(3, 4)), 13);
+    }
+
+    #[test]
+    fn homes_fall_in_the_table_for_every_size() {
+        let hashes = [0, 1, u64::MAX, 0xDEAD_BEEF, 1 << 63, u64::MAX >> 1];
+        for buckets in [8, 9, 11, 1_000, 1 << 32, (1 << 32) + 7, usize::MAX] {
+            for hash in hashes {
+                assert!(home(hash, buckets) < buckets);
+            }
+        }
+        assert_eq!(home(u64::MAX, 11), 10);
+        assert_eq!(home(0, 11), 0);
+        // The low half picks the home: two hashes that differ only above
+        // bit 32 share it in a small table.
+        assert_eq!(
+            home(0x0000_0001_8000_0000, 10),
+            home(0xFFFF_FFFF_8000_0000, 10)
+        );
     }
 }
