@@ -647,7 +647,7 @@ fn lock_free_two_inserters_of_one_key() {
 /// (in the new table), never in a cell left behind.
 fn check_against_rebuild() {
     let limiter = one_table(Quota::per_hour(2).unwrap(), &ManualClock::new());
-    // 7 keys: the most an 8-bucket table holds (7/8).
+    // 7 keys: the most an 8-bucket table holds (one bucket stays empty).
     for key in 0..7 {
         assert!(allowed(&limiter, key));
     }

@@ -207,7 +207,7 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     ///
     /// On the lock-free store it also rebuilds every shard it evicted from,
     /// smaller when the shard's table has at least four times the buckets
-    /// its remaining keys need (a sixth full or less), and waits until the
+    /// its remaining keys need (about 18 % full or less), and waits until the
     /// tables it replaced are freed: for checks already in flight, not for
     /// new ones, and for a bounded number of rounds, so that a check stalled
     /// inside a table (a key's `Eq` blocked on a lock) cannot hold it. What

@@ -182,7 +182,7 @@ impl std::hash::Hash for Guarded {
 }
 
 /// Two threads insert new `Guarded` keys into one shard, rebuilding it from
-/// 8 buckets to 64, while a third checks a hot `Guarded` key whose stored
+/// 8 buckets to 39 in six steps, while a third checks a hot `Guarded` key whose stored
 /// copy's lock every lookup takes: exact counts, and nothing hangs.
 #[test]
 fn keys_with_interior_mutability_across_rebuilds() {

@@ -432,10 +432,17 @@ impl Growth {
     pub const TO: u64 = 2_000_000;
 }
 
-/// Tracks the extremes of `Growth` as `step` inserts key after key.
-fn growth_of(store: &'static str, mut step: impl FnMut(u64)) -> Growth {
+/// Tracks the extremes of `Growth` as `step` inserts key after key into
+/// what `make` builds (inside the measurement: a store's fixed allocations
+/// count).
+fn growth_of<T>(
+    store: &'static str,
+    make: impl FnOnce() -> T,
+    mut step: impl FnMut(&T, u64),
+) -> Growth {
     settle();
     let before = counting_alloc::live().0;
+    let built = make();
     let mut growth = Growth {
         store,
         worst: (0.0, 0),
@@ -446,7 +453,7 @@ fn growth_of(store: &'static str, mut step: impl FnMut(u64)) -> Growth {
     let started = std::time::Instant::now();
     for key in 0..Growth::TO {
         counting_alloc::reset_peak();
-        step(key);
+        step(&built, key);
         let keys = key + 1;
         if keys < Growth::FROM {
             continue;
@@ -473,8 +480,8 @@ fn growth_of(store: &'static str, mut step: impl FnMut(u64)) -> Growth {
     growth
 }
 
-/// GCRA on the lock-free store (default shards, and one shard: no
-/// stagger) against governor's keyed limiter, u64 keys of one request
+/// GCRA on the lock-free store (default shards; 4, the default on one
+/// core; and one shard: no stagger) against governor's keyed limiter, u64 keys of one request
 /// each, growing from 1 to `Growth::TO` keys on one thread. Nothing is
 /// settled between inserts: a replaced table still awaiting its grace
 /// period counts, so the worst figure bounds the settled one from above.
@@ -491,21 +498,30 @@ pub fn growth_table() -> Vec<Growth> {
         "store", "worst B/key (at)", "best B/key (at)", "peak ratio (at)", "ns/insert"
     );
     let tollgate = |name, store: LockFree| {
-        let limiter = Builder::new(quota())
-            .store(store)
-            .clock(ManualClock::new())
-            .build::<u64>();
-        growth_of(name, |key| {
-            assert!(limiter.check(&key).expect("unit cost").is_allowed());
-        })
+        growth_of(
+            name,
+            || {
+                Builder::new(quota())
+                    .store(store)
+                    .clock(ManualClock::new())
+                    .build::<u64>()
+            },
+            |limiter, key| {
+                assert!(limiter.check(&key).expect("unit cost").is_allowed());
+            },
+        )
     };
-    let governor = governor::RateLimiter::keyed(governor_quota());
     let rows = vec![
         tollgate("lock-free GCRA", LockFree::default()),
+        tollgate("lock-free GCRA, 4 shards", LockFree::new(4)),
         tollgate("lock-free GCRA, 1 shard", LockFree::new(1)),
-        growth_of("governor keyed", |key| {
-            assert!(governor.check_key(&key).is_ok());
-        }),
+        growth_of(
+            "governor keyed",
+            || governor::RateLimiter::keyed(governor_quota()),
+            |governor, key| {
+                assert!(governor.check_key(&key).is_ok());
+            },
+        ),
     ];
     for row in &rows {
         println!(

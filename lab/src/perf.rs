@@ -332,6 +332,10 @@ fn deny_ops() -> Makers {
             ),
         ),
         ("governor keyed", workloads::governor_deny_hot_key()),
+        (
+            "GCRA cell in a HashMap",
+            workloads::deny_hot_key_in_hashmap()
+        ),
         ("GCRA direct", workloads::direct_deny()),
         ("governor direct", workloads::governor_direct_deny()),
     ]
@@ -486,6 +490,20 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers) -> Vec<Case<'a>> {
             two(op(deny, "GCRA")),
             two(op(deny, "GCRA direct")),
             Target::AtMost(2.0),
+            false,
+        ),
+        (
+            "  GCRA cell in a read-only HashMap ÷ direct (cost)",
+            two(op(deny, "GCRA cell in a HashMap")),
+            two(op(deny, "GCRA direct")),
+            Target::Shown,
+            false,
+        ),
+        (
+            "  keyed GCRA deny ÷ the cell in a read-only HashMap (cost)",
+            two(op(deny, "GCRA")),
+            two(op(deny, "GCRA cell in a HashMap")),
+            Target::Shown,
             false,
         ),
         (

@@ -94,7 +94,7 @@ pub fn targets(results: &Results, sweep: &[SweepRow], growth: &[Growth]) {
         );
         println!(
             "{:<54} {:>7.3}× (target ≤ {PEAK_GROWTH_TARGET}×)  {}",
-            format!("peak during growth ÷ after, {}", row.store),
+            format!("peak during growth ÷ after, {}, 1 thread", row.store),
             row.peak.0,
             verdict(row.peak.0 <= PEAK_GROWTH_TARGET)
         );

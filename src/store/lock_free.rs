@@ -53,11 +53,24 @@ use crate::sync::{Arc, AtomicBool, Backoff, Mutex, Ordering, lock, wait_step};
 /// table for the live keys, so it grows, shrinks, or just clears evicted
 /// slots. A growing table grows by 9/8, not 2, from bucket counts of any
 /// size, and each shard's sizes are offset within that step, so that the
-/// shards grow at different key counts: a store stays 82–94 % full, about
-/// 18–20 bytes a key for `u64` and GCRA at every count (`notes/06`). A
-/// table that is losing keys as well (eviction, a cap) is rebuilt with a
-/// quarter of its room free, so that clearing its evicted slots copies at
-/// most three keys for each new one.
+/// shards grow at different key counts. A table past its first few sizes
+/// is 82–94 % full; with the default shards (8 on 2 cores), from 100 000
+/// keys up, the store stays under 20 bytes a key for `u64` and GCRA at
+/// every count (`notes/06` measures it; one shard alone swings from 18 to
+/// 20.4). A table that fills with evicted slots before it needs to grow
+/// (keys coming and going) is rebuilt with a quarter of its room free
+/// instead, so that clearing them copies at most three keys for each new
+/// one (`tests/stores.rs::rebuilds_copy_a_bounded_number_of_keys_per_insert`).
+///
+/// A table takes a key's home bucket and control byte from its hash mixed
+/// first (a folded multiply), so a weak `BuildHasher` (an identity hash of
+/// small integers) still spreads keys over the table. The shard comes from
+/// the hash's bits 32 and up as the hasher gives them: a hasher that does
+/// not vary them (that identity hash again, below 2^32) puts every key in
+/// one shard, which is correct but loses the shards' parallel writers and
+/// their staggering (the one-shard figures). A hasher with collisions, or
+/// one a client can steer, makes probes long whatever the mixing, which is
+/// why the default is `SipHash`.
 ///
 /// A replaced table is freed once no check can still be reading it: its
 /// readers are tracked by an epoch collector private to tollgate. A rebuild
@@ -70,7 +83,7 @@ use crate::sync::{Arc, AtomicBool, Backoff, Mutex, Ordering, lock, wait_step};
 /// `Drop` never runs under a shard lock, nor inside an unrelated check.
 /// [`evict_idle`](Store::evict_idle) rebuilds every shard it evicted from
 /// (and smaller, when the table has at least four times the buckets its
-/// remaining keys need: a sixth full or less), so the evicted keys go, and
+/// remaining keys need: about 18 % full or less), so the evicted keys go, and
 /// waits, again for a bounded number of rounds, until the tables it
 /// replaced are freed.
 ///
@@ -238,9 +251,10 @@ const GRACE_ROUNDS: usize = 64;
 const GRACE_ROUNDS: usize = 2;
 
 /// `evict_idle` rebuilds a shard's table smaller when the table has at
-/// least this many times the buckets its live keys need: far enough that a
-/// table just grown (twice the size its keys need, at most) is never
-/// shrunk straight back.
+/// least this many times the buckets its live keys need (sized with a
+/// quarter of its room free, `Room::Churning`): far enough that a table
+/// just grown (9/8 of the size its keys need, or just rebuilt with a
+/// quarter free) is never shrunk straight back.
 const COMPACT_FACTOR: usize = 4;
 
 struct Shard<K, C> {
@@ -648,17 +662,18 @@ where
     ) {
         // SAFETY: our caller holds the lock.
         let table = unsafe { shard.table_locked() };
-        // Slots deleted since the last rebuild: keys are going as well as
-        // coming, and the new table gets room for that (`Room`).
-        let room = if writer.used > writer.live {
-            Room::Churning
-        } else {
-            Room::Growing
-        };
         if (writer.live + 1) * 4 > max_used(table.buckets()) * 3 {
             self.sweep(table, writer, algorithm, rested_at(algorithm, now_ns));
         }
-        let buckets = buckets_for(writer.live + 1, room, shard.stagger);
+        // A table that would not need to grow for its live keys filled up
+        // with evicted slots: keys are going as well as coming, and the new
+        // table gets the room for that (`Room`).
+        let growing = buckets_for(writer.live + 1, Room::Growing, shard.stagger);
+        let buckets = if growing <= table.buckets() {
+            buckets_for(writer.live + 1, Room::Churning, shard.stagger)
+        } else {
+            growing
+        };
         self.rebuild(shard, writer, discarded, algorithm, buckets);
     }
 
@@ -695,12 +710,16 @@ where
         // code. A panic leaves the shard as it was, and `new`, never
         // published, goes with its copies to `discarded`.
         let mut new = RawTable::with_buckets(buckets);
+        // Where each key went, in the order `old.live()` gives them: phase 2
+        // walks `old.live()` again, and nothing changes the old table in
+        // between (we hold the lock, and only its holders write). One
+        // `usize` a key, the list's share of the peak (`notes/06`).
         let mut moves = Vec::with_capacity(writer.live);
         let copied = catch_unwind(AssertUnwindSafe(|| {
-            for (old_index, key, _) in old.live() {
+            for (_, key, _) in old.live() {
                 let hash = self.hasher.hash_one(key);
                 let (new_index, _) = new.insert(hash, key.clone(), C::vacant());
-                moves.push((old_index, new_index));
+                moves.push(new_index);
             }
         }));
         if let Err(panic) = copied {
@@ -710,8 +729,9 @@ where
         // Phase 2, no user code: retire each old cell into the new table,
         // in place of the vacant one. A check that reaches a retired cell
         // waits for our lock and finds the key in the new table.
-        for &(old_index, new_index) in &moves {
-            let cell = old.value(old_index).retire_into_new().unwrap_or_else(|| {
+        debug_assert_eq!(old.live().count(), moves.len());
+        for ((_, _, old_cell), &new_index) in old.live().zip(&moves) {
+            let cell = old_cell.retire_into_new().unwrap_or_else(|| {
                 assert!(
                     canary::planted(Canary::RebuildCopiesTombstone),
                     "{LIVE_UNDER_LOCK}"

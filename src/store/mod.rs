@@ -661,8 +661,9 @@ fn default_shards() -> usize {
 }
 
 /// The shard of `hash` among `shards` (a power of two). Bits 32 and up pick
-/// the shard; a hash table uses the low bits and the top 7, so the choices
-/// stay independent.
+/// the shard; the lock-free table's home bucket uses the low 32 bits and
+/// its control byte the top 7 (of the hash mixed, `table::mix`), and a
+/// mutex shard's `HashMap` its own, so the choices stay independent.
 #[inline]
 fn shard_index(hash: u64, shards: usize) -> usize {
     // The mask keeps the index below the shard count: truncation is the

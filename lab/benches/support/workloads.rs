@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::num::NonZeroU32;
 
 use tollgate::algorithm::{Algorithm, Gcra};
-use tollgate::cell::{CellFor, Preferred};
+use tollgate::cell::{Atomic, Cell, CellFor, Preferred};
 use tollgate::clock::{Clock, TscClock};
 use tollgate::store::{LockFree, StoreKind};
 use tollgate::{Builder, Quota, RateLimiter};
@@ -110,6 +110,32 @@ pub fn direct_deny() -> Op {
     assert!(limiter.check().unwrap().is_allowed());
     Box::new(move |_, _| {
         black_box(limiter.check().unwrap().is_allowed());
+    })
+}
+
+/// A keyed denial with no reclamation and no limiter around it: the hot
+/// key's GCRA cell in a `std` `HashMap` (SipHash, as the default store)
+/// filled before the run and only read during it: a clock read, a hash,
+/// hashbrown's probe (SIMD groups, plain control bytes), and the cell's
+/// load and compare. No check pins, picks a shard, loads a table pointer
+/// or passes through `RateLimiter::check`: it differs from the lock-free
+/// store's check in all of those at once, not in reclamation alone.
+pub fn deny_hot_key_in_hashmap() -> Op {
+    let algorithm = Gcra::from_quota(&Quota::per_hour(1).unwrap());
+    let clock = TscClock::new();
+    let cells = std::collections::HashMap::from([(0_u64, Atomic::<Gcra>::new(&algorithm))]);
+    let check = move || {
+        let now_ns = clock.now_ns();
+        let cell = &cells[black_box(&0)];
+        cell.check(&algorithm, now_ns, 1)
+            .unwrap()
+            .expect("never retired")
+            .is_allowed()
+    };
+    assert!(check());
+    assert!(!check());
+    Box::new(move |_, _| {
+        black_box(check());
     })
 }
 
