@@ -659,11 +659,18 @@ fn check_against_rebuild() {
     assert_eq!(limiter.len(), 8);
 }
 
+/// Bound 1, like eviction and compaction: the races this model is for (the
+/// check against the retiring move of its cell, against the new table's
+/// publication, and against the free that must wait for it) each need one
+/// preemption, and the free-without-grace canary below is caught at bound 1.
+/// At bound 2 the model explored 3 265 230 executions in 10 to 18 minutes
+/// and made CI run past its hour (notes/07); at bound 1 it explores 79 180
+/// in about 21 s.
 #[test]
 fn lock_free_check_against_rebuild() {
     explore(
         "lock-free table, hot-key check vs 8->11 rebuild",
-        2,
+        1,
         check_against_rebuild,
     );
 }
@@ -680,7 +687,7 @@ fn canary_free_without_grace_is_caught() {
             explore_with(
                 Some(Canary::FreeWithoutGrace),
                 "canary: free without grace",
-                2,
+                1,
                 check_against_rebuild,
             );
         },
