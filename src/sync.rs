@@ -188,6 +188,13 @@ pub mod canary {
         /// A replaced table is freed at once, without waiting for the checks
         /// that may still be reading it.
         FreeWithoutGrace,
+        /// A rebuild registers the old table for freeing before it unlinks
+        /// it: a check that pins in between loads a table whose grace
+        /// period began before the check did, and the free may overtake it.
+        RetireBeforeUnlink,
+        /// A rebuild publishes its new table with a `Relaxed` swap: a check
+        /// that loads the pointer can read a moved cell before its move.
+        RelaxedTableSwap,
         /// An admission on an atomic cell stores its word instead of
         /// compare-and-swapping it: two checks that decided on the same
         /// word both admit (the lost update; `crate::cell::Atomic`).

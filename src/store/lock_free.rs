@@ -243,10 +243,11 @@ const PROMPT_ROUNDS: usize = 2;
 #[cfg(not(feature = "loom"))]
 const GRACE_ROUNDS: usize = 64;
 
-/// Under loom, two rounds: the models then explore both outcomes of a wait
-/// (the table freed in time, and the wait given up), which is all that
-/// correctness depends on; loom would explore the interleavings of every
-/// one of 64 rounds.
+/// Under loom, two rounds, so that a wait a model reaches (`evict_idle`'s,
+/// and a writer's prompt reclaim after a rebuild) can also give up within
+/// the model; loom would explore the interleavings of every one of 64
+/// rounds. The rebuild's own wait under the lock finds nothing to wait for
+/// in every model (notes/07).
 #[cfg(feature = "loom")]
 const GRACE_ROUNDS: usize = 2;
 
@@ -746,12 +747,21 @@ where
         // the old table is handed to `Retired`, which frees it after its
         // grace period.
         let unprotected = unsafe { epoch::unprotected() };
+        // The canary starts the old table's grace period while checks can
+        // still load it.
+        let early = canary::planted(Canary::RetireBeforeUnlink)
+            .then(|| Retired::new(shard.table.load(Ordering::Relaxed, unprotected)));
         // Release: publishes the new table's slots to checks that load the
         // pointer with Acquire (`Shard::table`).
-        let replaced = shard
-            .table
-            .swap(Owned::new(new), Ordering::Release, unprotected);
-        writer.retired.push(Retired::new(replaced));
+        let publish = if canary::planted(Canary::RelaxedTableSwap) {
+            Ordering::Relaxed
+        } else {
+            Ordering::Release
+        };
+        let replaced = shard.table.swap(Owned::new(new), publish, unprotected);
+        writer
+            .retired
+            .push(early.unwrap_or_else(|| Retired::new(replaced)));
     }
 }
 
