@@ -150,6 +150,10 @@ fn admit_distinct_keys(criterion: &mut Criterion) {
                 "lock_free_keys_apart",
                 workloads::admit_distinct_quarters(keys, true),
             ),
+            (
+                "lock_free_a_cell_a_line",
+                workloads::admit_distinct_line_keys(keys),
+            ),
             ("governor_keyed", workloads::governor_admit_distinct(keys)),
         ];
         for (name, op) in &ops {

@@ -1,19 +1,18 @@
-//! Runs one of the lab's denial workloads a given number of times on one
-//! thread, for an instruction counter: the difference between two counts
-//! (`N` and `2N` checks) is what `N` checks execute, whatever the setup.
+//! Runs one of the lab's denial workloads `N` times on one thread, for an
+//! instruction counter: callgrind's inclusive count of the workload's
+//! closure, divided by `N`, is what one check executes, with the setup
+//! (and the clock's calibration) left out.
 //!
 //! ```sh
 //! cargo build --release -p tollgate-lab --example check_loop
-//! for n in 1000000 2000000; do
-//!   valgrind --tool=callgrind --callgrind-out-file=/tmp/keyed.$n \
-//!     target/release/examples/check_loop keyed $n
-//! done
+//! valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.keyed \
+//!   target/release/examples/check_loop keyed 2000000
+//! callgrind_annotate --inclusive=yes /tmp/cg.keyed | grep 'closure}} \['
 //! ```
 //!
-//! notes/08 ("Item 2, continued") has the counts; `callgrind_annotate`
-//! on one output file shows where they go.
+//! notes/08 ("Item 2, a third look") has the counts.
 
-// The workloads are the lab's and the benches' own; this runs four of them.
+// The workloads are the lab's and the benches' own; this runs five of them.
 #[allow(dead_code)]
 #[path = "../benches/support/workloads.rs"]
 mod workloads;
@@ -25,16 +24,16 @@ use tollgate::store::LockFree;
 const USAGE: &str = "usage: check_loop keyed|foldhash|hashmap|direct|governor N";
 
 fn main() {
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args_os().skip(1);
     let (Some(workload), Some(count), None) = (args.next(), args.next(), args.next()) else {
         eprintln!("{USAGE}");
         std::process::exit(2);
     };
-    let Ok(count) = count.parse::<u64>() else {
+    let Some(count) = count.to_str().and_then(|count| count.parse::<u64>().ok()) else {
         eprintln!("{USAGE}: N must be a whole number");
         std::process::exit(2);
     };
-    let op = match workload.as_str() {
+    let op = match workload.to_str().unwrap_or_default() {
         "keyed" => workloads::deny_hot_key_on::<Gcra, _, _>(LockFree::default(), TscClock::new()),
         "foldhash" => workloads::deny_hot_key_on::<Gcra, _, _>(
             workloads::lock_free_foldhash(),

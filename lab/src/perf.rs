@@ -389,6 +389,10 @@ fn distinct_ops(keys: u64) -> Makers {
             "lock-free, keys apart",
             workloads::admit_distinct_quarters(keys, true),
         ),
+        (
+            "lock-free, a cell a line",
+            workloads::admit_distinct_line_keys(keys),
+        ),
         ("governor keyed", workloads::governor_admit_distinct(keys)),
     ]
 }
@@ -559,6 +563,20 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers) -> Vec<Case<'a>> {
             "  the same, 1 thread (the control: no second core)",
             at(op(distinct, "lock-free, keys apart"), 1),
             at(op(distinct, "lock-free, keys mixed"), 1),
+            Target::Shown,
+            true,
+        ),
+        (
+            "  a cell a cache line (8× the table) × 16-byte slots, 2 threads",
+            two(op(distinct, "lock-free, a cell a line")),
+            two(op(distinct, "lock-free")),
+            Target::Shown,
+            true,
+        ),
+        (
+            "  a cell a line, 1 thread (its control)",
+            at(op(distinct, "lock-free, a cell a line"), 1),
+            at(op(distinct, "lock-free"), 1),
             Target::Shown,
             true,
         ),

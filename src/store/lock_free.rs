@@ -243,11 +243,9 @@ const PROMPT_ROUNDS: usize = 2;
 #[cfg(not(feature = "loom"))]
 const GRACE_ROUNDS: usize = 64;
 
-/// Under loom, two rounds, so that a wait a model reaches (`evict_idle`'s,
-/// and a writer's prompt reclaim after a rebuild) can also give up within
-/// the model; loom would explore the interleavings of every one of 64
-/// rounds. The rebuild's own wait under the lock finds nothing to wait for
-/// in every model (notes/07).
+/// Under loom, two rounds, so that a wait a model reaches can also give up
+/// within the model; loom would explore the interleavings of every one of
+/// 64 rounds.
 #[cfg(feature = "loom")]
 const GRACE_ROUNDS: usize = 2;
 
@@ -759,6 +757,9 @@ where
             Ordering::Release
         };
         let replaced = shard.table.swap(Owned::new(new), publish, unprotected);
+        if let Some(early) = &early {
+            debug_assert_eq!(early.table, replaced.as_raw());
+        }
         writer
             .retired
             .push(early.unwrap_or_else(|| Retired::new(replaced)));

@@ -185,6 +185,8 @@ fn home(hash: u64, buckets: usize) -> usize {
 /// A bucket's key and cell, written once while its control byte is `EMPTY`.
 type Slot<K, V> = UnsafeCell<MaybeUninit<(K, V)>>;
 
+/// Invariant: `slots.len() == control.len()`, from `with_buckets`, its only
+/// constructor (a boxed slice never changes length).
 pub(crate) struct RawTable<K, V> {
     control: Box<[AtomicU8]>,
     slots: Box<[Slot<K, V>]>,
@@ -220,7 +222,9 @@ impl<K, V> RawTable<K, V> {
         let buckets = self.buckets();
         let home = home(hash, buckets);
         // One counter and a wrap, rather than `(home..buckets).chain(0..home)`,
-        // whose `next` also tests which half it is in.
+        // whose `next` also tests which half it is in. `home + buckets`
+        // cannot overflow: `home < buckets`, and `buckets` is the length of
+        // an allocated slice of bytes, at most `isize::MAX`.
         (home..home + buckets).map(move |index| {
             if index < buckets {
                 index
@@ -234,13 +238,14 @@ impl<K, V> RawTable<K, V> {
     ///
     /// # Safety
     ///
-    /// The caller loaded `control[index]` and saw a byte other than `EMPTY`,
-    /// with `Acquire` or under the writers' lock.
+    /// `index < self.buckets()`: the caller loaded `control[index]` (a
+    /// checked index) and saw a byte other than `EMPTY`, with `Acquire` or
+    /// under the writers' lock.
     #[inline]
     unsafe fn slot(&self, index: usize) -> &(K, V) {
         debug_assert!(index < self.slots.len());
-        // SAFETY: `index` indexed `control` in the caller's load, and
-        // `slots` is as long as `control`.
+        // SAFETY: `index < buckets()`, the length of `control`, and `slots`
+        // is as long (the struct's invariant).
         let slot = unsafe { self.slots.get_unchecked(index) };
         slot.with(|slot| {
             // SAFETY: a non-empty control byte is stored (Release) only after
