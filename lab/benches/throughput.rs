@@ -81,7 +81,10 @@ fn deny_hot_key(criterion: &mut Criterion) {
             ),
         ),
         ("governor_keyed", workloads::governor_deny_hot_key()),
-        ("gcra_cell_in_hashmap", workloads::deny_hot_key_in_hashmap()),
+        (
+            "gcra_cell_in_hashmap",
+            workloads::deny_hot_key_in_hashmap::<false>(),
+        ),
         ("gcra_direct", workloads::direct_deny()),
         ("governor_direct", workloads::governor_direct_deny()),
     ];

@@ -334,7 +334,11 @@ fn deny_ops() -> Makers {
         ("governor keyed", workloads::governor_deny_hot_key()),
         (
             "GCRA cell in a HashMap",
-            workloads::deny_hot_key_in_hashmap()
+            workloads::deny_hot_key_in_hashmap::<false>()
+        ),
+        (
+            "the same, pinned",
+            workloads::deny_hot_key_in_hashmap::<true>()
         ),
         ("GCRA direct", workloads::direct_deny()),
         ("governor direct", workloads::governor_direct_deny()),
@@ -511,6 +515,20 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers) -> Vec<Case<'a>> {
             false,
         ),
         (
+            "  the cell in a HashMap, pinned ÷ not pinned (cost), 2 threads",
+            two(op(deny, "the same, pinned")),
+            two(op(deny, "GCRA cell in a HashMap")),
+            Target::Shown,
+            false,
+        ),
+        (
+            "  the same, 1 thread",
+            at(op(deny, "the same, pinned"), 1),
+            at(op(deny, "GCRA cell in a HashMap"), 1),
+            Target::Shown,
+            false,
+        ),
+        (
             "keyed GCRA deny: 2 threads × 1 thread (throughput)",
             two(op(deny, "GCRA")),
             at(op(deny, "GCRA"), 1),
@@ -567,7 +585,7 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers) -> Vec<Case<'a>> {
             true,
         ),
         (
-            "  a cell a cache line (8× the table) × 16-byte slots, 2 threads",
+            "  a cell a cache line (128-byte slots) × 16-byte slots, 2 threads",
             two(op(distinct, "lock-free, a cell a line")),
             two(op(distinct, "lock-free")),
             Target::Shown,

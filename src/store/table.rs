@@ -186,7 +186,7 @@ fn home(hash: u64, buckets: usize) -> usize {
 type Slot<K, V> = UnsafeCell<MaybeUninit<(K, V)>>;
 
 /// Invariant: `slots.len() == control.len()`, from `with_buckets`, its only
-/// constructor (a boxed slice never changes length).
+/// constructor; no method reassigns either field.
 pub(crate) struct RawTable<K, V> {
     control: Box<[AtomicU8]>,
     slots: Box<[Slot<K, V>]>,
@@ -238,9 +238,10 @@ impl<K, V> RawTable<K, V> {
     ///
     /// # Safety
     ///
-    /// `index < self.buckets()`: the caller loaded `control[index]` (a
-    /// checked index) and saw a byte other than `EMPTY`, with `Acquire` or
-    /// under the writers' lock.
+    /// `index < self.buckets()`: the caller indexed `control[index]` (a
+    /// checked index) and either loaded a byte other than `EMPTY`, with
+    /// `Acquire` or under the writers' lock, or stored one itself
+    /// (`insert`, lock held).
     #[inline]
     unsafe fn slot(&self, index: usize) -> &(K, V) {
         debug_assert!(index < self.slots.len());

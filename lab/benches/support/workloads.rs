@@ -120,11 +120,15 @@ pub fn direct_deny() -> Op {
 /// load and compare. No check pins, picks a shard, loads a table pointer
 /// or passes through `RateLimiter::check`: it differs from the lock-free
 /// store's check in all of those at once, not in reclamation alone.
-pub fn deny_hot_key_in_hashmap() -> Op {
+/// `PINNED` adds one piece back: each check holds a crossbeam-epoch guard
+/// (pinned and unpinned, as the lock-free store's check does), so that the
+/// two rows differ by the pin alone, measured inside a check.
+pub fn deny_hot_key_in_hashmap<const PINNED: bool>() -> Op {
     let algorithm = Gcra::from_quota(&Quota::per_hour(1).unwrap());
     let clock = TscClock::new();
     let cells = std::collections::HashMap::from([(0_u64, Atomic::<Gcra>::new(&algorithm))]);
     let check = move || {
+        let _guard = PINNED.then(crossbeam_epoch::pin);
         let now_ns = clock.now_ns();
         let cell = &cells[black_box(&0)];
         cell.check(&algorithm, now_ns, 1)
@@ -296,8 +300,10 @@ pub struct LineKey(u64);
 
 /// GCRA on the lock-free store admitting on `keys` distinct [`LineKey`]s,
 /// as `admit_distinct`: no two keys' cells share a cache line, at 128
-/// bytes a slot against 16, so what it gains over `admit_distinct` is
-/// false sharing between cells, less what the eightfold footprint costs.
+/// bytes a slot against 16 (129 bytes a bucket against 17), and each check
+/// touches two lines, its key's and its cell's. What it gains over
+/// `admit_distinct` is the false sharing between cells, less what the
+/// larger footprint costs.
 pub fn admit_distinct_line_keys(keys: u64) -> Op {
     let limiter = Builder::new(distinct_quota())
         .store(LockFree::default())
