@@ -72,7 +72,7 @@ pub(crate) const fn max_used(buckets: usize) -> usize {
 
 /// How much of [`max_used`] a rebuild may fill with the keys it keeps: the
 /// rest is the room left for new keys before the next rebuild.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) enum Room {
     /// 9/10: a table that only grows gets one growth step
     /// ([`GROWTH_NUMERATOR`] / [`GROWTH_DENOMINATOR`]), so that it stays
