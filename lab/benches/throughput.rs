@@ -83,7 +83,15 @@ fn deny_hot_key(criterion: &mut Criterion) {
         ("governor_keyed", workloads::governor_deny_hot_key()),
         (
             "gcra_cell_in_hashmap",
-            workloads::deny_hot_key_in_hashmap::<false>(),
+            workloads::deny_hot_key_in_hashmap::<workloads::Unguarded>(),
+        ),
+        (
+            "gcra_cell_in_hashmap_pinned",
+            workloads::deny_hot_key_in_hashmap::<workloads::EpochPinned>(),
+        ),
+        (
+            "gcra_cell_in_hashmap_read_counter",
+            workloads::deny_hot_key_in_hashmap::<workloads::CounterRead>(),
         ),
         ("gcra_direct", workloads::direct_deny()),
         ("governor_direct", workloads::governor_direct_deny()),

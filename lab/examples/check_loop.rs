@@ -39,7 +39,7 @@ fn main() {
             workloads::lock_free_foldhash(),
             TscClock::new(),
         ),
-        "hashmap" => workloads::deny_hot_key_in_hashmap::<false>(),
+        "hashmap" => workloads::deny_hot_key_in_hashmap::<workloads::Unguarded>(),
         "direct" => workloads::direct_deny(),
         "governor" => workloads::governor_deny_hot_key(),
         _ => {

@@ -334,11 +334,15 @@ fn deny_ops() -> Makers {
         ("governor keyed", workloads::governor_deny_hot_key()),
         (
             "GCRA cell in a HashMap",
-            workloads::deny_hot_key_in_hashmap::<false>()
+            workloads::deny_hot_key_in_hashmap::<workloads::Unguarded>()
         ),
         (
             "the same, pinned",
-            workloads::deny_hot_key_in_hashmap::<true>()
+            workloads::deny_hot_key_in_hashmap::<workloads::EpochPinned>()
+        ),
+        (
+            "the same, a read counter",
+            workloads::deny_hot_key_in_hashmap::<workloads::CounterRead>()
         ),
         ("GCRA direct", workloads::direct_deny()),
         ("governor direct", workloads::governor_direct_deny()),
@@ -524,6 +528,20 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers) -> Vec<Case<'a>> {
         (
             "  the same, 1 thread",
             at(op(deny, "the same, pinned"), 1),
+            at(op(deny, "GCRA cell in a HashMap"), 1),
+            Target::Shown,
+            false,
+        ),
+        (
+            "  the cell in a HashMap, a read counter ÷ not guarded (cost), 2 threads",
+            two(op(deny, "the same, a read counter")),
+            two(op(deny, "GCRA cell in a HashMap")),
+            Target::Shown,
+            false,
+        ),
+        (
+            "  a read counter, 1 thread",
+            at(op(deny, "the same, a read counter"), 1),
             at(op(deny, "GCRA cell in a HashMap"), 1),
             Target::Shown,
             false,

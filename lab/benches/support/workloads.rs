@@ -113,22 +113,92 @@ pub fn direct_deny() -> Op {
     })
 }
 
+/// What a keyed check holds while it reads a table that a writer may
+/// replace: the read-side cost of a reclamation scheme, measured inside a
+/// check by [`deny_hot_key_in_hashmap`].
+pub trait ReadSection {
+    /// Enters the section; leaving it is the value's drop.
+    fn enter() -> Self;
+}
+
+/// No section: the bare map.
+pub struct Unguarded;
+
+impl ReadSection for Unguarded {
+    #[inline]
+    fn enter() -> Self {
+        Self
+    }
+}
+
+/// A crossbeam-epoch guard, pinned and unpinned as the lock-free store's
+/// check pins its own collector's.
+pub struct EpochPinned(
+    // Held for its drop, which unpins.
+    #[allow(dead_code)] crossbeam_epoch::Guard,
+);
+
+impl ReadSection for EpochPinned {
+    #[inline]
+    fn enter() -> Self {
+        Self(crossbeam_epoch::pin())
+    }
+}
+
+thread_local! {
+    /// This thread's read counter, on a line of its own (lazily made, as a
+    /// registered record would be).
+    static READ_COUNTER: Box<crossbeam_utils::CachePadded<std::sync::atomic::AtomicU64>> =
+        Box::default();
+}
+
+/// The read side of the asymmetric-fence design of notes/08 ("Item 2: the
+/// read path without an atomic read-modify-write"): the thread's counter
+/// made odd with a `Release` store and a compiler fence on entry, even again
+/// with a `Release` store on leaving. No writer runs here, so this measures
+/// the reader's cost alone, not the scheme's correctness.
+pub struct CounterRead;
+
+impl ReadSection for CounterRead {
+    #[inline]
+    fn enter() -> Self {
+        use std::sync::atomic::{Ordering, compiler_fence};
+        READ_COUNTER.with(|counter| {
+            let value = counter.load(Ordering::Relaxed);
+            counter.store(value + 1, Ordering::Release);
+        });
+        compiler_fence(Ordering::SeqCst);
+        Self
+    }
+}
+
+impl Drop for CounterRead {
+    #[inline]
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering;
+        READ_COUNTER.with(|counter| {
+            let value = counter.load(Ordering::Relaxed);
+            counter.store(value + 1, Ordering::Release);
+        });
+    }
+}
+
 /// A keyed denial with no reclamation and no limiter around it: the hot
 /// key's GCRA cell in a `std` `HashMap` (SipHash, as the default store)
 /// filled before the run and only read during it: a clock read, a hash,
 /// hashbrown's probe (SIMD groups, plain control bytes), and the cell's
-/// load and compare. No check pins, picks a shard, loads a table pointer
-/// or passes through `RateLimiter::check`: it differs from the lock-free
-/// store's check in all of those at once, not in reclamation alone.
-/// `PINNED` adds one piece back: each check holds a crossbeam-epoch guard
-/// (pinned and unpinned, as the lock-free store's check does), so that the
-/// two rows differ by the pin alone, measured inside a check.
-pub fn deny_hot_key_in_hashmap<const PINNED: bool>() -> Op {
+/// load and compare. No check picks a shard, loads a table pointer or
+/// passes through `RateLimiter::check`: it differs from the lock-free
+/// store's check in all of those at once. `S` adds one piece back, the
+/// read section a check holds around the clock read, the lookup and the
+/// cell's check ([`Unguarded`]: none), so that rows differing only in `S`
+/// measure a section's cost inside a check.
+pub fn deny_hot_key_in_hashmap<S: ReadSection>() -> Op {
     let algorithm = Gcra::from_quota(&Quota::per_hour(1).unwrap());
     let clock = TscClock::new();
     let cells = std::collections::HashMap::from([(0_u64, Atomic::<Gcra>::new(&algorithm))]);
     let check = move || {
-        let _guard = PINNED.then(crossbeam_epoch::pin);
+        let _section = S::enter();
         let now_ns = clock.now_ns();
         let cell = &cells[black_box(&0)];
         cell.check(&algorithm, now_ns, 1)
