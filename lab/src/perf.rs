@@ -519,14 +519,14 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers) -> Vec<Case<'a>> {
             false,
         ),
         (
-            "  the cell in a HashMap, pinned ÷ not pinned (cost), 2 threads",
+            "  the cell in a HashMap, pinned ÷ not guarded (cost), 2 threads",
             two(op(deny, "the same, pinned")),
             two(op(deny, "GCRA cell in a HashMap")),
             Target::Shown,
             false,
         ),
         (
-            "  the same, 1 thread",
+            "  pinned, 1 thread",
             at(op(deny, "the same, pinned"), 1),
             at(op(deny, "GCRA cell in a HashMap"), 1),
             Target::Shown,
