@@ -713,16 +713,12 @@ fn lock_free_check_against_rebuild() {
     );
 }
 
-/// The rebuild's canaries, each at the model's bound: the planted bug, what
+/// The rebuild's canaries, each at the model's bound on `model` (the
+/// rebuild model, with one key type or another): the planted bug, what
 /// loom must report.
-fn rebuild_canary(test: &str, canary: Canary, expected: &str) {
+fn rebuild_canary(test: &str, canary: Canary, expected: &str, model: fn()) {
     canary_in_child(test, expected, || {
-        explore_with(
-            Some(canary),
-            &format!("canary: {canary:?}"),
-            1,
-            check_against_rebuild,
-        );
+        explore_with(Some(canary), &format!("canary: {canary:?}"), 1, model);
     });
 }
 
@@ -735,6 +731,7 @@ fn canary_free_without_grace_is_caught() {
         "canary_free_without_grace_is_caught",
         Canary::FreeWithoutGrace,
         "Causality violation",
+        check_against_rebuild,
     );
 }
 
@@ -747,6 +744,7 @@ fn canary_retire_before_unlink_is_caught() {
         "canary_retire_before_unlink_is_caught",
         Canary::RetireBeforeUnlink,
         "Causality violation",
+        check_against_rebuild,
     );
 }
 
@@ -754,17 +752,11 @@ fn canary_retire_before_unlink_is_caught() {
 /// loom still finds a schedule with one preemption.
 #[test]
 fn canary_retire_before_unlink_is_caught_with_u64_keys() {
-    canary_in_child(
+    rebuild_canary(
         "canary_retire_before_unlink_is_caught_with_u64_keys",
+        Canary::RetireBeforeUnlink,
         "Causality violation",
-        || {
-            explore_with(
-                Some(Canary::RetireBeforeUnlink),
-                "canary: RetireBeforeUnlink, u64 keys",
-                1,
-                || check_against_rebuild_with(|n| n),
-            );
-        },
+        || check_against_rebuild_with(|n| n),
     );
 }
 
@@ -776,6 +768,7 @@ fn canary_relaxed_table_swap_is_caught() {
         "canary_relaxed_table_swap_is_caught",
         Canary::RelaxedTableSwap,
         "Causality violation",
+        check_against_rebuild,
     );
 }
 

@@ -162,15 +162,24 @@ thread_local! {
 /// read inside a read.
 pub struct CounterRead(());
 
-impl ReadSection for CounterRead {
+impl CounterRead {
+    /// The next value of this thread's counter (odd on entry, even on
+    /// leaving), stored with `Release`: only this thread writes it.
     #[inline]
-    fn enter() -> Self {
-        use std::sync::atomic::{Ordering, compiler_fence};
+    fn step() {
+        use std::sync::atomic::Ordering;
         READ_COUNTER.with(|counter| {
             let value = counter.load(Ordering::Relaxed);
             counter.store(value + 1, Ordering::Release);
         });
-        compiler_fence(Ordering::SeqCst);
+    }
+}
+
+impl ReadSection for CounterRead {
+    #[inline]
+    fn enter() -> Self {
+        Self::step();
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
         Self(())
     }
 }
@@ -178,11 +187,7 @@ impl ReadSection for CounterRead {
 impl Drop for CounterRead {
     #[inline]
     fn drop(&mut self) {
-        use std::sync::atomic::Ordering;
-        READ_COUNTER.with(|counter| {
-            let value = counter.load(Ordering::Relaxed);
-            counter.store(value + 1, Ordering::Release);
-        });
+        Self::step();
     }
 }
 
