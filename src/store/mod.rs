@@ -53,6 +53,26 @@
 //! the checks that wait for it, and, on the lock-free store, the reclamation
 //! of replaced tables (see [`LockFree`]'s "Memory"), but no writer waits for
 //! it without a bound.
+//!
+//! # Writing a store outside the crate
+//!
+//! [`Store`] and [`StoreKind`] are open: a store built on another map plugs
+//! into [`Builder::store`](crate::Builder::store) like the crate's own. The
+//! pieces the crate's stores are built from are public too, so that such a
+//! store keeps the same promises without writing them again:
+//!
+//! * the [`Cell`](crate::cell::Cell)s, which apply an algorithm's arithmetic
+//!   to one key's state and retire it, so that eviction loses no admission;
+//! * [`Population`], the exact count of keys under a [`KeyCap`];
+//! * [`admit_new_key`], the new-key protocol (decide as a fresh key, reserve
+//!   room, insert), and [`retry_after_sweep`], which sweeps the whole store
+//!   when a new key finds it full;
+//! * [`decide_fresh`] (an absent key's decision), [`rested_at`] (the horizon
+//!   of a sweep before growth) and [`Held`] (a value held across user code
+//!   that may panic).
+//!
+//! The store on papaya in the repository's `peers` crate is built this
+//! way, and runs the conformance suite.
 
 // The lock-free table reclaims memory with crossbeam-epoch, which runs under
 // loom (with `--cfg crossbeam_loom`) but has no shuttle build: under shuttle
@@ -274,10 +294,15 @@ pub trait StoreKind<K: Key, A: Algorithm>: Debug + Clone + Send + Sync + 'static
     fn build(&self, cap: Option<KeyCap>) -> Self::Store;
 }
 
-/// The keys a store may still add, shared by its shards: exact under
-/// concurrency (a reservation is a compare-and-swap on one counter).
+/// The keys a store holds and may still add, shared by its shards: exact
+/// under concurrency (a reservation is a compare-and-swap on one counter).
+///
+/// [`admit_new_key`] reserves room in it for each key it inserts; a store
+/// returns the room of each key it removes through
+/// [`releasing`](Population::releasing), and reports its length with
+/// [`len`](Population::len).
 #[derive(Debug)]
-struct Population {
+pub struct Population {
     len: crate::sync::AtomicUsize,
     cap: Option<KeyCap>,
     /// New keys that found the store full: spaces out the sweeps they run.
@@ -314,14 +339,15 @@ impl Drop for Reservation<'_> {
 /// dropped (see [`Population::releasing`]): one atomic operation for a whole
 /// sweep, and exact even when the sweep panics half-way.
 #[must_use]
-struct Released<'a> {
+#[derive(Debug)]
+pub struct Released<'a> {
     population: &'a Population,
     removed: usize,
 }
 
 impl Released<'_> {
-    /// One more key removed.
-    fn add(&mut self) {
+    /// One more key removed: call it as each key leaves the store.
+    pub fn add(&mut self) {
         self.removed += 1;
     }
 }
@@ -333,7 +359,9 @@ impl Drop for Released<'_> {
 }
 
 /// One attempt at a check under a store's lock.
-enum Checked {
+#[derive(Debug)]
+pub enum Checked {
+    /// Decided.
     Done(Decision),
     /// A new key found the store full and a sweep is due: release the lock,
     /// sweep the whole store, try again.
@@ -342,7 +370,7 @@ enum Checked {
 
 /// How a store adds a new key, for [`admit_new_key`]: three steps on what
 /// the store holds under its lock (`S`).
-struct NewKey<S, Space, Value, Insert> {
+pub struct NewKey<S, Space, Value, Insert> {
     /// What the store holds under its lock: its table and bookkeeping.
     locked: S,
     /// Makes space for one more key (a sweep, a rebuild, a resize): may run
@@ -355,9 +383,20 @@ struct NewKey<S, Space, Value, Insert> {
     insert: Insert,
 }
 
+impl<S, Space, Value, Insert> std::fmt::Debug for NewKey<S, Space, Value, Insert> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewKey").finish_non_exhaustive()
+    }
+}
+
 impl<S, Space, Value, Insert> NewKey<S, Space, Value, Insert> {
     /// The steps, in their order; the bounds give the closures their types.
-    const fn new<K, State, V>(locked: S, make_space: Space, value: Value, insert: Insert) -> Self
+    pub const fn new<K, State, V>(
+        locked: S,
+        make_space: Space,
+        value: Value,
+        insert: Insert,
+    ) -> Self
     where
         Space: FnOnce(&mut S),
         Value: FnOnce(State) -> V,
@@ -389,7 +428,12 @@ impl<S, Space, Value, Insert> NewKey<S, Space, Value, Insert> {
 ///
 /// The key is decided here, before anyone else can find it, so a store
 /// returns this decision for it.
-fn admit_new_key<K, Q, A, S, V>(
+///
+/// # Errors
+///
+/// As [`Algorithm::decide`], and [`CheckError::StoreFull`] for a new key
+/// past a rejecting cap; nothing is stored then.
+pub fn admit_new_key<K, Q, A, S, V>(
     population: &Population,
     algorithm: &A,
     key: &Q,
@@ -429,7 +473,11 @@ where
 
 /// The verdict for a key with no state (absent, or evicted: idle, so as
 /// good as fresh). The fresh state is [`Held`]: its `Drop` is user code.
-fn decide_fresh<A: Algorithm>(
+///
+/// # Errors
+///
+/// As [`Algorithm::decide`].
+pub fn decide_fresh<A: Algorithm>(
     algorithm: &A,
     now_ns: u64,
     cost: u32,
@@ -440,29 +488,49 @@ fn decide_fresh<A: Algorithm>(
 /// The growth sweeps' horizon: keys idle at this instant have rested for
 /// the algorithm's whole rest time, so a key between two requests is never
 /// evicted only to be inserted again.
-fn rested_at<A: Algorithm>(algorithm: &A, now_ns: u64) -> u64 {
+#[must_use]
+pub fn rested_at<A: Algorithm>(algorithm: &A, now_ns: u64) -> u64 {
     now_ns.saturating_sub(algorithm.rest_ns())
 }
 
 /// A value held across user code that may panic. If it does, the value is
 /// dropped with any panic of its own `Drop` caught and discarded: a second
 /// panic while the first unwinds would abort the process.
-struct Held<T>(Option<T>);
+#[derive(Debug)]
+pub struct Held<T>(Option<T>);
 
 impl<T> Held<T> {
-    const fn new(value: T) -> Self {
+    /// Holds `value`.
+    pub const fn new(value: T) -> Self {
         Self(Some(value))
     }
 
-    fn get(&self) -> &T {
+    /// The value.
+    ///
+    /// # Panics
+    ///
+    /// Never: only `take` empties the holder, and it consumes it.
+    #[must_use]
+    pub fn get(&self) -> &T {
         self.0.as_ref().expect("held until taken")
     }
 
-    fn get_mut(&mut self) -> &mut T {
+    /// The value, to change.
+    ///
+    /// # Panics
+    ///
+    /// Never: only `take` empties the holder, and it consumes it.
+    pub fn get_mut(&mut self) -> &mut T {
         self.0.as_mut().expect("held until taken")
     }
 
-    fn take(mut self) -> T {
+    /// The value, no longer held.
+    ///
+    /// # Panics
+    ///
+    /// Never: only `take` empties the holder, and it consumes it.
+    #[must_use]
+    pub fn take(mut self) -> T {
         self.0.take().expect("held until taken")
     }
 }
@@ -477,9 +545,14 @@ impl<T> Drop for Held<T> {
 
 /// Runs `attempt` (which takes its shard's lock itself, and is told whether
 /// the store was just swept); when it asks, sweeps the whole store with
-/// `sweep_store` (no shard lock held) and tries once more. Told that the
-/// store was swept, `make_room` never asks again, so the loop ends.
-fn retry_after_sweep(
+/// `sweep_store` (no shard lock held; it returns how many keys it removed)
+/// and tries once more. Told that the store was swept, [`admit_new_key`]
+/// never asks again, so the loop ends.
+///
+/// # Errors
+///
+/// Those of `attempt`.
+pub fn retry_after_sweep(
     population: &Population,
     mut attempt: impl FnMut(bool) -> Result<Checked, CheckError>,
     sweep_store: impl FnOnce() -> usize,
@@ -500,7 +573,9 @@ fn retry_after_sweep(
 }
 
 impl Population {
-    fn new(cap: Option<KeyCap>) -> Self {
+    /// No keys yet, under `cap` if one is given.
+    #[must_use]
+    pub fn new(cap: Option<KeyCap>) -> Self {
         Self {
             len: crate::sync::AtomicUsize::new(0),
             cap,
@@ -563,7 +638,7 @@ impl Population {
     /// A count of keys removed, whose room goes back when it is dropped,
     /// also when a panic unwinds: a sweep runs the algorithm's `is_idle`
     /// (user code) between removals, and counts each as it makes it.
-    fn releasing(&self) -> Released<'_> {
+    pub fn releasing(&self) -> Released<'_> {
         Released {
             population: self,
             removed: 0,
@@ -577,8 +652,17 @@ impl Population {
         }
     }
 
-    fn len(&self) -> usize {
+    /// How many keys are held: exact once no insert or removal is in
+    /// flight.
+    #[must_use]
+    pub fn len(&self) -> usize {
         self.len.load(crate::sync::Ordering::Relaxed)
+    }
+
+    /// Whether no key is held.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 

@@ -8,45 +8,8 @@
 #[path = "../support/contention.rs"]
 mod contention;
 mod suite;
-
-macro_rules! conformance {
-    ($name:ident, $algorithm:ty, $store:expr) => {
-        mod $name {
-            use tollgate::clock::ManualClock;
-            use tollgate::store::Key;
-            use tollgate::{Builder, Quota, RateLimiter};
-
-            use super::*;
-
-            #[allow(clippy::type_complexity)]
-            fn make<K: Key>(
-                quota: Quota,
-                clock: ManualClock,
-            ) -> RateLimiter<K, $algorithm, ManualClock, impl tollgate::store::StoreKind<K, $algorithm>> {
-                Builder::new(quota)
-                    .algorithm::<$algorithm>()
-                    .clock(clock)
-                    .store($store)
-                    .build::<K>()
-            }
-
-            suite::with_suite_tests!(conformance!(@tests));
-
-            #[test]
-            fn isolates_string_keys() {
-                suite::isolates_string_keys(make::<String>);
-            }
-        }
-    };
-    (@tests $($test:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $test() {
-                suite::$test(make::<u64>);
-            }
-        )*
-    };
-}
+#[macro_use]
+mod store_suite;
 
 use tollgate::algorithm::{FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded};
