@@ -1,4 +1,5 @@
-//! Keyed stores for tollgate on general-purpose concurrent maps, written
+//! Keyed stores for tollgate on general-purpose concurrent maps (papaya,
+//! `scc::HashIndex`, flurry), written
 //! from outside the library against its public [`Store`] trait, to measure
 //! the purpose-built lock-free table against them on every axis (issue 13,
 //! `notes/04-sync-strategies.md`).
@@ -28,6 +29,8 @@
 #![deny(missing_docs, missing_debug_implementations, unsafe_code)]
 #![warn(clippy::pedantic)]
 
-mod papaya_store;
+mod map_store;
+mod maps;
 
-pub use papaya_store::{Papaya, PapayaStore, STRIPES};
+pub use map_store::{ConcurrentMap, MapFor, MapStore, OnMap, STRIPES};
+pub use maps::{Flurry, FlurryMap, Papaya, PapayaMap, SccIndex, SccIndexMap};

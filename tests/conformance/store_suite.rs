@@ -4,11 +4,12 @@
 /// `conformance!(name, Algorithm, store)`: a module `name` that runs every
 /// test of the suite (`suite.rs`) on `u64` keys, and `isolates_string_keys`
 /// on `String` keys, over limiters of `Algorithm` on `store` (an expression
-/// of a `StoreKind`), each on a `ManualClock`. Its users have `mod suite`
+/// of a `StoreKind`), each on a `ManualClock`; a fourth argument, a trait,
+/// bounds the key types further (`Ord`, for a map that needs it). Its users have `mod suite`
 /// and `mod contention` (`tests/support/contention.rs`) at their root, and
 /// `#[macro_use] mod store_suite` (this file).
 macro_rules! conformance {
-    ($name:ident, $algorithm:ty, $store:expr) => {
+    ($name:ident, $algorithm:ty, $store:expr $(, $key_bound:path)?) => {
         mod $name {
             use tollgate::clock::ManualClock;
             use tollgate::store::Key;
@@ -17,7 +18,7 @@ macro_rules! conformance {
             use super::*;
 
             #[allow(clippy::type_complexity)]
-            fn make<K: Key>(
+            fn make<K: Key $(+ $key_bound)?>(
                 quota: Quota,
                 clock: ManualClock,
             ) -> RateLimiter<K, $algorithm, ManualClock, impl tollgate::store::StoreKind<K, $algorithm>> {
