@@ -3,6 +3,7 @@
 use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
 use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -23,13 +24,16 @@ use tollgate::{CheckError, Decision};
 ///
 /// A check on a held key finds the key's cell in the map (a lookup under
 /// the map's own reclamation guard) and runs the cell's check: no lock of
-/// this store's, and for a denial no write. Everything that changes which
-/// keys are held (a new key, an eviction) happens under one of [`STRIPES`]
-/// mutexes, chosen by the key's hash, so that under a stripe's lock every
-/// cell in the map is live: a sweep retires a cell and removes it in one
-/// critical section, and a check that finds a retired cell looks again
-/// under the lock. A new key goes through [`admit_new_key`], so the cap and
-/// its policy are the crate's own.
+/// this store's, and for a denial no write to the cell (flurry's lookup
+/// makes an owned key first: see [`Flurry`](crate::Flurry)). Everything
+/// that changes which keys are held (a new key, an eviction) happens under
+/// one of [`STRIPES`] mutexes, chosen by the key's hash: a sweep reads a
+/// key's cell again under its stripe, retires it and removes the entry, and
+/// a check that finds a retired cell looks again under the lock, where a
+/// retired entry can only be one a panicking removal left (below), which it
+/// removes. A new key goes through [`admit_new_key`], so the cap and its
+/// policy are the crate's own. The key count is of live cells: a key's
+/// room goes back when its cell is retired.
 ///
 /// # Where it differs from the crate's stores
 ///
@@ -43,19 +47,33 @@ use tollgate::{CheckError, Decision};
 ///   frees in batches, `scc`'s and flurry's epochs once they advance), not
 ///   when [`evict_idle`](Store::evict_idle) returns; whether a table shrinks
 ///   is the map's choice.
-/// * **User code inside the map.** These maps hash and compare keys inside
-///   their inserts, removals and resizes, and drop removed keys inside their
-///   reclamation, on whichever thread runs it. A key whose `Hash`, `Eq` or
-///   `Drop` panics there unwinds through the map, which makes no promise
-///   about it; the crate's stores run that code only where a panic loses
-///   nothing (see [`tollgate::store`], "User code"). Keys whose user code
-///   cannot panic (integers, strings) are unaffected.
+/// * **User code inside the map.** These maps run keys' `Hash` and `Eq`
+///   inside their inserts, removals and resizes (`scc` also `Clone` when it
+///   copies entries, flurry `Ord` in its tree bins), and drop removed keys
+///   inside their reclamation, on whichever thread drops a guard. The
+///   crate's stores run user code only where a panic loses nothing (see
+///   [`tollgate::store`], "User code"); here a panic unwinds through the
+///   map, which makes no promise about it, and the store limits what it
+///   can cost: a new key's insert that panics is undone before the panic
+///   goes on, and an eviction's removal that panics leaves a retired entry,
+///   counted out already, that the next check of the key or the next sweep
+///   removes (`peers/tests/panics.rs` arms a panic at every call of both).
+///   What remains: a panic in a removed key's `Drop` reaches whichever call
+///   dropped the guard, not one of that key's; a panic that interrupts a
+///   resize leaves the map as the map leaves it; and a panic in both an
+///   insert and its undo leaves a key held but not counted. Keys whose user
+///   code cannot panic (integers, strings) meet none of this.
 pub struct OnMap<M, P = Preferred> {
     types: PhantomData<fn() -> (M, P)>,
 }
 
 /// A concurrent map, as a store on it needs it: look a key up, insert,
 /// remove, and visit every entry, all through `&self` from many threads.
+///
+/// What the store relies on: a key inserted or removed under its stripe's
+/// lock is seen so by the next `read` under the same lock; `for_each`
+/// visits every entry present throughout its call (at least once); and a
+/// read never sees one key's cell under another key.
 pub trait ConcurrentMap<K, C>: Send + Sync {
     /// An empty map.
     fn empty() -> Self;
@@ -66,8 +84,8 @@ pub trait ConcurrentMap<K, C>: Send + Sync {
     /// Inserts `key` (absent: the caller holds its stripe) with `cell`.
     fn insert(&self, key: K, cell: C);
 
-    /// Removes `key`.
-    fn remove(&self, key: &K);
+    /// Removes the key `key` borrows as, if held.
+    fn remove<Q: Lookup<K> + ?Sized>(&self, key: &Q);
 
     /// Visits every entry; `visit` may remove the entry it visits.
     fn for_each(&self, visit: impl FnMut(&K, &C));
@@ -187,20 +205,22 @@ impl<K: Key, A: Algorithm, C: Cell<A>, M: ConcurrentMap<K, C>> MapStore<K, A, C,
         now_ns: u64,
         cost: u32,
     ) -> Result<Decision, CheckError> {
-        if self.population.len() >= self.next_sweep_at.load(Ordering::Relaxed) {
-            self.sweep(algorithm, rested_at(algorithm, now_ns));
-            let next = (2 * self.population.len()).max(FIRST_SWEEP_AT);
-            // Relaxed: a schedule; racing sweeps only sweep twice.
-            self.next_sweep_at.store(next, Ordering::Relaxed);
-        }
+        self.growth_sweep(algorithm, now_ns);
         let stripe = self.stripe(key);
         let attempt = |swept| {
             let _stripe = lock(stripe);
-            if let Some(decision) = self
+            match self
                 .map
                 .read(key, |cell| cell.check(algorithm, now_ns, cost))
             {
-                return Ok(Checked::Done(decision?.expect(LIVE_UNDER_LOCK)));
+                Some(Ok(Some(decision))) => return Ok(Checked::Done(decision)),
+                Some(Err(error)) => return Err(error),
+                // Retired, under the stripe's lock: left by a sweep whose
+                // removal panicked. Its room went back when it was retired
+                // (see `sweep`), so it goes without releasing any, and the
+                // key is decided as new: it was idle, as good as fresh.
+                Some(Ok(None)) => self.map.remove(key),
+                None => {}
             }
             admit_new_key(
                 &self.population,
@@ -213,7 +233,7 @@ impl<K: Key, A: Algorithm, C: Cell<A>, M: ConcurrentMap<K, C>> MapStore<K, A, C,
                     (),
                     |()| {},
                     |state| C::with_state(algorithm, state),
-                    |(), key, cell| self.map.insert(key, cell),
+                    |(), owned, cell| self.insert_or_unwind(key, owned, cell),
                 ),
             )
         };
@@ -222,29 +242,83 @@ impl<K: Key, A: Algorithm, C: Cell<A>, M: ConcurrentMap<K, C>> MapStore<K, A, C,
         })
     }
 
+    /// Inserts a new key (its stripe held). The maps run user code inside an
+    /// insert (the key's `Hash`, `Eq`, `Ord`, `Clone`, and other keys' `Drop`
+    /// when a guard's drop reclaims): if it panics, the key is removed again
+    /// before the panic goes on, so that it leaves with its reservation
+    /// (`admit_new_key` commits the reservation only after this returns)
+    /// and the count stays exact, unless the removal panics too.
+    fn insert_or_unwind<Q: Lookup<K> + ?Sized>(&self, key: &Q, owned: K, cell: C) {
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| self.map.insert(owned, cell))) {
+            drop(catch_unwind(AssertUnwindSafe(|| self.map.remove(key))));
+            resume_unwind(panic);
+        }
+    }
+
+    /// The sweep before the map grows on its own: once the key count
+    /// reaches twice what the last one left. One thread sweeps (it claims
+    /// the schedule); the others go on without waiting.
+    fn growth_sweep(&self, algorithm: &A, now_ns: u64) {
+        /// Schedules the next growth sweep when dropped, also when the sweep
+        /// panics.
+        struct Reschedule<'a>(&'a AtomicUsize, &'a Population);
+
+        impl Drop for Reschedule<'_> {
+            fn drop(&mut self) {
+                let next = self.1.len().saturating_mul(2).max(FIRST_SWEEP_AT);
+                // Relaxed: a schedule; it orders no other data.
+                self.0.store(next, Ordering::Relaxed);
+            }
+        }
+
+        // Relaxed: as above.
+        let due = self.next_sweep_at.load(Ordering::Relaxed);
+        if self.population.len() < due
+            || self
+                .next_sweep_at
+                .compare_exchange(due, usize::MAX, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let _reschedule = Reschedule(&self.next_sweep_at, &self.population);
+        self.sweep(algorithm, rested_at(algorithm, now_ns));
+    }
+
     /// Retires and removes every key idle at `idle_at_ns`, each under its
-    /// stripe; returns how many.
+    /// stripe; returns how many. A key's room goes back when its cell is
+    /// retired, before its entry is removed: the count is of live cells,
+    /// so a removal that panics (user code inside the map) leaves a retired
+    /// entry that is counted out already, and that the next sweep, or the
+    /// next check of the key, removes.
     fn sweep(&self, algorithm: &A, idle_at_ns: u64) -> usize {
         let mut released = self.population.releasing();
         let mut removed = 0;
-        self.map.for_each(|key, cell| {
+        self.map.for_each(|key, _| {
             let _stripe = lock(self.stripe(key));
-            // Only a stripe's holder removes a key, so the cell found is
-            // still the key's: retiring it first makes a check that holds
-            // it look again, under this lock, after the removal.
-            if cell.retire_if_idle(algorithm, idle_at_ns) {
+            // The cell is read again under the lock: the one `for_each`
+            // passed may have been replaced since (a leftover retired entry
+            // replaced by a check).
+            let retired = self.map.read(key, |cell| {
+                if cell.retire_if_idle(algorithm, idle_at_ns) {
+                    Some(true)
+                } else {
+                    // Retired already (a leftover): `peek` answers `None`
+                    // only for a retired cell.
+                    matches!(cell.peek(algorithm, idle_at_ns, 1), Ok(None)).then_some(false)
+                }
+            });
+            if let Some(retired_now) = retired.flatten() {
+                if retired_now {
+                    released.add();
+                    removed += 1;
+                }
                 self.map.remove(key);
-                released.add();
-                removed += 1;
             }
         });
         removed
     }
 }
-
-/// Under a stripe's lock every cell its keys have in the map is live: only
-/// a sweep retires cells, and it removes each under the same lock.
-const LIVE_UNDER_LOCK: &str = "under the stripe's lock, a key's cell is live";
 
 impl<K: Key, A: Algorithm, C: Cell<A>, M: ConcurrentMap<K, C>> Store<K, A>
     for MapStore<K, A, C, M>

@@ -552,6 +552,12 @@ impl<T> Drop for Held<T> {
 /// # Errors
 ///
 /// Those of `attempt`.
+///
+/// # Panics
+///
+/// If `attempt` asks for a sweep again after being told the store was
+/// swept: it did not pass that on to [`admit_new_key`]. A store bug, which
+/// would otherwise loop for ever.
 pub fn retry_after_sweep(
     population: &Population,
     mut attempt: impl FnMut(bool) -> Result<Checked, CheckError>,
@@ -563,10 +569,11 @@ pub fn retry_after_sweep(
         match attempt(swept)? {
             Checked::Done(decision) => return Ok(decision),
             Checked::SweepFirst => {
-                if let Some(sweep_store) = sweep_store.take() {
-                    let scanned = population.len();
-                    population.swept(sweep_store(), scanned);
-                }
+                let sweep_store = sweep_store
+                    .take()
+                    .expect("a sweep asked for after the store was swept: pass `swept` on");
+                let scanned = population.len();
+                population.swept(sweep_store(), scanned);
             }
         }
     }
