@@ -10,7 +10,8 @@
 //! section on the HTTP layer (against tower_governor), and `--perf` only the
 //! in-process performance section (its targets without the memory ones),
 //! `--growth` only the table of memory at every key count while a store
-//! grows.
+//! grows, and `--peers` only the memory table of the stores on other maps
+//! (issue 13; their speed rows are in the performance tables).
 
 #[path = "../../tests/support/churn.rs"]
 mod churn;
@@ -81,6 +82,7 @@ fn main() {
     let mut only_http = false;
     let mut only_leases = false;
     let mut only_perf = false;
+    let mut only_peers = false;
     let mut only_growth = false;
     let mut out = std::path::PathBuf::from("lab-output");
     let mut args = std::env::args().skip(1);
@@ -92,6 +94,7 @@ fn main() {
             "--leases" => only_leases = true,
             "--perf" => only_perf = true,
             "--growth" => only_growth = true,
+            "--peers" => only_peers = true,
             "--out" => match args.next() {
                 Some(dir) => out = dir.into(),
                 None => usage("--out needs a directory"),
@@ -128,6 +131,11 @@ fn main() {
         println!("Total time: {:.0?}", started.elapsed());
         return;
     }
+    if only_peers {
+        memory::peer_table();
+        println!("Total time: {:.0?}", started.elapsed());
+        return;
+    }
     if only_perf {
         performance(&perf, &[], &[], &out);
         println!("Total time: {:.0?}", started.elapsed());
@@ -160,6 +168,7 @@ fn main() {
     memory::matrix(if full { counts } else { &[100_000] });
     memory::candidate_maps();
     memory::peak_table(full);
+    memory::peer_table();
     let growth = memory::growth_table();
     performance(&perf, &sweep, &growth, &out);
     serving::run(&serving);
@@ -203,7 +212,7 @@ fn usage(problem: &str) -> ! {
         eprintln!("tollgate-lab: {problem}");
     }
     eprintln!(
-        "usage: tollgate-lab [--full] [--distributed] [--http] [--leases] [--perf] [--growth] [--out DIR]"
+        "usage: tollgate-lab [--full] [--distributed] [--http] [--leases] [--perf] [--growth] [--peers] [--out DIR]"
     );
     std::process::exit(if problem.is_empty() { 0 } else { 2 });
 }

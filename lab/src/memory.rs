@@ -11,16 +11,22 @@ use tollgate::algorithm::{
 use tollgate::clock::ManualClock;
 use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded, StoreKind};
 use tollgate::{Builder, Quota};
+use tollgate_peers::{Flurry, Papaya, SccIndex};
 
 use crate::{churn, counting_alloc};
 
-/// Runs crossbeam-epoch's default collector until deferred frees have
-/// happened: flurry frees its replaced tables through it. (tollgate's store
+/// Runs crossbeam-epoch's default collector and `scc`'s until deferred
+/// frees have happened: flurry frees its replaced tables through the first,
+/// the `scc::HashIndex` store its replaced arrays and removed entries
+/// through the second. (tollgate's store
 /// runs its own collector, and settles through `evict_idle`: see
 /// `tollgate_u64`.)
 fn settle() {
     for _ in 0..1_024 {
         crossbeam_epoch::pin().flush();
+        // `scc`'s collector (sdd) is process-wide too: a dropped map's
+        // memory goes when its epoch has advanced twice.
+        scc::ebr::Guard::new().accelerate();
     }
 }
 
@@ -480,8 +486,25 @@ fn growth_of<T>(
     growth
 }
 
+/// `Growth` of a GCRA limiter on `store`, u64 keys of one request each.
+fn tollgate_growth<S: StoreKind<u64, Gcra>>(name: &'static str, store: S) -> Growth {
+    growth_of(
+        name,
+        || {
+            Builder::new(quota())
+                .store(store)
+                .clock(ManualClock::new())
+                .build::<u64>()
+        },
+        |limiter, key| {
+            assert!(limiter.check(&key).expect("unit cost").is_allowed());
+        },
+    )
+}
+
 /// GCRA on the lock-free store (default shards; 4, the default on one
-/// core; and one shard: no stagger) against governor's keyed limiter, u64 keys of one request
+/// core; and one shard: no stagger), on the stores on papaya, `scc` and
+/// flurry (`tollgate-peers`, issue 13), and governor's keyed limiter, u64 keys of one request
 /// each, growing from 1 to `Growth::TO` keys on one thread. Nothing is
 /// settled between inserts: a replaced table still awaiting its grace
 /// period counts, so the worst figure bounds the settled one from above.
@@ -497,24 +520,13 @@ pub fn growth_table() -> Vec<Growth> {
         "{:<30} {:>18} {:>18} {:>18} {:>10}",
         "store", "worst B/key (at)", "best B/key (at)", "peak ratio (at)", "ns/insert"
     );
-    let tollgate = |name, store: LockFree| {
-        growth_of(
-            name,
-            || {
-                Builder::new(quota())
-                    .store(store)
-                    .clock(ManualClock::new())
-                    .build::<u64>()
-            },
-            |limiter, key| {
-                assert!(limiter.check(&key).expect("unit cost").is_allowed());
-            },
-        )
-    };
     let rows = vec![
-        tollgate("lock-free GCRA", LockFree::default()),
-        tollgate("lock-free GCRA, 4 shards", LockFree::new(4)),
-        tollgate("lock-free GCRA, 1 shard", LockFree::new(1)),
+        tollgate_growth("lock-free GCRA", LockFree::default()),
+        tollgate_growth("lock-free GCRA, 4 shards", LockFree::new(4)),
+        tollgate_growth("lock-free GCRA, 1 shard", LockFree::new(1)),
+        tollgate_growth("papaya store GCRA", Papaya::new()),
+        tollgate_growth("scc::HashIndex store GCRA", SccIndex::new()),
+        tollgate_growth("flurry store GCRA", Flurry::new()),
         growth_of(
             "governor keyed",
             || governor::RateLimiter::keyed(governor_quota()),
@@ -538,4 +550,63 @@ pub fn growth_table() -> Vec<Growth> {
     }
     println!();
     rows
+}
+
+/// The purpose-built table against the stores on papaya, `scc::HashIndex`
+/// and flurry (`tollgate-peers`, issue 13), GCRA on u64 keys: bytes a key
+/// settled at 100 000 and 1 000 000 keys, the heap's peak while keys churn
+/// against the settled live table (1 and 2 threads), and what an
+/// `evict_idle` of 100 000 idle keys costs a key. (The peak inside growth is
+/// in the growth table; the speed rows are in the performance tables.)
+pub fn peer_table() {
+    println!("## The purpose-built table against general-purpose maps: GCRA, u64 keys (issue 13)");
+    println!(
+        "{:<16} {:>14} {:>14} {:>14} {:>14} {:>16}",
+        "store",
+        "B/key 100 000",
+        "B/key 1 000 000",
+        "churn peak 1t",
+        "churn peak 2t",
+        "evict ns/key"
+    );
+    fn row<S: StoreKind<u64, Gcra>>(name: &str, store: S) {
+        let (small, _) = tollgate_u64::<Gcra, _>(quota(), store.clone(), 100_000, 1);
+        let (large, _) = tollgate_u64::<Gcra, _>(quota(), store.clone(), 1_000_000, 1);
+        let one = churn::churn_peak_settled(store.clone(), 1, settle).ratio();
+        let two = churn::churn_peak_settled(store.clone(), 2, settle).ratio();
+        println!(
+            "{name:<16} {small:>14.1} {large:>14.1} {one:>13.2}x {two:>13.2}x {:>16.1}",
+            eviction_ns_per_key(store, 100_000)
+        );
+    }
+    row("lock-free", LockFree::default());
+    row("papaya", Papaya::new());
+    row("scc::HashIndex", SccIndex::new());
+    row("flurry", Flurry::new());
+    println!(
+        "(settled as the memory tables above; the churn as in the peak table; eviction: \
+         wall time of one `evict_idle` over {} keys, all idle, one thread)\n",
+        100_000
+    );
+}
+
+/// Wall-clock nanoseconds a key of one `evict_idle` that removes `keys`
+/// idle keys.
+fn eviction_ns_per_key<S: StoreKind<u64, Gcra>>(store: S, keys: u64) -> f64 {
+    let clock = ManualClock::new();
+    let limiter = Builder::new(quota())
+        .store(store)
+        .clock(clock.clone())
+        .build::<u64>();
+    for key in 0..keys {
+        assert!(limiter.check(&key).expect("unit cost").is_allowed());
+    }
+    clock.advance(Duration::from_secs(3_600));
+    let started = std::time::Instant::now();
+    let evicted = limiter.evict_idle();
+    let elapsed = started.elapsed();
+    assert_eq!(evicted as u64, keys);
+    #[allow(clippy::cast_precision_loss)]
+    let per_key = elapsed.as_nanos() as f64 / keys as f64;
+    per_key
 }

@@ -22,6 +22,7 @@ use tollgate::algorithm::{FixedWindow, Gcra, SlidingWindowCounter, SlidingWindow
 use tollgate::cell::AlwaysLocked;
 use tollgate::clock::{Clock, CoarseClock, MonotonicClock, TscClock};
 use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded};
+use tollgate_peers::{Flurry, Papaya, SccIndex};
 
 use crate::stats::{Estimate, median_ci};
 use crate::{parallel, workloads};
@@ -333,6 +334,18 @@ fn deny_ops() -> Makers {
         ),
         ("governor keyed", workloads::governor_deny_hot_key()),
         (
+            "GCRA on papaya",
+            workloads::deny_hot_key_on::<Gcra, _, _>(Papaya::new(), TscClock::new()),
+        ),
+        (
+            "GCRA on scc::HashIndex",
+            workloads::deny_hot_key_on::<Gcra, _, _>(SccIndex::new(), TscClock::new()),
+        ),
+        (
+            "GCRA on flurry",
+            workloads::deny_hot_key_on::<Gcra, _, _>(Flurry::new(), TscClock::new()),
+        ),
+        (
             "GCRA cell in a HashMap",
             workloads::deny_hot_key_in_hashmap::<workloads::Unguarded>()
         ),
@@ -402,6 +415,18 @@ fn distinct_ops(keys: u64) -> Makers {
             workloads::admit_distinct_line_keys(keys),
         ),
         ("governor keyed", workloads::governor_admit_distinct(keys)),
+        (
+            "papaya",
+            workloads::admit_distinct::<Gcra, _>(Papaya::new(), keys),
+        ),
+        (
+            "scc::HashIndex",
+            workloads::admit_distinct::<Gcra, _>(SccIndex::new(), keys),
+        ),
+        (
+            "flurry",
+            workloads::admit_distinct::<Gcra, _>(Flurry::new(), keys),
+        ),
     ]
 }
 
@@ -460,6 +485,9 @@ fn hot_ops() -> Makers {
         ("per-key", workloads::admit_hot_key(PerKey::new())),
         ("lock-free", workloads::admit_hot_key(LockFree::default())),
         ("governor keyed", workloads::governor_admit_hot_key()),
+        ("papaya", workloads::admit_hot_key(Papaya::new())),
+        ("scc::HashIndex", workloads::admit_hot_key(SccIndex::new())),
+        ("flurry", workloads::admit_hot_key(Flurry::new())),
     ]
 }
 
@@ -617,6 +645,48 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers) -> Vec<Case<'a>> {
             true,
         ),
     ];
+    // Issue 13: the lock-free table against the stores on other maps, on
+    // the drained hot key and on 65 536 distinct keys.
+    let peers = ["papaya", "scc::HashIndex", "flurry"];
+    let deny_peers = [
+        (
+            "lock-free deny × papaya store (throughput)",
+            "GCRA on papaya",
+        ),
+        (
+            "lock-free deny × scc::HashIndex store (throughput)",
+            "GCRA on scc::HashIndex",
+        ),
+        (
+            "lock-free deny × flurry store (throughput)",
+            "GCRA on flurry",
+        ),
+    ];
+    let admit_peers = [
+        "lock-free admit, 65 536 keys × papaya store (throughput)",
+        "lock-free admit, 65 536 keys × scc::HashIndex store (throughput)",
+        "lock-free admit, 65 536 keys × flurry store (throughput)",
+    ];
+    let mut cases = cases;
+    for ((deny_name, deny_row), (admit_name, peer)) in deny_peers
+        .into_iter()
+        .zip(admit_peers.into_iter().zip(peers))
+    {
+        cases.push((
+            deny_name,
+            two(op(deny, "GCRA")),
+            two(op(deny, deny_row)),
+            Target::Shown,
+            true,
+        ));
+        cases.push((
+            admit_name,
+            two(op(distinct, "lock-free")),
+            two(op(distinct, peer)),
+            Target::Shown,
+            true,
+        ));
+    }
     cases
         .into_iter()
         .map(|(name, subject, baseline, target, throughput)| Case {

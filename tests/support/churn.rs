@@ -85,6 +85,18 @@ impl Peak {
 /// request a second (a burst of 1: a one-off key has rested a second after
 /// its request, so each wave's growth sweeps evict the last wave's).
 pub fn churn_peak<S: StoreKind<u64, Gcra>>(store: S, threads: u64) -> Peak {
+    churn_peak_settled(store, threads, || {})
+}
+
+/// [`churn_peak`], running `settle` between the run and the measure of its
+/// live table: for a store whose map frees what it dropped only when a
+/// process-wide collector gets round to it (`scc`'s), which would otherwise
+/// free the run's memory inside the table's measure.
+pub fn churn_peak_settled<S: StoreKind<u64, Gcra>>(
+    store: S,
+    threads: u64,
+    settle: impl Fn(),
+) -> Peak {
     let quota = Quota::per_second(1).expect("valid");
     let (peak, most_keys) = peak_while(|clock| {
         let limiter = Builder::new(quota)
@@ -101,6 +113,7 @@ pub fn churn_peak<S: StoreKind<u64, Gcra>>(store: S, threads: u64) -> Peak {
         );
         most_keys
     });
+    settle();
     Peak {
         peak,
         most_keys,
