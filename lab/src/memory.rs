@@ -15,12 +15,13 @@ use tollgate_peers::{Flurry, Papaya, SccIndex};
 
 use crate::{churn, counting_alloc};
 
-/// Runs crossbeam-epoch's default collector and `scc`'s until deferred
-/// frees have happened: flurry frees its replaced tables through the first,
-/// the `scc::HashIndex` store its replaced arrays and removed entries
-/// through the second. (tollgate's store
-/// runs its own collector, and settles through `evict_idle`: see
-/// `tollgate_u64`.)
+/// Runs crossbeam-epoch's default collector and `scc`'s (sdd) until
+/// deferred frees have happened: both are process-wide, and `scc` frees a
+/// dropped map's arrays and removed entries through its own. papaya and
+/// flurry reclaim through seize, a collector per map, which frees in
+/// batches and has no handle here: their "settled" figures may include
+/// replaced tables not yet freed. (tollgate's store runs its own collector,
+/// and settles through `evict_idle`: see `tollgate_u64`.)
 fn settle() {
     for _ in 0..1_024 {
         crossbeam_epoch::pin().flush();

@@ -32,8 +32,9 @@ use tollgate::{CheckError, Decision};
 /// a check that finds a retired cell looks again under the lock, where a
 /// retired entry can only be one a panicking removal left (below), which it
 /// removes. A new key goes through [`admit_new_key`], so the cap and its
-/// policy are the crate's own. The key count is of live cells: a key's
-/// room goes back when its cell is retired.
+/// policy are the crate's own. The key count is of live cells: a sweep
+/// counts a key out for retiring its cell, whatever its removal does (the
+/// room goes back when the sweep ends).
 ///
 /// # Where it differs from the crate's stores
 ///
@@ -44,7 +45,7 @@ use tollgate::{CheckError, Decision};
 ///   moment.
 /// * **Memory goes back late, and not all of it.** A removed key is freed
 ///   by the map's reclamation once no guard can see it (papaya's seize
-///   frees in batches, `scc`'s and flurry's epochs once they advance), not
+///   frees in batches, `scc`'s epochs once they advance), not
 ///   when [`evict_idle`](Store::evict_idle) returns; whether a table shrinks
 ///   is the map's choice.
 /// * **User code inside the map.** These maps run keys' `Hash` and `Eq`
@@ -286,8 +287,9 @@ impl<K: Key, A: Algorithm, C: Cell<A>, M: ConcurrentMap<K, C>> MapStore<K, A, C,
     }
 
     /// Retires and removes every key idle at `idle_at_ns`, each under its
-    /// stripe; returns how many. A key's room goes back when its cell is
-    /// retired, before its entry is removed: the count is of live cells,
+    /// stripe; returns how many. A key is counted out for its cell's
+    /// retirement, before its entry is removed (the room goes back when
+    /// the sweep ends): the count is of live cells,
     /// so a removal that panics (user code inside the map) leaves a retired
     /// entry that is counted out already, and that the next sweep, or the
     /// next check of the key, removes.

@@ -379,7 +379,10 @@ pub struct NewKey<S, Space, Value, Insert> {
     /// Makes what the store keeps beside the key from the key's first state
     /// (its cell, or the state itself).
     value: Value,
-    /// Stores the key and its value: runs no user code, and cannot fail.
+    /// Stores the key and its value. The crate's stores run no user code
+    /// here; a store whose map does may let it panic, provided the panic
+    /// leaves nothing stored (the reservation, committed only after this
+    /// returns, then goes back).
     insert: Insert,
 }
 

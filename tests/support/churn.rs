@@ -21,8 +21,15 @@ fn live_bytes() -> u64 {
 
 /// The settled heap of a limiter on `store` holding `keys` keys of one
 /// request each: the live table a peak is measured against. `evict_idle`
-/// (nothing is idle) frees the tables its growth replaced.
-pub fn table_for<S: StoreKind<u64, Gcra>>(store: S, quota: Quota, keys: u64) -> u64 {
+/// (nothing is idle) frees the tables its growth replaced; `settle` runs
+/// before each reading of the heap (see `churn_peak_settled`).
+pub fn table_for<S: StoreKind<u64, Gcra>>(
+    store: S,
+    quota: Quota,
+    keys: u64,
+    settle: &dyn Fn(),
+) -> u64 {
+    settle();
     let before = live_bytes();
     let limiter = Builder::new(quota)
         .store(store)
@@ -32,6 +39,7 @@ pub fn table_for<S: StoreKind<u64, Gcra>>(store: S, quota: Quota, keys: u64) -> 
         assert!(limiter.check(&key).expect("unit cost").is_allowed());
     }
     assert_eq!(limiter.evict_idle(), 0);
+    settle();
     let settled = live_bytes() - before;
     drop(limiter);
     settled
@@ -88,16 +96,17 @@ pub fn churn_peak<S: StoreKind<u64, Gcra>>(store: S, threads: u64) -> Peak {
     churn_peak_settled(store, threads, || {})
 }
 
-/// [`churn_peak`], running `settle` between the run and the measure of its
-/// live table: for a store whose map frees what it dropped only when a
-/// process-wide collector gets round to it (`scc`'s), which would otherwise
-/// free the run's memory inside the table's measure.
+/// [`churn_peak`], running `settle` before the run and before each reading
+/// of its live table's heap: for a store whose map frees what it dropped
+/// only when a process-wide collector gets round to it (`scc`'s), which
+/// would otherwise free earlier work's memory inside a measure.
 pub fn churn_peak_settled<S: StoreKind<u64, Gcra>>(
     store: S,
     threads: u64,
     settle: impl Fn(),
 ) -> Peak {
     let quota = Quota::per_second(1).expect("valid");
+    settle();
     let (peak, most_keys) = peak_while(|clock| {
         let limiter = Builder::new(quota)
             .store(store.clone())
@@ -113,11 +122,10 @@ pub fn churn_peak_settled<S: StoreKind<u64, Gcra>>(
         );
         most_keys
     });
-    settle();
     Peak {
         peak,
         most_keys,
-        table: table_for(store, quota, most_keys),
+        table: table_for(store, quota, most_keys, &settle),
     }
 }
 
@@ -166,7 +174,7 @@ pub fn flood_peak<S: StoreKind<u64, Gcra>>(store: S, threads: u64, keys: u64, ca
         peak: Peak {
             peak,
             most_keys: cap,
-            table: table_for(store, quota, cap),
+            table: table_for(store, quota, cap, &|| {}),
         },
         admitted: admitted.into_inner(),
         full: full.into_inner(),
