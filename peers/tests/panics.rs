@@ -61,6 +61,9 @@ impl PartialEq for Touchy {
 impl Eq for Touchy {}
 
 const KEYS: u64 = 8;
+/// `KEYS`, as the count of keys the limiter holds.
+#[allow(clippy::cast_possible_truncation)]
+const HELD: usize = KEYS as usize;
 
 /// One unit a second, burst 1: a key admitted once denies until a second
 /// passes, and is idle (as good as fresh) after it.
@@ -74,15 +77,24 @@ fn limiter<S: StoreKind<Touchy, Gcra>>(
         .build::<Touchy>()
 }
 
+/// A limiter on `store` holding keys `0..KEYS`, each admitted once.
+fn filled<S: StoreKind<Touchy, Gcra>>(
+    store: S,
+    clock: &ManualClock,
+) -> RateLimiter<Touchy, Gcra, ManualClock, S> {
+    let limiter = limiter(store, clock);
+    for key in 0..KEYS {
+        assert!(limiter.check(&Touchy(key)).unwrap().is_allowed());
+    }
+    limiter
+}
+
 /// Every call of an eviction of idle keys, armed in turn.
 fn eviction_survives_a_panic_at_every_call<S: StoreKind<Touchy, Gcra>>(store: S) {
     let mut reached = 0;
     for call in 0.. {
         let clock = ManualClock::new();
-        let limiter = limiter(store.clone(), &clock);
-        for key in 0..KEYS {
-            assert!(limiter.check(&Touchy(key)).unwrap().is_allowed());
-        }
+        let limiter = filled(store.clone(), &clock);
         clock.advance(Duration::from_secs(2));
         if !armed_at(call, || {
             limiter.evict_idle();
@@ -102,13 +114,13 @@ fn eviction_survives_a_panic_at_every_call<S: StoreKind<Touchy, Gcra>>(store: S)
                 "call {call}, key {key}"
             );
         }
-        assert_eq!(limiter.len(), 8, "call {call}");
+        assert_eq!(limiter.len(), HELD, "call {call}");
         // And an eviction after it takes them all.
         clock.advance(Duration::from_secs(2));
-        assert_eq!(limiter.evict_idle(), 8, "call {call}");
+        assert_eq!(limiter.evict_idle(), HELD, "call {call}");
         assert_eq!(limiter.len(), 0, "call {call}");
     }
-    assert!(reached > 8, "the eviction ran user code {reached} times");
+    assert!(reached > HELD, "the eviction ran user code {reached} times");
 }
 
 /// Every call of a new key's check, armed in turn.
@@ -116,10 +128,7 @@ fn new_key_survives_a_panic_at_every_call<S: StoreKind<Touchy, Gcra>>(store: S) 
     let mut reached = 0;
     for call in 0.. {
         let clock = ManualClock::new();
-        let limiter = limiter(store.clone(), &clock);
-        for key in 0..KEYS {
-            assert!(limiter.check(&Touchy(key)).unwrap().is_allowed());
-        }
+        let limiter = filled(store.clone(), &clock);
         let new_key = Touchy(KEYS);
         if !armed_at(call, || {
             assert!(limiter.check(&new_key).unwrap().is_allowed());
@@ -128,13 +137,13 @@ fn new_key_survives_a_panic_at_every_call<S: StoreKind<Touchy, Gcra>>(store: S) 
         }
         reached += 1;
         // The panicking check stored nothing: the key admits as new, once.
-        assert_eq!(limiter.len(), 8, "call {call}");
+        assert_eq!(limiter.len(), HELD, "call {call}");
         assert!(limiter.check(&new_key).unwrap().is_allowed(), "call {call}");
         assert!(
             !limiter.check(&new_key).unwrap().is_allowed(),
             "call {call}"
         );
-        assert_eq!(limiter.len(), 9, "call {call}");
+        assert_eq!(limiter.len(), HELD + 1, "call {call}");
     }
     assert!(reached > 2, "the new key ran user code {reached} times");
 }
