@@ -74,6 +74,14 @@ fn deny_hot_key(criterion: &mut Criterion) {
         ),
         ("gcra", workloads::deny_hot_key::<Gcra, _>(TscClock::new())),
         (
+            "gcra_in_held_guard",
+            workloads::in_outer_guard(workloads::deny_hot_key::<Gcra, _>(TscClock::new()), true),
+        ),
+        (
+            "gcra_in_no_guard",
+            workloads::in_outer_guard(workloads::deny_hot_key::<Gcra, _>(TscClock::new()), false),
+        ),
+        (
             "gcra_foldhash",
             workloads::deny_hot_key_on::<Gcra, _, _>(
                 workloads::lock_free_foldhash(),

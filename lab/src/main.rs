@@ -131,13 +131,19 @@ fn main() {
         println!("Total time: {:.0?}", started.elapsed());
         return;
     }
+    let peer_rounds = if full { 5 } else { 3 };
     if only_peers {
-        memory::peer_table();
+        let peers = memory::peer_table(peer_rounds);
+        match report::peer_plot(&peers, &out) {
+            Ok(Some(file)) => println!("Plot written to {}", file.display()),
+            Ok(None) => {}
+            Err(error) => eprintln!("could not write the plot to {}: {error}", out.display()),
+        }
         println!("Total time: {:.0?}", started.elapsed());
         return;
     }
     if only_perf {
-        performance(&perf, &[], &[], &out);
+        performance(&perf, &[], &[], &[], &out);
         println!("Total time: {:.0?}", started.elapsed());
         return;
     }
@@ -168,21 +174,21 @@ fn main() {
     memory::matrix(if full { counts } else { &[100_000] });
     memory::candidate_maps();
     memory::peak_table(full);
-    memory::peer_table();
+    let peers = memory::peer_table(peer_rounds);
     let growth = memory::growth_table();
-    performance(&perf, &sweep, &growth, &out);
+    performance(&perf, &sweep, &growth, &peers, &out);
     serving::run(&serving);
     distributed::run(&distributed);
     println!("\nTotal time: {:.0?}", started.elapsed());
 }
 
 /// The performance section, its targets (with the memory of `sweep` and
-/// `growth`) and the
-/// plots.
+/// `growth`) and the plots (with the peer stores' of `peers`).
 fn performance(
     budget: &perf::Budget,
     sweep: &[memory::SweepRow],
     growth: &[memory::Growth],
+    peers: &[memory::PeerRow],
     out: &std::path::Path,
 ) {
     println!("# Performance (wall clock: compare within one run)\n");
@@ -196,7 +202,7 @@ fn performance(
     let results = perf::run(budget);
     report::print(&results);
     report::targets(&results, sweep, growth);
-    match report::plots(&results, sweep, out) {
+    match report::plots(&results, sweep, peers, out) {
         Ok(files) => {
             println!("Plots written to {}:", out.display());
             for file in files {

@@ -13,6 +13,7 @@ use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded, StoreKind};
 use tollgate::{Builder, Quota};
 use tollgate_peers::{Flurry, Papaya, SccIndex};
 
+use crate::stats::{Estimate, median_ci};
 use crate::{churn, counting_alloc};
 
 /// Runs crossbeam-epoch's default collector and `scc`'s (sdd) until
@@ -553,47 +554,143 @@ pub fn growth_table() -> Vec<Growth> {
     rows
 }
 
+/// One store's row of the peer table: each figure the median of the rounds
+/// with their order-statistics interval.
+pub struct PeerRow {
+    pub store: &'static str,
+    /// Bytes a key settled, at 100 000 and 1 000 000 keys.
+    pub bytes: [Estimate; 2],
+    /// The heap's peak while keys churn ÷ the settled live table, at 1 and
+    /// 2 threads.
+    pub churn: [Estimate; 2],
+    /// Nanoseconds a key of an `evict_idle` with the collectors settled
+    /// after it: every key idle, then every other key idle (a key of the
+    /// store's, idle or not).
+    pub evict: [Estimate; 2],
+}
+
+/// One round of a peer row's figures, in `PeerRow`'s order.
+type PeerSample = [f64; 6];
+
+/// A store's name, and a round of its figures.
+type PeerStore = (&'static str, Box<dyn Fn() -> PeerSample>);
+
+/// One round of every figure of the peer table on `store`.
+fn peer_sample<S: StoreKind<u64, Gcra>>(store: &S) -> PeerSample {
+    [
+        tollgate_u64::<Gcra, _>(quota(), store.clone(), 100_000, 1).0,
+        tollgate_u64::<Gcra, _>(quota(), store.clone(), 1_000_000, 1).0,
+        churn::churn_peak_settled(store.clone(), 1, settle).ratio(),
+        churn::churn_peak_settled(store.clone(), 2, settle).ratio(),
+        eviction_ns_per_key(store.clone(), EVICTED, 1),
+        eviction_ns_per_key(store.clone(), EVICTED, 2),
+    ]
+}
+
+/// How many keys the eviction rows' stores hold.
+const EVICTED: u64 = 100_000;
+
 /// The purpose-built table against the stores on papaya, `scc::HashIndex`
 /// and flurry (`tollgate-peers`, issue 13), GCRA on u64 keys: bytes a key
 /// settled at 100 000 and 1 000 000 keys, the heap's peak while keys churn
 /// against the settled live table (1 and 2 threads), and what an
-/// `evict_idle` of 100 000 idle keys costs a key. (The peak inside growth is
-/// in the growth table; the speed rows are in the performance tables.)
-pub fn peer_table() {
-    println!("## The purpose-built table against general-purpose maps: GCRA, u64 keys (issue 13)");
+/// `evict_idle` costs a key, all keys idle and half of them. `rounds`
+/// rounds, each measuring every store once, the stores in a rotated order.
+/// (The peak inside growth is in the growth table; the speed rows are in the
+/// performance tables.)
+pub fn peer_table(rounds: usize) -> Vec<PeerRow> {
     println!(
-        "{:<16} {:>14} {:>14} {:>14} {:>14} {:>16}",
+        "## The purpose-built table against general-purpose maps: GCRA, u64 keys (issue 13; \
+         median of {rounds} rounds, and their range)"
+    );
+    let stores: [PeerStore; 4] = [
+        ("lock-free", Box::new(|| peer_sample(&LockFree::default()))),
+        ("papaya", Box::new(|| peer_sample(&Papaya::new()))),
+        ("scc::HashIndex", Box::new(|| peer_sample(&SccIndex::new()))),
+        ("flurry", Box::new(|| peer_sample(&Flurry::new()))),
+    ];
+    let mut samples: Vec<Vec<PeerSample>> = stores.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for offset in 0..stores.len() {
+            let index = (round + offset) % stores.len();
+            samples[index].push((stores[index].1)());
+        }
+    }
+    let rows: Vec<PeerRow> = stores
+        .iter()
+        .zip(samples)
+        .map(|((store, _), samples)| {
+            let column = |at: usize| {
+                let mut values: Vec<f64> = samples.iter().map(|sample| sample[at]).collect();
+                median_ci(&mut values)
+            };
+            PeerRow {
+                store,
+                bytes: [column(0), column(1)],
+                churn: [column(2), column(3)],
+                evict: [column(4), column(5)],
+            }
+        })
+        .collect();
+    println!(
+        "{:<16} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19}",
         "store",
         "B/key 100 000",
         "B/key 1 000 000",
-        "churn peak 1t",
-        "churn peak 2t",
-        "evict ns/key"
+        "churn peak 1t (×)",
+        "churn peak 2t (×)",
+        "evict, all idle",
+        "evict, half idle"
     );
-    fn row<S: StoreKind<u64, Gcra>>(name: &str, store: S) {
-        let (small, _) = tollgate_u64::<Gcra, _>(quota(), store.clone(), 100_000, 1);
-        let (large, _) = tollgate_u64::<Gcra, _>(quota(), store.clone(), 1_000_000, 1);
-        let one = churn::churn_peak_settled(store.clone(), 1, settle).ratio();
-        let two = churn::churn_peak_settled(store.clone(), 2, settle).ratio();
+    let cell = |estimate: &Estimate| {
+        format!(
+            "{:.1} ({:.1}–{:.1})",
+            estimate.median, estimate.low, estimate.high
+        )
+    };
+    let two = |estimate: &Estimate| {
+        format!(
+            "{:.2} ({:.2}–{:.2})",
+            estimate.median, estimate.low, estimate.high
+        )
+    };
+    for row in &rows {
         println!(
-            "{name:<16} {small:>14.1} {large:>14.1} {one:>13.2}x {two:>13.2}x {:>16.1}",
-            eviction_ns_per_key(store, 100_000)
+            "{:<16} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19}",
+            row.store,
+            cell(&row.bytes[0]),
+            cell(&row.bytes[1]),
+            two(&row.churn[0]),
+            two(&row.churn[1]),
+            cell(&row.evict[0]),
+            cell(&row.evict[1])
         );
     }
-    row("lock-free", LockFree::default());
-    row("papaya", Papaya::new());
-    row("scc::HashIndex", SccIndex::new());
-    row("flurry", Flurry::new());
     println!(
-        "(settled as the memory tables above; the churn as in the peak table; eviction: \
-         wall time of one `evict_idle` over {} keys, all idle, one thread)\n",
-        100_000
+        "(settled as the memory tables above; the churn as in the peak table; eviction: ns a \
+         key of one `evict_idle` over {EVICTED} keys, all idle or every other one, one thread, \
+         timed with the collectors settled after it (crossbeam's and scc's; papaya and flurry \
+         free through seize as they retire), so that a store that defers its frees pays for \
+         them; settling alone, with nothing to free, costs {:.1} ns a key)\n",
+        settle_ns() / EVICTED as f64
     );
+    rows
 }
 
-/// Wall-clock nanoseconds a key of one `evict_idle` that removes `keys`
-/// idle keys.
-fn eviction_ns_per_key<S: StoreKind<u64, Gcra>>(store: S, keys: u64) -> f64 {
+/// Wall-clock nanoseconds of one `settle` with nothing left to free.
+fn settle_ns() -> f64 {
+    settle();
+    let started = std::time::Instant::now();
+    settle();
+    #[allow(clippy::cast_precision_loss)]
+    let ns = started.elapsed().as_nanos() as f64;
+    ns
+}
+
+/// Wall-clock nanoseconds a key of one `evict_idle`, the collectors settled
+/// after it, over a store of `keys` keys of which one in `every` is idle
+/// (the others checked again just before).
+fn eviction_ns_per_key<S: StoreKind<u64, Gcra>>(store: S, keys: u64, every: u64) -> f64 {
     let clock = ManualClock::new();
     let limiter = Builder::new(quota())
         .store(store)
@@ -603,10 +700,16 @@ fn eviction_ns_per_key<S: StoreKind<u64, Gcra>>(store: S, keys: u64) -> f64 {
         assert!(limiter.check(&key).expect("unit cost").is_allowed());
     }
     clock.advance(Duration::from_secs(3_600));
+    for key in (0..keys).filter(|key| key % every != 0) {
+        assert!(limiter.check(&key).expect("unit cost").is_allowed());
+    }
+    settle();
     let started = std::time::Instant::now();
     let evicted = limiter.evict_idle();
+    settle();
     let elapsed = started.elapsed();
-    assert_eq!(evicted as u64, keys);
+    assert_eq!(evicted as u64, keys.div_ceil(every));
+    assert_eq!(limiter.len() as u64, keys - keys.div_ceil(every));
     #[allow(clippy::cast_precision_loss)]
     let per_key = elapsed.as_nanos() as f64 / keys as f64;
     per_key

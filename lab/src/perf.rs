@@ -326,6 +326,14 @@ fn deny_ops() -> Makers {
         ),
         ("GCRA", workloads::deny_hot_key::<Gcra, _>(TscClock::new())),
         (
+            "GCRA in a held guard",
+            workloads::in_outer_guard(workloads::deny_hot_key::<Gcra, _>(TscClock::new()), true),
+        ),
+        (
+            "GCRA, its control",
+            workloads::in_outer_guard(workloads::deny_hot_key::<Gcra, _>(TscClock::new()), false),
+        ),
+        (
             "GCRA, foldhash",
             workloads::deny_hot_key_on::<Gcra, _, _>(
                 workloads::lock_free_foldhash(),
@@ -397,6 +405,20 @@ fn distinct_ops(keys: u64) -> Makers {
         (
             "lock-free, foldhash",
             workloads::admit_distinct::<Gcra, _>(workloads::lock_free_foldhash(), keys),
+        ),
+        (
+            "lock-free in a held guard",
+            workloads::in_outer_guard(
+                workloads::admit_distinct::<Gcra, _>(LockFree::default(), keys),
+                true
+            ),
+        ),
+        (
+            "lock-free, its control",
+            workloads::in_outer_guard(
+                workloads::admit_distinct::<Gcra, _>(LockFree::default(), keys),
+                false
+            ),
         ),
         (
             "lock-free, unshared",
@@ -575,6 +597,41 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers) -> Vec<Case<'a>> {
             false,
         ),
         (
+            "  A/A: keyed GCRA deny ÷ the same, built again (cost): the pairs' own spread",
+            two(op(deny, "GCRA")),
+            two(op(deny, "GCRA")),
+            Target::Shown,
+            false,
+        ),
+        (
+            "  keyed GCRA deny, wrapped ÷ in a held guard (cost): the pin's worth",
+            two(op(deny, "GCRA, its control")),
+            two(op(deny, "GCRA in a held guard")),
+            Target::Shown,
+            false,
+        ),
+        (
+            "  keyed GCRA deny, wrapped ÷ not (cost): the wrapper's own",
+            two(op(deny, "GCRA, its control")),
+            two(op(deny, "GCRA")),
+            Target::Shown,
+            false,
+        ),
+        (
+            "  keyed GCRA deny in a held guard ÷ direct GCRA deny (cost)",
+            two(op(deny, "GCRA in a held guard")),
+            two(op(deny, "GCRA direct")),
+            Target::Shown,
+            false,
+        ),
+        (
+            "  keyed GCRA deny in a held guard × governor keyed",
+            two(op(deny, "GCRA in a held guard")),
+            two(op(deny, "governor keyed")),
+            Target::Shown,
+            true,
+        ),
+        (
             "keyed GCRA deny: 2 threads × 1 thread (throughput)",
             two(op(deny, "GCRA")),
             at(op(deny, "GCRA"), 1),
@@ -601,6 +658,20 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers) -> Vec<Case<'a>> {
             two(op(distinct, "governor keyed")),
             Target::AtLeast(2.0),
             true,
+        ),
+        (
+            "  the same admit in a held guard: × governor keyed",
+            two(op(distinct, "lock-free in a held guard")),
+            two(op(distinct, "governor keyed")),
+            Target::Shown,
+            true,
+        ),
+        (
+            "  the same admit, wrapped ÷ in a held guard (cost): the pin's worth",
+            two(op(distinct, "lock-free, its control")),
+            two(op(distinct, "lock-free in a held guard")),
+            Target::Shown,
+            false,
         ),
         (
             "GCRA admit, 65 536 keys × global mutex",

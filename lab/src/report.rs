@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 
-use crate::memory::{Growth, SweepRow};
+use crate::memory::{Growth, PeerRow, SweepRow};
 use crate::perf::{Judged, Results, THREADS, Table, Target, print_table};
+use crate::stats::Estimate;
 
 /// The issue's bytes-per-key target for u64 keys with GCRA (issue 12).
 const BYTES_PER_KEY_TARGET: f64 = 20.0;
@@ -198,22 +199,25 @@ where
     Ok(())
 }
 
+/// One row of a ratio chart: its label, the ratio and its interval.
+type RatioRow = (String, f64, f64, f64);
+
 /// Each judged ratio over its target (1: the target; an "at most" target
 /// inverted, so that right of 1 is met for all), with its interval.
-fn judged_chart(path: &Path, judged: &[Judged]) -> Plotted {
-    let shown: Vec<(&str, f64, f64, f64)> = judged
+fn over_targets(judged: &[Judged]) -> Vec<RatioRow> {
+    judged
         .iter()
         .filter_map(|judged| {
-            let ratio = judged.ratio;
+            let (name, ratio) = (judged.name.trim_start().to_owned(), judged.ratio);
             match judged.target {
                 Target::AtLeast(target) => Some((
-                    judged.name.trim_start(),
+                    name,
                     ratio.median / target,
                     ratio.low / target,
                     ratio.high / target,
                 )),
                 Target::AtMost(target) => Some((
-                    judged.name.trim_start(),
+                    name,
                     target / ratio.median,
                     target / ratio.high,
                     target / ratio.low,
@@ -221,54 +225,131 @@ fn judged_chart(path: &Path, judged: &[Judged]) -> Plotted {
                 Target::Shown => None,
             }
         })
-        .filter(|row: &(&str, f64, f64, f64)| {
-            row.1.is_finite() && row.2.is_finite() && row.3.is_finite()
+        .collect()
+}
+
+/// The ratios shown but not judged (the A/A control, the read path's
+/// pieces, the table against the peer stores), as measured.
+fn shown(judged: &[Judged]) -> Vec<RatioRow> {
+    judged
+        .iter()
+        .filter(|judged| matches!(judged.target, Target::Shown))
+        .map(|judged| {
+            let ratio = judged.ratio;
+            (
+                judged.name.trim_start().to_owned(),
+                ratio.median,
+                ratio.low,
+                ratio.high,
+            )
         })
+        .collect()
+}
+
+/// Each of the peer stores' figures over the purpose-built table's (above
+/// 1: the table needs less), the interval from the two rows' ranges (the
+/// store's lowest over the table's highest, and the reverse).
+fn over_table(peers: &[PeerRow]) -> Vec<RatioRow> {
+    let Some((table, others)) = peers.split_first() else {
+        return Vec::new();
+    };
+    type Axis = (&'static str, fn(&PeerRow) -> Estimate);
+    let axes: [Axis; 5] = [
+        ("B/key, 100 000 keys", |row| row.bytes[0]),
+        ("B/key, 1 000 000 keys", |row| row.bytes[1]),
+        ("churn peak ÷ settled, 2 threads", |row| row.churn[1]),
+        ("evict, all idle, ns a key", |row| row.evict[0]),
+        ("evict, half idle, ns a key", |row| row.evict[1]),
+    ];
+    others
+        .iter()
+        .flat_map(|other| {
+            axes.iter().map(move |(axis, figure)| {
+                let (theirs, ours) = (figure(other), figure(table));
+                (
+                    format!("{}: {axis}", other.store),
+                    theirs.median / ours.median,
+                    theirs.low / ours.high,
+                    theirs.high / ours.low,
+                )
+            })
+        })
+        .collect()
+}
+
+/// Draws `rows`, one a line top to bottom, each a point with its interval
+/// on `x_range`, and a red line at 1.
+fn ratio_chart<X>(path: &Path, title: &str, x_desc: &str, x_range: X, rows: &[RatioRow]) -> Plotted
+where
+    X: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+{
+    let rows: Vec<&RatioRow> = rows
+        .iter()
+        .filter(|row| row.1.is_finite() && row.2.is_finite() && row.3.is_finite())
         .collect();
-    if shown.is_empty() {
+    if rows.is_empty() {
         return Ok(());
     }
-    let right = shown.iter().map(|row| row.3).fold(1.0_f64, f64::max) * 1.15;
-    let root = SVGBackend::new(path, (900, 60 + 44 * shown.len() as u32)).into_drawing_area();
+    let count = rows.len();
+    #[allow(clippy::cast_possible_truncation)]
+    let height = 60 + 44 * count as u32;
+    let root = SVGBackend::new(path, (1_160, height)).into_drawing_area();
     root.fill(&WHITE)?;
-    let (labels, plot) = root.split_horizontally(420);
+    let (labels, plot) = root.split_horizontally(480);
+    #[allow(clippy::cast_precision_loss)]
+    let y_range = -0.5..count as f64 - 0.5;
     let mut chart = ChartBuilder::on(&plot)
-        .caption(
-            "Judged ratios over their targets (95 % intervals)",
-            ("sans-serif", 16),
-        )
+        .caption(title, ("sans-serif", 16))
         .margin(10)
         .x_label_area_size(36)
-        .build_cartesian_2d(0.0..right, -0.5..shown.len() as f64 - 0.5)?;
+        .build_cartesian_2d(x_range, y_range.clone())?;
     chart
         .configure_mesh()
         .disable_y_mesh()
         .disable_y_axis()
-        .x_desc("ratio ÷ target (≥ 1 over the whole interval: met)")
+        .x_labels(8)
+        .x_label_formatter(&|x| format!("{x:.2}"))
+        .x_desc(x_desc)
         .draw()?;
     chart.draw_series(LineSeries::new(
-        [(1.0, -0.5), (1.0, shown.len() as f64 - 0.5)],
+        [(1.0, y_range.start), (1.0, y_range.end)],
         RED.stroke_width(1),
     ))?;
-    chart.draw_series(shown.iter().enumerate().map(|(index, row)| {
+    chart.draw_series(rows.iter().enumerate().map(|(index, row)| {
         #[allow(clippy::cast_precision_loss)]
-        let y = (shown.len() - 1 - index) as f64;
+        let y = (count - 1 - index) as f64;
         ErrorBar::new_horizontal(y, row.2, row.1, row.3, BLUE.filled(), 8)
     }))?;
     let area = plot.dim_in_pixel().1;
-    for (index, row) in shown.iter().enumerate() {
+    for (index, row) in rows.iter().enumerate() {
         // The same rows as the chart's, top to bottom, inside its plotting
         // area (caption and margin above, the x labels below).
         #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
-        let y = 40 + ((area - 86) as usize * (2 * index + 1) / (2 * shown.len())) as i32;
-        labels.draw(&Text::new(row.0.to_owned(), (8, y), ("sans-serif", 13)))?;
+        let y = 40 + ((area - 86) as usize * (2 * index + 1) / (2 * count)) as i32;
+        labels.draw(&Text::new(row.0.clone(), (8, y), ("sans-serif", 13)))?;
     }
     root.present()?;
     Ok(())
 }
 
+/// From 0 to a little right of the rows' highest bound and of 1.
+fn linear_to_fit(rows: &[RatioRow]) -> std::ops::Range<f64> {
+    let right = rows
+        .iter()
+        .map(|row| row.3)
+        .filter(|high| high.is_finite())
+        .fold(1.0_f64, f64::max);
+    0.0..right * 1.15
+}
+
 /// Writes the SVG plots into `dir`; returns their paths.
-pub fn plots(results: &Results, sweep: &[SweepRow], dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+pub fn plots(
+    results: &Results,
+    sweep: &[SweepRow],
+    peers: &[PeerRow],
+    dir: &Path,
+) -> std::io::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     #[allow(clippy::cast_precision_loss)]
     let memory_series = |name: &str, bytes: fn(&SweepRow) -> f64| Series {
@@ -333,8 +414,49 @@ pub fn plots(results: &Results, sweep: &[SweepRow], dir: &Path) -> std::io::Resu
             )
         })?;
     }
+    let targets = over_targets(&results.judged);
     draw("judged-ratios.svg", &|path| {
-        judged_chart(path, &results.judged)
+        ratio_chart(
+            path,
+            "Judged ratios over their targets (95 % intervals)",
+            "ratio ÷ target (≥ 1 over the whole interval: met)",
+            linear_to_fit(&targets),
+            &targets,
+        )
     })?;
+    let shown = shown(&results.judged);
+    draw("shown-ratios.svg", &|path| {
+        ratio_chart(
+            path,
+            "Ratios shown, not judged (95 % intervals)",
+            "ratio, as named (1: level)",
+            linear_to_fit(&shown),
+            &shown,
+        )
+    })?;
+    written.extend(peer_plot(peers, dir)?);
     Ok(written)
+}
+
+/// Writes the peer stores' figures over the table's into `dir` (nothing
+/// when the peer table did not run); returns the plot's path.
+pub fn peer_plot(peers: &[PeerRow], dir: &Path) -> std::io::Result<Option<PathBuf>> {
+    let rows = over_table(peers);
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join("peer-stores.svg");
+    let (lowest, highest) = rows.iter().fold((1.0_f64, 1.0_f64), |(low, high), row| {
+        (low.min(row.2), high.max(row.3))
+    });
+    ratio_chart(
+        &path,
+        "The peer stores ÷ the purpose-built table (ranges of the rounds)",
+        "store ÷ table, log scale (> 1: the table needs less)",
+        (lowest * 0.8..highest * 1.25).log_scale(),
+        &rows,
+    )
+    .map_err(|error| std::io::Error::other(format!("peer-stores.svg: {error}")))?;
+    Ok(Some(path))
 }

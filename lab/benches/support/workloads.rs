@@ -221,6 +221,42 @@ pub fn deny_hot_key_in_hashmap<S: ReadSection>() -> Op {
     })
 }
 
+thread_local! {
+    /// The guard [`in_outer_guard`] keeps this thread pinned with.
+    static HELD: std::cell::RefCell<Option<crossbeam_epoch::Guard>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// How many calls of [`in_outer_guard`]'s operation one outer guard spans.
+const HELD_CALLS: u64 = 1_024;
+
+/// `op` run, with `hold`, with its thread already pinned: an outer
+/// crossbeam-epoch guard, replaced every 1 024 calls (so that the collector
+/// still advances between them), is held around each call. The lock-free
+/// store's own pin then nests: crossbeam's `pin` finds the thread pinned
+/// and only counts the guard (a thread-local lookup and a counter in it),
+/// with no `lock cmpxchg`, no unpin store and no collection every 128
+/// pins. Without `hold`, the same wrapper (the same indirect call, the same
+/// thread-local step every 1 024 calls) pins nothing: the control, so that
+/// the two, in pairs in one process, differ in the pin alone. Their ratio
+/// is what the pin's atomic read-modify-write and its unpin cost inside a
+/// real check: what a read path that keeps a thread-local record but
+/// writes no shared line (the asymmetric-fence design of notes/08) could
+/// save, short of its thread-local work. Sound: the store's guard is a real
+/// one, nested.
+pub fn in_outer_guard(op: Op, hold: bool) -> Op {
+    Box::new(move |thread, i| {
+        if i % HELD_CALLS == 0 {
+            HELD.with(|held| {
+                // The old guard goes first: a fresh pin under it would nest.
+                drop(held.take());
+                *held.borrow_mut() = hold.then(crossbeam_epoch::pin);
+            });
+        }
+        op(thread, i);
+    })
+}
+
 /// governor's direct limiter, drained.
 pub fn governor_direct_deny() -> Op {
     let limiter =
