@@ -32,5 +32,5 @@
 mod map_store;
 mod maps;
 
-pub use map_store::{ConcurrentMap, MapFor, MapStore, OnMap, STRIPES};
+pub use map_store::{ConcurrentMap, FIRST_SWEEP_AT, MapFor, MapStore, OnMap, STRIPES};
 pub use maps::{Flurry, FlurryMap, Papaya, PapayaMap, SccIndex, SccIndexMap};

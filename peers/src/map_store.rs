@@ -103,8 +103,10 @@ pub trait MapFor<K, C> {
 /// How many mutexes serialise the changes to the map, by key hash.
 pub const STRIPES: usize = 64;
 
-/// The fewest keys at which a growth sweep runs.
-const FIRST_SWEEP_AT: usize = 1_024;
+/// The fewest keys at which a growth sweep runs: the first runs when a new
+/// key finds this many held, each later one when a new key finds twice
+/// what the last left (at least this many).
+pub const FIRST_SWEEP_AT: usize = 1_024;
 
 impl<M> OnMap<M> {
     /// The store with the [`Preferred`] cells.
