@@ -64,6 +64,31 @@ pub mod store;
 mod sync;
 pub mod wait;
 
+/// Hooks for tollgate's own lab, behind the `lab-hooks` feature: not part
+/// of the API, under no semver promise.
+#[cfg(all(feature = "lab-hooks", not(feature = "shuttle")))]
+#[doc(hidden)]
+pub mod lab_hooks {
+    /// Pins this thread on tollgate's epoch collector, the one the
+    /// lock-free store's checks pin (`sync::epoch`, private to the crate so
+    /// that no other library's guard stalls it). While the guard lives, a
+    /// check's own pin on this thread nests: crossbeam counts the guard,
+    /// with no atomic read-modify-write, no unpin store and no collection.
+    /// It also keeps every table any store retires from being freed, and
+    /// makes this thread's rebuilds skip their grace wait: hold it only
+    /// around checks of keys already stored, and briefly.
+    #[must_use]
+    pub fn pin() -> crossbeam_epoch::Guard {
+        crate::sync::epoch::pin()
+    }
+
+    /// Whether this thread holds a guard of tollgate's collector.
+    #[must_use]
+    pub fn is_pinned() -> bool {
+        crate::sync::epoch::is_pinned()
+    }
+}
+
 pub use builder::Builder;
 pub use decision::Decision;
 pub use error::{CheckError, QuotaError};

@@ -619,6 +619,13 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers) -> Vec<Case<'a>> {
             false,
         ),
         (
+            "  the pin's worth, 1 thread",
+            at(op(deny, "GCRA, its control"), 1),
+            at(op(deny, "GCRA in a held guard"), 1),
+            Target::Shown,
+            false,
+        ),
+        (
             "  keyed GCRA deny, wrapped ÷ not (cost): the wrapper's own",
             two(op(deny, "GCRA, its control")),
             two(op(deny, "GCRA")),
@@ -638,6 +645,13 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers) -> Vec<Case<'a>> {
             two(op(deny, "governor keyed")),
             Target::Shown,
             true,
+        ),
+        (
+            "  A/A: governor keyed deny ÷ the same, built again (cost)",
+            two(op(deny, "governor keyed")),
+            two(op(deny, "governor keyed")),
+            Target::Shown,
+            false,
         ),
         (
             "keyed GCRA deny: 2 threads × 1 thread (throughput)",

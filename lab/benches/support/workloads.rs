@@ -230,28 +230,42 @@ thread_local! {
 /// How many calls of [`in_outer_guard`]'s operation one outer guard spans.
 const HELD_CALLS: u64 = 1_024;
 
-/// `op` run, with `hold`, with its thread already pinned: an outer
-/// crossbeam-epoch guard, replaced every 1 024 calls (so that the collector
-/// still advances between them), is held around each call. The lock-free
-/// store's own pin then nests: crossbeam's `pin` finds the thread pinned
-/// and only counts the guard (a thread-local lookup and a counter in it),
-/// with no `lock cmpxchg`, no unpin store and no collection every 128
-/// pins. Without `hold`, the same wrapper (the same indirect call, the same
-/// thread-local step every 1 024 calls) pins nothing: the control, so that
-/// the two, in pairs in one process, differ in the pin alone. Their ratio
-/// is what the pin's atomic read-modify-write and its unpin cost inside a
-/// real check: what a read path that keeps a thread-local record but
-/// writes no shared line (the asymmetric-fence design of notes/08) could
-/// save, short of its thread-local work. Sound: the store's guard is a real
-/// one, nested.
+/// `op` run, with `hold`, with its thread already pinned on tollgate's
+/// epoch collector (`tollgate::lab_hooks::pin`, the collector the lock-free
+/// store's checks pin; crossbeam's default collector is another, whose
+/// guard would leave the store's pin untouched): an outer guard, replaced
+/// every 1 024 calls (so that the collector still advances between them),
+/// is held around each call. The store's own pin then nests: crossbeam
+/// finds the thread pinned and only counts the guard (a thread-local
+/// lookup and a counter in it), with no `lock cmpxchg`, no unpin store and
+/// no collection every 128 pins. Without `hold`, the same wrapper (the
+/// same indirect call, the same thread-local step every 1 024 calls) pins
+/// nothing: the control, so that the two, in pairs in one process, differ
+/// in the pin alone. Their ratio is what the pin's atomic read-modify-write
+/// and its unpin cost inside a real check: what a read path that keeps a
+/// thread-local record but writes no shared line (the asymmetric-fence
+/// design of notes/08) could save, short of its thread-local work. Sound:
+/// the store's guard is a real one, nested. For checks of keys already
+/// stored only: a held guard keeps retired tables from being freed.
+///
+/// # Panics
+///
+/// If the thread is not pinned on tollgate's collector when it should be,
+/// or is when it should not: the canary that the outer guard is the one
+/// the store's pin nests in.
 pub fn in_outer_guard(op: Op, hold: bool) -> Op {
     Box::new(move |thread, i| {
         if i % HELD_CALLS == 0 {
             HELD.with(|held| {
                 // The old guard goes first: a fresh pin under it would nest.
                 drop(held.take());
-                *held.borrow_mut() = hold.then(crossbeam_epoch::pin);
+                *held.borrow_mut() = hold.then(tollgate::lab_hooks::pin);
             });
+            assert_eq!(
+                tollgate::lab_hooks::is_pinned(),
+                hold,
+                "the outer guard is not on the store's collector"
+            );
         }
         op(thread, i);
     })
