@@ -563,14 +563,17 @@ pub struct PeerRow {
     /// The heap's peak while keys churn ÷ the settled live table, at 1 and
     /// 2 threads.
     pub churn: [Estimate; 2],
-    /// Nanoseconds a key of an `evict_idle` with the collectors settled
+    /// Nanoseconds a key of an `evict_idle` with `scc`'s collector settled
     /// after it: every key idle, then every other key idle (a key of the
     /// store's, idle or not).
     pub evict: [Estimate; 2],
+    /// Every round's figures, in the order above: a round of one store
+    /// pairs with the same round of another (they ran in it back to back).
+    pub rounds: Vec<PeerSample>,
 }
 
 /// One round of a peer row's figures, in `PeerRow`'s order.
-type PeerSample = [f64; 6];
+pub type PeerSample = [f64; 6];
 
 /// A store's name, and a round of its figures.
 type PeerStore = (&'static str, Box<dyn Fn() -> PeerSample>);
@@ -629,6 +632,7 @@ pub fn peer_table(rounds: usize) -> Vec<PeerRow> {
                 bytes: [column(0), column(1)],
                 churn: [column(2), column(3)],
                 evict: [column(4), column(5)],
+                rounds: samples,
             }
         })
         .collect();
@@ -668,10 +672,12 @@ pub fn peer_table(rounds: usize) -> Vec<PeerRow> {
     }
     println!(
         "(settled as the memory tables above; the churn as in the peak table; eviction: ns a \
-         key of one `evict_idle` over {EVICTED} keys, all idle or every other one, one thread, \
-         timed with the collectors settled after it (crossbeam's and scc's; papaya and flurry \
-         free through seize as they retire), so that a store that defers its frees pays for \
-         them; settling alone, with nothing to free, costs {:.1} ns a key)\n",
+         key of the store (idle or not) of one `evict_idle` over {EVICTED} keys, all idle or \
+         every other one, one thread; the lock-free store frees inside the call, through its \
+         own collector; `scc`'s collector is settled before the timer stops, so that it pays \
+         for its deferred frees; papaya and flurry free through seize, in batches as they \
+         retire, the last perhaps after the timer; settling alone, with nothing to free, costs \
+         {:.1} ns a key)\n",
         settle_ns() / EVICTED as f64
     );
     rows

@@ -9,7 +9,7 @@ use plotters::prelude::*;
 
 use crate::memory::{Growth, PeerRow, SweepRow};
 use crate::perf::{Judged, Results, THREADS, Table, Target, print_table};
-use crate::stats::Estimate;
+use crate::stats::median_ci;
 
 /// The issue's bytes-per-key target for u64 keys with GCRA (issue 12).
 const BYTES_PER_KEY_TARGET: f64 = 20.0;
@@ -247,31 +247,42 @@ fn shown(judged: &[Judged]) -> Vec<RatioRow> {
 }
 
 /// Each of the peer stores' figures over the purpose-built table's (above
-/// 1: the table needs less), the interval from the two rows' ranges (the
-/// store's lowest over the table's highest, and the reverse).
+/// 1: the table needs less): the median of the rounds' ratios (a round of
+/// a store over the same round of the table) and their order-statistics
+/// interval (their range below 6 rounds). Only ratios of positive, finite
+/// figures.
 fn over_table(peers: &[PeerRow]) -> Vec<RatioRow> {
-    let Some((table, others)) = peers.split_first() else {
+    const AXES: [(&str, usize); 5] = [
+        ("B/key, 100 000 keys", 0),
+        ("B/key, 1 000 000 keys", 1),
+        ("churn peak ÷ settled, 2 threads", 3),
+        ("evict, all idle, ns a key", 4),
+        ("evict, half idle, ns a key", 5),
+    ];
+    let Some(table) = peers.iter().find(|row| row.store == "lock-free") else {
         return Vec::new();
     };
-    type Axis = (&'static str, fn(&PeerRow) -> Estimate);
-    let axes: [Axis; 5] = [
-        ("B/key, 100 000 keys", |row| row.bytes[0]),
-        ("B/key, 1 000 000 keys", |row| row.bytes[1]),
-        ("churn peak ÷ settled, 2 threads", |row| row.churn[1]),
-        ("evict, all idle, ns a key", |row| row.evict[0]),
-        ("evict, half idle, ns a key", |row| row.evict[1]),
-    ];
-    others
+    peers
         .iter()
+        .filter(|row| row.store != table.store)
         .flat_map(|other| {
-            axes.iter().map(move |(axis, figure)| {
-                let (theirs, ours) = (figure(other), figure(table));
-                (
-                    format!("{}: {axis}", other.store),
-                    theirs.median / ours.median,
-                    theirs.low / ours.high,
-                    theirs.high / ours.low,
-                )
+            AXES.iter().filter_map(move |&(axis, at)| {
+                let mut ratios: Vec<f64> = other
+                    .rounds
+                    .iter()
+                    .zip(&table.rounds)
+                    .map(|(theirs, ours)| theirs[at] / ours[at])
+                    .filter(|ratio| ratio.is_finite() && *ratio > 0.0)
+                    .collect();
+                (ratios.len() == table.rounds.len()).then(|| {
+                    let ratio = median_ci(&mut ratios);
+                    (
+                        format!("{}: {axis}", other.store),
+                        ratio.median,
+                        ratio.low,
+                        ratio.high,
+                    )
+                })
             })
         })
         .collect()
@@ -284,12 +295,9 @@ where
     X: AsRangedCoord<Value = f64>,
     X::CoordDescType: ValueFormatter<f64>,
 {
-    let rows: Vec<&RatioRow> = rows
-        .iter()
-        .filter(|row| row.1.is_finite() && row.2.is_finite() && row.3.is_finite())
-        .collect();
+    let rows: Vec<&RatioRow> = rows.iter().filter(|row| drawable(row)).collect();
     if rows.is_empty() {
-        return Ok(());
+        return Err("no finite ratio to draw".into());
     }
     let count = rows.len();
     #[allow(clippy::cast_possible_truncation)]
@@ -333,14 +341,33 @@ where
     Ok(())
 }
 
-/// From 0 to a little right of the rows' highest bound and of 1.
+/// Whether a row's ratio and bounds are positive and finite: a ratio with
+/// a bound of 0 ns has none, and a log axis cannot place 0.
+fn drawable(row: &RatioRow) -> bool {
+    [row.1, row.2, row.3]
+        .iter()
+        .all(|value| value.is_finite() && *value > 0.0)
+}
+
+/// From 0 to a little right of the drawable rows' highest bound and of 1.
 fn linear_to_fit(rows: &[RatioRow]) -> std::ops::Range<f64> {
     let right = rows
         .iter()
-        .map(|row| row.3)
-        .filter(|high| high.is_finite())
-        .fold(1.0_f64, f64::max);
+        .filter(|row| drawable(row))
+        .fold(1.0_f64, |right, row| right.max(row.3));
     0.0..right * 1.15
+}
+
+/// A little beyond the drawable rows' lowest and highest bounds, and 1:
+/// for a log scale.
+fn log_to_fit(rows: &[RatioRow]) -> std::ops::Range<f64> {
+    let (lowest, highest) = rows
+        .iter()
+        .filter(|row| drawable(row))
+        .fold((1.0_f64, 1.0_f64), |(low, high), row| {
+            (low.min(row.2), high.max(row.3))
+        });
+    lowest * 0.8..highest * 1.25
 }
 
 /// Writes the SVG plots into `dir`; returns their paths.
@@ -429,8 +456,8 @@ pub fn plots(
         ratio_chart(
             path,
             "Ratios shown, not judged (95 % intervals)",
-            "ratio, as named (1: level)",
-            linear_to_fit(&shown),
+            "ratio, as named (1: level), log scale",
+            log_to_fit(&shown).log_scale(),
             &shown,
         )
     })?;
@@ -447,14 +474,11 @@ pub fn peer_plot(peers: &[PeerRow], dir: &Path) -> std::io::Result<Option<PathBu
     }
     std::fs::create_dir_all(dir)?;
     let path = dir.join("peer-stores.svg");
-    let (lowest, highest) = rows.iter().fold((1.0_f64, 1.0_f64), |(low, high), row| {
-        (low.min(row.2), high.max(row.3))
-    });
     ratio_chart(
         &path,
-        "The peer stores ÷ the purpose-built table (ranges of the rounds)",
+        "The peer stores ÷ the purpose-built table (the rounds' ratios: median, range)",
         "store ÷ table, log scale (> 1: the table needs less)",
-        (lowest * 0.8..highest * 1.25).log_scale(),
+        log_to_fit(&rows).log_scale(),
         &rows,
     )
     .map_err(|error| std::io::Error::other(format!("peer-stores.svg: {error}")))?;

@@ -61,9 +61,12 @@ use tollgate::{CheckError, Decision};
 ///   removes (`peers/tests/panics.rs` arms a panic at every call of both).
 ///   What remains: a panic in a removed key's `Drop` reaches whichever call
 ///   dropped the guard, not one of that key's; a panic that interrupts a
-///   resize leaves the map as the map leaves it; and a panic in both an
-///   insert and its undo leaves a key held but not counted. Keys whose user
-///   code cannot panic (integers, strings) meet none of this.
+///   resize leaves the map as the map leaves it; a panic in `Eq` or `Ord`
+///   inside one of flurry's tree bins (keys whose hashes collide) leaves
+///   the bin's hand-taken write state set, so that every later write to
+///   the bin spins for ever; and a panic in both an insert and its undo
+///   leaves a key held but not counted. Keys whose user code cannot panic
+///   (integers, strings) meet none of this.
 pub struct OnMap<M, P = Preferred> {
     types: PhantomData<fn() -> (M, P)>,
 }
