@@ -69,17 +69,25 @@ pub mod wait;
 #[cfg(all(feature = "lab-hooks", not(feature = "shuttle")))]
 #[doc(hidden)]
 pub mod lab_hooks {
+    /// A guard of tollgate's epoch collector, held until dropped. Opaque:
+    /// it offers no `defer`, so that the collector still runs only the
+    /// store's own deferred functions, which set a flag and nothing else.
+    #[must_use]
+    #[derive(Debug)]
+    pub struct Pinned(#[allow(dead_code)] crossbeam_epoch::Guard);
+
     /// Pins this thread on tollgate's epoch collector, the one the
     /// lock-free store's checks pin (`sync::epoch`, private to the crate so
     /// that no other library's guard stalls it). While the guard lives, a
     /// check's own pin on this thread nests: crossbeam counts the guard,
     /// with no atomic read-modify-write, no unpin store and no collection.
-    /// It also keeps every table any store retires from being freed, and
-    /// makes this thread's rebuilds skip their grace wait: hold it only
-    /// around checks of keys already stored, and briefly.
-    #[must_use]
-    pub fn pin() -> crossbeam_epoch::Guard {
-        crate::sync::epoch::pin()
+    /// It also keeps every table any store retires from being freed (past
+    /// the one a shard's writer otherwise leaves), and a new key's check on
+    /// this thread then takes a shard lock while pinned, so that other
+    /// writers' grace waits run out their bound: hold it only around checks
+    /// of keys already stored, and briefly.
+    pub fn pin() -> Pinned {
+        Pinned(crate::sync::epoch::pin())
     }
 
     /// Whether this thread holds a guard of tollgate's collector.

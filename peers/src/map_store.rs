@@ -62,9 +62,12 @@ use tollgate::{CheckError, Decision};
 ///   What remains: a panic in a removed key's `Drop` reaches whichever call
 ///   dropped the guard, not one of that key's; a panic that interrupts a
 ///   resize leaves the map as the map leaves it; a panic in `Eq` or `Ord`
-///   inside one of flurry's tree bins (keys whose hashes collide) leaves
-///   the bin's hand-taken write state set, so that every later write to
-///   the bin spins for ever; and a panic in both an insert and its undo
+///   during a lookup in one of flurry's tree bins (keys whose hashes
+///   collide) leaves the lookup counted as the bin's reader for ever, so
+///   that the next write restructuring the bin parks for ever holding the
+///   bin's lock, and every later write to the bin blocks (flurry's
+///   `TreeBin::find` counts readers with no guard); and a panic in both an
+///   insert and its undo
 ///   leaves a key held but not counted. Keys whose user code cannot panic
 ///   (integers, strings) meet none of this.
 pub struct OnMap<M, P = Preferred> {

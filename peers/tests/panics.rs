@@ -1,13 +1,16 @@
-//! A key whose `Hash`, `Eq`, `Ord` and `Clone` panic at a chosen call,
-//! armed at every call of an eviction, of a new key's insert, and of a new
-//! key's insert into a full store (which sweeps to make room) in turn, and
-//! at calls spread through a growth sweep: after each panic, every key
-//! decides as it should, the key count is exact, the cap holds, and growth
-//! sweeps go on. Each store's tests also show which of the four its map
-//! runs (flurry's `Ord` only in a tree bin, which keys whose hashes collide
-//! make). The crate's own stores have `tests/panics.rs`; these stores run
-//! the same user code inside maps that make no promise about it (`OnMap`'s
-//! documentation).
+//! A key whose `Hash`, `Eq` and `Clone` panic at a chosen call, armed at
+//! every call of an eviction, of a new key's insert, and of a new key's
+//! insert into a full store (which sweeps to make room) in turn, also with
+//! keys whose hashes collide, and at calls spread through a growth sweep:
+//! after each panic, every key decides as it should, the key count is
+//! exact, the cap holds, and growth sweeps go on. Each store's tests also
+//! show which of the key's traits the store runs, its map included (the
+//! store itself hashes a key for its stripe and clones a new one). `Ord`
+//! is counted but never armed: papaya and `scc` never run it, and flurry
+//! runs it only in a tree bin, where a panic wedges the bin (the `flurry`
+//! module below). The crate's own stores have `tests/panics.rs`; these
+//! stores run the same user code inside maps that make no promise about it
+//! (`OnMap`'s documentation).
 
 use std::cell::Cell;
 use std::cmp::Ordering;
@@ -59,12 +62,21 @@ fn tick(site: Site) {
 }
 
 /// Arms a panic at the `call`th call from now; returns whether `work`
-/// reached it (and disarms either way).
+/// reached it (and disarms either way). Any other panic of `work` (a
+/// failed assertion) goes on: counted as the armed one, it would make a
+/// loop over every call never end.
 fn armed_at(call: u64, work: impl FnOnce()) -> bool {
     COUNTDOWN.with(|countdown| countdown.set(Some(call)));
-    let panicked = catch_unwind(AssertUnwindSafe(work)).is_err();
-    COUNTDOWN.with(|countdown| countdown.set(None));
-    panicked
+    let outcome = catch_unwind(AssertUnwindSafe(work));
+    // `tick` disarms as it panics: still armed, the armed call never came.
+    let fired = COUNTDOWN
+        .with(|countdown| countdown.replace(None))
+        .is_none();
+    match outcome {
+        Ok(()) => false,
+        Err(_) if fired => true,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
 }
 
 #[derive(Debug)]
@@ -371,8 +383,8 @@ fn growth_sweep_survives_a_panic<S: StoreKind<Touchy, Gcra>>(store: &S) {
 }
 
 /// Runs the three armed scenarios on `keys` keys (every key hashing alike
-/// with `collide`) and asserts that the store's map ran exactly the user
-/// code in `reaches`, each at least once.
+/// with `collide`) and asserts that the store (its map included) ran
+/// exactly the user code in `reaches`, each at least once.
 fn reaches<S: StoreKind<Touchy, Gcra>>(store: &S, keys: Keys, collide: bool, reaches: &[Site]) {
     COLLIDE.set(collide);
     REACHED.set([0; 4]);
@@ -436,8 +448,9 @@ panic_tests! {
     scc_index: SccIndex::new(), reaches [Hash, Eq, Clone];
 }
 
-/// flurry, armed as the others, on keys that do not collide: it runs
-/// `Hash`, `Eq` and `Clone` (an owned key for each lookup), never `Ord`.
+/// flurry, armed as the others, on keys that do not collide: the store
+/// runs `Hash`, `Eq` and `Clone` (an owned key for each of flurry's
+/// lookups, too), never `Ord`.
 mod flurry {
     use super::*;
 
@@ -456,13 +469,15 @@ mod flurry {
         growth_sweep_survives_a_panic(&Flurry::new());
     }
 
-    /// Keys that collide make a tree bin, where flurry runs `Ord` and `Eq`
-    /// while it holds the bin's write state, which it takes and releases
-    /// by hand (`TreeBin::lock_root`, `unlock_root`: no guard). A panic
-    /// there leaves the state set, and every later write to the bin spins
-    /// for ever: armed at every call, this test hung (2026-12-03). No store
-    /// over flurry can undo that (`OnMap`'s documentation), so here the
-    /// colliding keys only show that the tree bin runs `Ord`, unarmed.
+    /// Keys that collide make a tree bin. A lookup there (`TreeBin::find`)
+    /// counts itself a reader of the bin by a CAS, runs `Eq` and `Ord`, and
+    /// counts itself out after, with nothing to do so on unwind: a panic
+    /// leaves a reader counted for ever, and the next write that
+    /// restructures the bin parks for ever waiting for it, holding the
+    /// bin's lock, so that every later write to the bin blocks. Armed at
+    /// every call, this test hung (2026-12-03). No store over flurry can
+    /// undo that (`OnMap`'s documentation), so here the colliding keys only
+    /// show that the tree bin runs `Ord`, unarmed.
     #[test]
     fn colliding_keys_run_ord_in_a_tree_bin() {
         COLLIDE.set(true);

@@ -223,7 +223,7 @@ pub fn deny_hot_key_in_hashmap<S: ReadSection>() -> Op {
 
 thread_local! {
     /// The guard [`in_outer_guard`] keeps this thread pinned with.
-    static HELD: std::cell::RefCell<Option<crossbeam_epoch::Guard>> =
+    static HELD: std::cell::RefCell<Option<tollgate::lab_hooks::Pinned>> =
         const { std::cell::RefCell::new(None) };
 }
 
