@@ -568,7 +568,7 @@ pub struct PeerRow {
     /// store's, idle or not).
     pub evict: [Estimate; 2],
     /// Every round's figures, in the order above: a round of one store
-    /// pairs with the same round of another (they ran in it back to back).
+    /// pairs with the same round of another (both ran in that round).
     pub rounds: Vec<PeerSample>,
 }
 
