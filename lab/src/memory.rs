@@ -646,18 +646,10 @@ pub fn peer_table(rounds: usize) -> Vec<PeerRow> {
         "evict, all idle",
         "evict, half idle"
     );
-    let cell = |estimate: &Estimate| {
-        format!(
-            "{:.1} ({:.1}–{:.1})",
-            estimate.median, estimate.low, estimate.high
-        )
-    };
-    let two = |estimate: &Estimate| {
-        format!(
-            "{:.2} ({:.2}–{:.2})",
-            estimate.median, estimate.low, estimate.high
-        )
-    };
+    let (cell, two) = (
+        |estimate: &Estimate| estimate.show(1),
+        |estimate: &Estimate| estimate.show(2),
+    );
     for row in &rows {
         println!(
             "{:<16} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19}",

@@ -903,12 +903,7 @@ pub fn print_table(table: &Table, baseline: Option<&str>) {
             format!("× {name} @2")
         ))
     );
-    let cell = |estimate: &Estimate| {
-        format!(
-            "{:.1} ({:.1}–{:.1})",
-            estimate.median, estimate.low, estimate.high
-        )
-    };
+    let cell = |estimate: &Estimate| estimate.show(1);
     for row in &table.rows {
         let versus = baseline.map_or(String::new(), |name| {
             format!("{:>10.2}", table.row(name).ns[1].median / row.ns[1].median)

@@ -53,6 +53,14 @@ impl Estimate {
             ..*self
         }
     }
+
+    /// "median (low–high)", each with `decimals` decimals.
+    pub fn show(&self, decimals: usize) -> String {
+        format!(
+            "{:.decimals$} ({:.decimals$}–{:.decimals$})",
+            self.median, self.low, self.high
+        )
+    }
 }
 
 /// The median of `values` with the order-statistics interval around it:
