@@ -381,3 +381,67 @@ fn canary_cancel_without_refund_is_caught() {
         waiting(Some(tollgate::canary::Canary::CancelWithoutRefund));
     });
 }
+
+/// A storm of abandoned reservations behind one waiter: the waiter holds
+/// the front slot with the clock frozen while two threads each make and
+/// drop three reservations behind it. Whatever the interleaving:
+///
+/// * at every instant after a thread's drop, the queue holds at most the
+///   front and the other thread's one (what callers hold);
+/// * at the end it holds the front alone, and the next reservation takes
+///   the slot right after it (every storm slot was given back).
+fn storm(canary: Option<tollgate::canary::Canary>) {
+    use std::time::Duration;
+
+    tollgate::canary::plant(canary);
+    let interval = Duration::from_millis(100);
+    let clock = ManualClock::new();
+    clock.set(Duration::from_secs(100));
+    let limiter = Arc::new(
+        Builder::new(Quota::per_second(10).unwrap().with_burst(1).unwrap())
+            .clock(clock.clone())
+            .build::<u64>(),
+    );
+    assert!(limiter.check(&7).unwrap().is_allowed());
+    let front = limiter.reserve_n(&7, 1, Duration::from_secs(10)).unwrap();
+    assert_eq!(front.wait(), interval);
+    let stormers: Vec<_> = (0..2)
+        .map(|_| {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                for _ in 0..3 {
+                    drop(limiter.reserve_n(&7, 1, Duration::from_secs(10)).unwrap());
+                    let queued = limiter.waiting_reservations();
+                    assert!(queued <= 2, "the storm: {queued} queued behind one waiter");
+                }
+            })
+        })
+        .collect();
+    for stormer in stormers {
+        stormer.join().unwrap();
+    }
+    let next = limiter.reserve_n(&7, 1, Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        (limiter.waiting_reservations(), front.wait(), next.wait()),
+        (2, interval, interval * 2),
+        "the storm: the front and the next alone queued, back to back"
+    );
+}
+
+#[test]
+fn a_cancel_storm_leaves_only_the_held_reservations() {
+    both_schedulers(
+        "waiting: a storm of 2 x 3 dropped behind one waiter",
+        || {
+            storm(None);
+        },
+    );
+}
+
+#[test]
+#[should_panic(expected = "the storm")]
+fn canary_cancel_keeps_entry_is_caught() {
+    both_schedulers("canary: cancel keeps its entry", || {
+        storm(Some(tollgate::canary::Canary::CancelKeepsEntry));
+    });
+}

@@ -204,6 +204,11 @@ pub mod canary {
         CancelWithoutShift,
         /// An abandoned reservation gives nothing back.
         CancelWithoutRefund,
+        /// An abandoned reservation stays queued (its slot still moved
+        /// along) until a later one leaves through it: a storm of
+        /// reservations made and dropped behind one waiter grows the queue
+        /// without bound.
+        CancelKeepsEntry,
         /// A lease's units never expire: a unit is spent after its deadline
         /// (`crate::remote`).
         LeaseNeverExpires,

@@ -80,6 +80,10 @@ pub enum WaitError {
 /// meet on a lock.
 const QUEUE_SHARDS: usize = 8;
 
+/// The room below which a queue or a shard of queues is not shrunk: a few
+/// entries cost less than reallocating for them again and again.
+const MIN_ROOM: usize = 8;
+
 /// The queues of the keys that have pending reservations, found by the
 /// key's hash. A key's queue exists while it has pending reservations and
 /// is removed with its last.
@@ -111,10 +115,12 @@ pub(crate) struct Queue<K> {
 
 /// What a queue's lock guards.
 struct QueueState {
-    /// Pending reservations, in slot order; `front` is the ticket of the
-    /// first.
+    /// Pending reservations, in slot order (and so in ticket order). An
+    /// abandoned one leaves at once, wherever it stands, so that the queue
+    /// holds only the reservations callers hold.
     pending: VecDeque<Pending>,
-    front: u64,
+    /// The ticket the next reservation gets.
+    next_id: u64,
     /// The TAT the last reservation made through this queue wrote, moved
     /// back by every refund since.
     tail_tat_ns: u64,
@@ -127,10 +133,10 @@ struct QueueState {
 }
 
 struct Pending {
+    /// Its ticket: increasing along the queue.
+    id: u64,
     cost_ns: u64,
     slot_ns: u64,
-    /// Abandoned, its units given back: skipped, and popped with the front.
-    cancelled: bool,
     waker: Option<Waker>,
 }
 
@@ -207,7 +213,7 @@ impl<K> Queues<K> {
                         hash,
                         state: Mutex::new(QueueState {
                             pending: VecDeque::new(),
-                            front: 0,
+                            next_id: 0,
                             tail_tat_ns: 0,
                             seen_ns: 0,
                             removed: false,
@@ -240,13 +246,14 @@ impl<K> Queues<K> {
                 }
             };
             state.tail_tat_ns = tat_ns;
+            let id = state.next_id;
+            state.next_id += 1;
             state.pending.push_back(Pending {
+                id,
                 cost_ns,
                 slot_ns,
-                cancelled: false,
                 waker: None,
             });
-            let id = state.front + state.pending.len() as u64 - 1;
             drop(state);
             return Ok(Some(Ticket { queue, id }));
         }
@@ -272,6 +279,12 @@ fn remove_locked<K>(shard: &mut Shard<K>, queue: &Arc<Queue<K>>) {
         queues.retain(|other| !Arc::ptr_eq(other, queue));
         if queues.is_empty() {
             shard.remove(&queue.hash);
+            // As a queue does: the shard's room follows the keys waiting
+            // now, not the most that ever waited at once.
+            let waiting = shard.len().max(MIN_ROOM);
+            if shard.capacity() > 4 * waiting {
+                shard.shrink_to(2 * waiting);
+            }
         }
     }
 }
@@ -291,19 +304,25 @@ impl QueueState {
 
     /// The pending entry of ticket `id`, if it has not left.
     fn index(&self, id: u64) -> Option<usize> {
-        let index =
-            usize::try_from(id.checked_sub(self.front)?).expect("a queue's length fits in usize");
-        Some(index)
+        self.pending
+            .binary_search_by_key(&id, |pending| pending.id)
+            .ok()
     }
 
     /// Ticket `index` is due: it and every entry before it (earlier slots)
-    /// leave, and so do the cancelled entries then at the front.
+    /// leave.
     fn leave_through(&mut self, index: usize) {
         self.pending.drain(..=index);
-        self.front += index as u64 + 1;
-        while self.pending.front().is_some_and(|front| front.cancelled) {
-            self.pending.pop_front();
-            self.front += 1;
+        self.shrink();
+    }
+
+    /// Gives back the room of entries that left, once the queue uses a
+    /// quarter of it: the queue's memory follows the reservations held, not
+    /// the most it ever held (halving keeps the cost amortised).
+    fn shrink(&mut self) {
+        let held = self.pending.len().max(MIN_ROOM);
+        if self.pending.capacity() > 4 * held {
+            self.pending.shrink_to(2 * held);
         }
     }
 }
@@ -357,9 +376,6 @@ impl<K> Ticket<K> {
         // it was, conservative.
         let refunded =
             !canary::planted(Canary::CancelWithoutRefund) && refund(tail, tail - cost_ns);
-        let entry = &mut state.pending[index];
-        entry.cancelled = true;
-        entry.waker = None;
         if refunded {
             state.tail_tat_ns = tail - cost_ns;
             // Every later slot (none, for the canary that forgets them).
@@ -378,9 +394,13 @@ impl<K> Ticket<K> {
                 }
             }
         }
-        while state.pending.front().is_some_and(|front| front.cancelled) {
-            state.pending.pop_front();
-            state.front += 1;
+        // It leaves now, refunded or not: nothing waits for it, and the
+        // TAT, not the queue, holds the units of one that kept them (the
+        // canary leaves it queued, as the first version did until it
+        // reached the front).
+        if !canary::planted(Canary::CancelKeepsEntry) {
+            state.pending.remove(index);
+            state.shrink();
         }
     }
 
@@ -407,6 +427,25 @@ impl<K> Queues<K> {
                 .shards
                 .iter()
                 .map(|shard| lock(shard).values().map(Vec::len).sum::<usize>())
+                .sum()
+        })
+    }
+}
+
+impl<K> Queues<K> {
+    /// How many reservations wait for their slot, over every key.
+    pub(crate) fn reservations(&self) -> usize {
+        self.tables.get().map_or(0, |tables| {
+            tables
+                .shards
+                .iter()
+                .map(|shard| {
+                    lock(shard)
+                        .values()
+                        .flatten()
+                        .map(|queue| lock(&queue.state).pending.len())
+                        .sum::<usize>()
+                })
                 .sum()
         })
     }
@@ -637,6 +676,15 @@ impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> RateLimiter<K, Gcra, C, S> {
     pub fn waiting_keys(&self) -> usize {
         self.queues.len()
     }
+
+    /// How many reservations, over every key, wait for their slot: those
+    /// callers hold whose slot has not been seen to come. A dropped
+    /// reservation leaves at once, so this (and the memory the queues
+    /// hold) follows what callers hold, whatever order they drop in.
+    #[must_use]
+    pub fn waiting_reservations(&self) -> usize {
+        self.queues.reservations()
+    }
 }
 
 impl<C: Clock, P: CellFor<Gcra>> DirectLimiter<Gcra, C, P> {
@@ -667,6 +715,13 @@ impl<C: Clock, P: CellFor<Gcra>> DirectLimiter<Gcra, C, P> {
                     .expect("a direct limiter never retires its cell"))
             },
         )
+    }
+
+    /// How many reservations wait for their slot, as
+    /// [`RateLimiter::waiting_reservations`].
+    #[must_use]
+    pub fn waiting_reservations(&self) -> usize {
+        self.queues.reservations()
     }
 }
 

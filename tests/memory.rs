@@ -247,3 +247,79 @@ fn evicted_keys_are_freed_mutex_stores() {
     evicted_keys_are_freed(Sharded::default());
     evicted_keys_are_freed(PerKey::new());
 }
+
+/// The waiting queues hold what callers hold, at every instant: a storm of
+/// reservations made and dropped behind one long waiter, and a thousand
+/// held reservations dropped from the front, the middle and the back. The
+/// heap is read by the counting allocator while the storm runs (its peak)
+/// and after each round of drops.
+#[test]
+fn waiting_queues_hold_only_the_reservations_held() {
+    let _serial = serial();
+    let clock = ManualClock::new();
+    clock.set(Duration::from_secs(1));
+    let limiter: RateLimiter<u64, _, _> = Builder::new(Quota::per_second(10).unwrap())
+        .clock(clock.clone())
+        .build();
+    let max_wait = Duration::from_secs(3600);
+    // Drained, then one waiter at the front for the whole storm.
+    while limiter.check(&7).unwrap().is_allowed() {}
+    let front = limiter.reserve_n(&7, 1, max_wait).unwrap();
+    // A first one made and dropped behind it, so that the queue's room
+    // for it is there before the reading.
+    drop(limiter.reserve_n(&7, 1, max_wait).unwrap());
+    let (before, _) = counting_alloc::live();
+    counting_alloc::reset_peak();
+    const STORM: u64 = 200_000;
+    for _ in 0..STORM {
+        let behind = limiter.reserve_n(&7, 1, max_wait).unwrap();
+        assert_eq!(limiter.waiting_reservations(), 2);
+        drop(behind);
+    }
+    let grown = counting_alloc::peak() - before;
+    println!("storm of {STORM} behind one waiter: the heap grew {grown} B at its peak");
+    assert_eq!(limiter.waiting_reservations(), 1);
+    // Nothing of the storm stays: not a byte at its peak beyond the one
+    // reservation held at a time behind the front.
+    assert_eq!(grown, 0, "the storm grew the heap by {grown} B");
+    // Its slot never moved: the storm's reservations each got the next one
+    // and gave it back.
+    assert_eq!(front.wait(), Duration::from_millis(100));
+    drop(front);
+    assert_eq!(limiter.waiting_keys(), 0);
+
+    // A thousand held, then dropped from the front, the middle and the
+    // back: the queue's heap follows the count held, within a factor
+    // (its room is shrunk to twice the held count once it uses a quarter).
+    // The test's own list first, so that only the queue's heap is read.
+    let mut held = Vec::with_capacity(1_000);
+    let (empty, _) = counting_alloc::live();
+    held.extend((0..1_000).map(|_| Some(limiter.reserve_n(&7, 1, max_wait).unwrap())));
+    let (full, _) = counting_alloc::live();
+    let per_reservation = (full - empty) / 1_000;
+    for (round, keep_every) in [(1, 2), (2, 5), (3, 50)] {
+        for (index, reservation) in held.iter_mut().enumerate() {
+            if index % keep_every != 0 {
+                reservation.take();
+            }
+        }
+        let alive = held.iter().flatten().count() as u64;
+        assert_eq!(limiter.waiting_reservations() as u64, alive);
+        let (live, _) = counting_alloc::live();
+        println!(
+            "round {round}: {alive} held, {} B (full: {per_reservation} B a reservation)",
+            live - empty
+        );
+        assert!(
+            live - empty <= 4 * alive * per_reservation + 1024,
+            "{alive} held in {} B",
+            live - empty
+        );
+    }
+    for reservation in &mut held {
+        reservation.take();
+    }
+    assert_eq!(limiter.waiting_keys(), 0);
+    let (after, _) = counting_alloc::live();
+    assert_eq!(after, empty, "the queues gave back every byte");
+}
