@@ -16,13 +16,13 @@ use axum::Router;
 use axum::routing::get;
 use http::HeaderName;
 use tollgate::{Quota, RateLimiter};
-use tollgate_http::{Header, IpKey, PeerIp, RateLimitLayer, Rule};
+use tollgate_http::{Header, HeaderKey, IpKey, PeerIp, RateLimitLayer, Rule};
 
 /// The service: its routes behind the two limits.
 fn app() -> Result<Router, Box<dyn std::error::Error>> {
     let per_key = Rule::new(
         "per-key",
-        RateLimiter::<http::HeaderValue>::keyed(Quota::per_minute(5)?),
+        RateLimiter::<HeaderKey>::keyed(Quota::per_minute(5)?),
         Header::new(HeaderName::from_static("x-api-key")),
     )?
     .when(|head| head.uri().path().starts_with("/api/"));

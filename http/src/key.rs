@@ -1,19 +1,31 @@
 //! Choosing a request's key: the peer's address (grouped by prefix, read
 //! through trusted proxies only), a header, a closure, or one global key.
+//!
+//! Every key a limiter stores is kept past its request, so every key the
+//! extractors give owns its bytes (none borrows the request's buffers) and
+//! has a bounded length.
+
+mod header;
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 
 use crate::head::RequestHead;
-use http::{Extensions, HeaderName, HeaderValue, StatusCode};
+use http::{Extensions, HeaderName, StatusCode};
+
+pub use header::{Header, HeaderKey};
 
 /// Chooses the key a request is limited by.
 ///
 /// Implemented by [`PeerIp`], [`Header`], [`Global`] and [`KeyFn`] (any
 /// closure from the request's [`RequestHead`] to a key).
+///
+/// A limiter stores each key it admits for as long as the key's state
+/// matters, so an extractor's key must own its bytes: not a slice of the
+/// request (see [`KeyFn`]), and of a bounded length.
 pub trait KeyExtractor: Send + Sync + 'static {
-    /// The key.
+    /// The key: owned, of a bounded size.
     type Key: Send + Sync + 'static;
 
     /// The key of `request`.
@@ -37,6 +49,24 @@ pub enum KeyError {
     NoPeerAddress,
     /// The header the key is read from is absent or empty: 400.
     MissingHeader(HeaderName),
+    /// The header the key is read from appears more than once: 400 (which
+    /// one is the key would be a guess, and a client could make the limit
+    /// and the handler read different ones).
+    RepeatedHeader(HeaderName),
+    /// The header the key is read from is longer than its extractor's
+    /// bound ([`Header::max_len`]): 431 Request Header Fields Too Large,
+    /// the status RFC 6585 gives a single header field that is too large
+    /// (its problem body names the field, as the RFC asks). Not 400: the
+    /// request is well formed, and the client can send it again with a
+    /// shorter value.
+    HeaderTooLarge {
+        /// The header.
+        name: HeaderName,
+        /// Its value's length in bytes.
+        len: usize,
+        /// The most the extractor keys by.
+        max_len: usize,
+    },
     /// A [`KeyFn`] found no key: 400.
     Unidentified,
 }
@@ -47,7 +77,10 @@ impl KeyError {
     pub fn status(&self) -> StatusCode {
         match self {
             KeyError::NoPeerAddress => StatusCode::INTERNAL_SERVER_ERROR,
-            KeyError::MissingHeader(_) | KeyError::Unidentified => StatusCode::BAD_REQUEST,
+            KeyError::MissingHeader(_) | KeyError::RepeatedHeader(_) | KeyError::Unidentified => {
+                StatusCode::BAD_REQUEST
+            }
+            KeyError::HeaderTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         }
     }
 }
@@ -61,6 +94,14 @@ impl fmt::Display for KeyError {
             KeyError::MissingHeader(name) => {
                 write!(f, "the request has no {name} header to be rate limited by")
             }
+            KeyError::RepeatedHeader(name) => write!(
+                f,
+                "the request has more than one {name} header, and is rate limited by exactly one"
+            ),
+            KeyError::HeaderTooLarge { name, len, max_len } => write!(
+                f,
+                "the {name} header is {len} bytes long, above the {max_len} bytes a key may be"
+            ),
             KeyError::Unidentified => f.write_str("the request carries no key to be rate limited by"),
         }
     }
@@ -70,6 +111,36 @@ impl std::error::Error for KeyError {}
 
 /// A closure from the request's [`RequestHead`] to its key (`None`: no key, a
 /// 400).
+///
+/// # The key must own its bytes, and be short
+///
+/// The limiter stores the key the closure returns for as long as the key's
+/// state matters, long after the request. A key that borrows the request's
+/// memory keeps it alive that long: servers such as hyper parse a request
+/// in place, so a `HeaderValue`, a `Uri` or a `Bytes` taken from the
+/// request (`.clone()`d, or `slice`d) shares the connection's whole read
+/// buffer, hundreds of kilobytes for a request padded with a large header,
+/// and each stored key would keep one. Return a copy: a `String`, a
+/// `Box<[u8]>`, `Bytes::copy_from_slice`, or a number. (So does
+/// `HeaderValue::from_bytes(value.as_bytes())`, which copies, where
+/// `value.clone()` does not.) And bound the key's length, or a client
+/// chooses what each of its keys costs: return `None` (400) for one too
+/// long, as below, or use [`Header`], which does both for a header.
+///
+/// ```
+/// use tollgate_http::{KeyFn, RequestHead};
+///
+/// // Wrong: `.cloned()` is a slice of the connection's read buffer, kept
+/// // alive, whole, by every key the limiter stores.
+/// let leaky = KeyFn::new(|head: &RequestHead<'_>| head.headers().get("x-tenant").cloned());
+///
+/// // Right: the value's bytes copied, at most 64 of them.
+/// let tenant = KeyFn::new(|head: &RequestHead<'_>| {
+///     let value = head.headers().get("x-tenant")?.as_bytes();
+///     (value.len() <= 64).then(|| Box::<[u8]>::from(value))
+/// });
+/// # let _ = (leaky, tenant);
+/// ```
 ///
 /// ```
 /// use tollgate_http::{KeyExtractor, KeyFn, RequestHead};
@@ -111,10 +182,14 @@ impl<F> fmt::Debug for KeyFn<F> {
 }
 
 /// One key for every request: a limit on the whole service.
+///
+/// Its key, [`GlobalKey`], is zero-sized and reads nothing of the request:
+/// a limiter keyed by it stores one key, whatever the requests carry.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Global;
 
-/// The key [`Global`] gives every request.
+/// The key [`Global`] gives every request: zero bytes (`*` to a backend
+/// that keys by bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct GlobalKey;
 
@@ -129,36 +204,6 @@ impl KeyExtractor for Global {
 
     fn extract(&self, _request: &RequestHead<'_>) -> Result<GlobalKey, KeyError> {
         Ok(GlobalKey)
-    }
-}
-
-/// The value of one request header (an API key, a tenant): the first
-/// occurrence. A request without it, or with it empty, is answered 400
-/// (apply the rule only to requests that carry the header with
-/// [`Rule::when`](crate::Rule::when) to let the others through).
-#[derive(Debug, Clone)]
-pub struct Header {
-    name: HeaderName,
-}
-
-impl Header {
-    /// Keys requests by the header `name`.
-    #[must_use]
-    pub fn new(name: HeaderName) -> Self {
-        Self { name }
-    }
-}
-
-impl KeyExtractor for Header {
-    type Key = HeaderValue;
-
-    fn extract(&self, request: &RequestHead<'_>) -> Result<HeaderValue, KeyError> {
-        request
-            .headers()
-            .get(&self.name)
-            .filter(|value| !value.is_empty())
-            .cloned()
-            .ok_or_else(|| KeyError::MissingHeader(self.name.clone()))
     }
 }
 
@@ -193,6 +238,13 @@ impl KeyExtractor for Header {
 /// An entry that is not an address (`unknown`, an obfuscated identifier,
 /// garbage) stops the walk, and the request is keyed by the trusted proxy
 /// that reported it, which a client cannot choose.
+///
+/// # What it stores
+///
+/// Each key is an [`IpKey`]: the network (the address's family, its prefix
+/// and the masked address) in 19 bytes of its own, with no allocation and
+/// nothing of the request, whatever the headers it was read from. Reading
+/// the forwarding headers allocates only while the request is decided.
 ///
 /// ```
 /// use tollgate_http::{IpNet, KeyExtractor, PeerIp, RequestHead};
@@ -632,6 +684,9 @@ impl FromStr for IpNet {
 /// The key [`PeerIp`] gives a request: the client's network, as bytes
 /// (`AsRef<[u8]>`, for a backend that keys by bytes) and as text
 /// (`Display`: `198.51.100.7/32`, `2001:db8:1:2::/64`).
+///
+/// Owned and fixed in size: 19 bytes inline (at most 18 of them
+/// meaningful), no allocation.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct IpKey {
     /// The family (4 or 6), the prefix, then the masked address's bytes.
