@@ -34,6 +34,17 @@ struct Counting;
 /// own per-block overhead is not counted).
 static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
 
+/// The most [`LIVE_BYTES`] has been since it was last reset.
+static PEAK_BYTES: AtomicIsize = AtomicIsize::new(0);
+
+/// Counts `bytes` more live bytes.
+fn grew(bytes: isize) {
+    // Relaxed, both: statistics, read after the measured work has been
+    // joined; ordered with nothing.
+    let live = LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
+}
+
 /// Bytes as a signed count (no allocation reaches `isize::MAX`).
 fn signed(bytes: usize) -> isize {
     isize::try_from(bytes).unwrap_or(isize::MAX)
@@ -47,9 +58,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: the caller's layout, as `GlobalAlloc::alloc` requires.
         let block = unsafe { System.alloc(layout) };
         if !block.is_null() {
-            // Relaxed: a statistic, read after the measured work has been
-            // joined; ordered with nothing.
-            LIVE_BYTES.fetch_add(signed(layout.size()), Ordering::Relaxed);
+            grew(signed(layout.size()));
         }
         block
     }
@@ -58,7 +67,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: as `alloc`.
         let block = unsafe { System.alloc_zeroed(layout) };
         if !block.is_null() {
-            LIVE_BYTES.fetch_add(signed(layout.size()), Ordering::Relaxed);
+            grew(signed(layout.size()));
         }
         block
     }
@@ -74,7 +83,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: as `dealloc`, with the caller's new size.
         let moved = unsafe { System.realloc(block, layout, new_size) };
         if !moved.is_null() {
-            LIVE_BYTES.fetch_add(signed(new_size) - signed(layout.size()), Ordering::Relaxed);
+            grew(signed(new_size) - signed(layout.size()));
         }
         moved
     }
@@ -98,6 +107,18 @@ const PADDING_BYTES: usize = 300 * 1024;
 
 /// The measurements share one counter: one at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `measure` alone, on a runtime of its own.
+fn alone<T>(measure: impl Future<Output = T>) -> T {
+    let _alone = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(measure)
+}
 
 /// How the `index`-th request is made to carry a key of its own.
 #[derive(Clone, Copy)]
@@ -177,14 +198,7 @@ fn live_bytes_after<E>(extractor: E, distinct: Distinct) -> (isize, usize)
 where
     E: KeyExtractor<Key: Key>,
 {
-    let _alone = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    runtime.block_on(async move {
+    alone(async move {
         let limiter = Arc::new(
             Builder::new(Quota::per_hour(1_000_000).expect("a quota"))
                 .max_keys(
@@ -262,4 +276,85 @@ fn the_global_key_is_one_key_whatever_the_requests() {
         growth < MAX_BYTES_PER_KEY,
         "Global: {growth} bytes after {KEYS} requests on its one key (bound: {MAX_BYTES_PER_KEY})"
     );
+}
+
+/// The most bytes live while `request` is sent and answered, above those
+/// live before it.
+async fn peak_bytes_of(request: reqwest::RequestBuilder) -> isize {
+    let before = settled_live_bytes().await;
+    PEAK_BYTES.store(before, Ordering::Relaxed);
+    let response = request.send().await.expect("the server answers");
+    assert_eq!(response.status(), reqwest::StatusCode::OK);
+    response.bytes().await.expect("the body");
+    settled_live_bytes().await;
+    PEAK_BYTES.load(Ordering::Relaxed) - before
+}
+
+/// The smallest peak of five requests padded with [`PADDING_BYTES`] of
+/// `header` entries (`{node}192.0.2.1`, then the client's own) through a
+/// trusted proxy, and of five padded as much with another header,
+/// interleaved (the read buffer's growth varies a little with how the
+/// bytes arrive), after a round that warms up.
+fn forwarding_peaks(peer: PeerIp, header: &'static str, node: &'static str) -> (isize, isize) {
+    alone(async move {
+        let limiter = Builder::new(Quota::per_hour(1_000_000).expect("a quota"))
+            .max_keys(NonZeroUsize::new(100).expect("nonzero"), WhenFull::Reject)
+            .build();
+        let rule = Rule::new("memory", limiter, peer).expect("a rule");
+        let server = Server::start(RateLimitLayer::builder().rule(rule).build()).await;
+        let url = server.url("/");
+        let client = client();
+        let entry = format!("{node}192.0.2.1,");
+        let entries = entry.repeat(PADDING_BYTES / entry.len());
+        let (mut padded, mut forwarded) = (isize::MAX, isize::MAX);
+        for round in 0..6 {
+            let value = format!("{entries}{node}198.51.100.{round}");
+            let padded_peak = peak_bytes_of(client.get(&url).header("x-padding", &value)).await;
+            let forwarded_peak = peak_bytes_of(client.get(&url).header(header, &value)).await;
+            if round > 0 {
+                padded = padded.min(padded_peak);
+                forwarded = forwarded.min(forwarded_peak);
+            }
+        }
+        (padded, forwarded)
+    })
+}
+
+/// A client can write a long forwarding header before its proxy's entry;
+/// reading it from its end touches only the entries walked (at most 32).
+/// A request with 300 KB of entries peaks within 64 KiB of one padded as
+/// much with another header.
+fn assert_read_from_its_end(header: &str, (padded, forwarded): (isize, isize)) {
+    const MAX_EXTRA_BYTES: isize = 64 * 1024;
+    println!(
+        "a request with {PADDING_BYTES} bytes of {header} peaked at {forwarded} bytes, \
+         one padded as much with another header at {padded}"
+    );
+    assert!(
+        forwarded - padded < MAX_EXTRA_BYTES,
+        "reading {header} took {} bytes more than reading past it",
+        forwarded - padded
+    );
+}
+
+#[test]
+fn a_long_x_forwarded_for_is_read_from_its_end_only() {
+    let loopback: IpNet = "127.0.0.0/8".parse().expect("a network");
+    let peaks = forwarding_peaks(
+        PeerIp::new().trust_x_forwarded_for([loopback]),
+        "x-forwarded-for",
+        "",
+    );
+    assert_read_from_its_end("X-Forwarded-For", peaks);
+}
+
+#[test]
+fn a_long_forwarded_is_read_from_its_end_only() {
+    let loopback: IpNet = "127.0.0.0/8".parse().expect("a network");
+    let peaks = forwarding_peaks(
+        PeerIp::new().trust_forwarded([loopback]),
+        "forwarded",
+        "for=",
+    );
+    assert_read_from_its_end("Forwarded", peaks);
 }
