@@ -9,26 +9,42 @@
 //! `/api/*` needs an `x-api-key` and is held to 5 a minute per key; every
 //! path is held to 20 a minute per client network (IPv6 by /64). The key's
 //! limit comes first: what it refuses never reaches the per-network budget.
+//!
+//! Clients choose their keys, so each limiter holds at most [`MAX_KEYS`]
+//! of them: a new key beyond them is answered 503 until idle keys (a key is
+//! idle once it has rested back to its full quota, a minute at most here)
+//! make room. With API keys of at most 256 bytes (longer: 431), the keys
+//! take at most about 28 MB and the networks about 4 MB
+//! (`notes/11-http.md` measures what a key costs).
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 
 use axum::Router;
 use axum::routing::get;
 use http::HeaderName;
-use tollgate::{Quota, RateLimiter};
-use tollgate_http::{Header, IpKey, PeerIp, RateLimitLayer, Rule};
+use tollgate::store::WhenFull;
+use tollgate::{Builder, Quota};
+use tollgate_http::{Header, HeaderKey, IpKey, PeerIp, RateLimitLayer, Rule};
+
+/// The most keys each limiter holds.
+const MAX_KEYS: NonZeroUsize = NonZeroUsize::new(100_000).expect("nonzero");
 
 /// The service: its routes behind the two limits.
 fn app() -> Result<Router, Box<dyn std::error::Error>> {
     let per_key = Rule::new(
         "per-key",
-        RateLimiter::<http::HeaderValue>::keyed(Quota::per_minute(5)?),
+        Builder::new(Quota::per_minute(5)?)
+            .max_keys(MAX_KEYS, WhenFull::Reject)
+            .build::<HeaderKey>(),
         Header::new(HeaderName::from_static("x-api-key")),
     )?
     .when(|head| head.uri().path().starts_with("/api/"));
     let per_ip = Rule::new(
         "per-ip",
-        RateLimiter::<IpKey>::keyed(Quota::per_minute(20)?),
+        Builder::new(Quota::per_minute(20)?)
+            .max_keys(MAX_KEYS, WhenFull::Reject)
+            .build::<IpKey>(),
         PeerIp::new(),
     )?;
     let layer = RateLimitLayer::builder().rule(per_key).rule(per_ip).build();

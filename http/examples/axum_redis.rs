@@ -9,8 +9,16 @@
 //!
 //! Run two of them (the second with `--port 3001`) and their counts are one.
 //! While Redis is down, each instance falls back to a third of the quota
-//! in process (`OnFailure::Local`), and a limit that still cannot decide
-//! answers 503 with the draft's temporary-reduced-capacity problem.
+//! in process (`OnFailure::Local`: 1 a minute per key, 6 per network), and
+//! its `RateLimit-Policy` says so (`q=1;w=60`, `q=6;w=60`); a limit that
+//! still cannot decide answers 503 with the draft's
+//! temporary-reduced-capacity problem.
+//!
+//! Clients choose their keys. Redis holds them, each expiring once it has
+//! rested back to its full quota; in process, a limiter holds none while
+//! Redis answers, and its fallback at most 100 000 (a new key beyond them
+//! is denied until Redis is back). API keys longer than 256 bytes are
+//! answered 431, so no key costs more than that anywhere.
 
 use std::net::SocketAddr;
 

@@ -1,19 +1,32 @@
 //! Choosing a request's key: the peer's address (grouped by prefix, read
 //! through trusted proxies only), a header, a closure, or one global key.
+//!
+//! Every key a limiter stores is kept past its request, so every key the
+//! extractors give owns its bytes (none borrows the request's buffers) and
+//! has a bounded length.
 
+mod header;
+
+use std::collections::VecDeque;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 
 use crate::head::RequestHead;
-use http::{Extensions, HeaderName, HeaderValue, StatusCode};
+use http::{Extensions, HeaderName, StatusCode};
+
+pub use header::{Header, HeaderKey};
 
 /// Chooses the key a request is limited by.
 ///
 /// Implemented by [`PeerIp`], [`Header`], [`Global`] and [`KeyFn`] (any
 /// closure from the request's [`RequestHead`] to a key).
+///
+/// A limiter stores each key it admits for as long as the key's state
+/// matters, so an extractor's key must own its bytes: not a slice of the
+/// request (see [`KeyFn`]), and of a bounded length.
 pub trait KeyExtractor: Send + Sync + 'static {
-    /// The key.
+    /// The key: owned, of a bounded size.
     type Key: Send + Sync + 'static;
 
     /// The key of `request`.
@@ -37,6 +50,24 @@ pub enum KeyError {
     NoPeerAddress,
     /// The header the key is read from is absent or empty: 400.
     MissingHeader(HeaderName),
+    /// The header the key is read from appears more than once: 400 (which
+    /// one is the key would be a guess, and a client could make the limit
+    /// and the handler read different ones).
+    RepeatedHeader(HeaderName),
+    /// The header the key is read from is longer than its extractor's
+    /// bound ([`Header::max_len`]): 431 Request Header Fields Too Large,
+    /// the status RFC 6585 gives a single header field that is too large
+    /// (its problem body names the field, as the RFC asks). Not 400: the
+    /// request is well formed, and the client can send it again with a
+    /// shorter value.
+    HeaderTooLarge {
+        /// The header.
+        name: HeaderName,
+        /// Its value's length in bytes.
+        len: usize,
+        /// The most the extractor keys by.
+        max_len: usize,
+    },
     /// A [`KeyFn`] found no key: 400.
     Unidentified,
 }
@@ -47,7 +78,10 @@ impl KeyError {
     pub fn status(&self) -> StatusCode {
         match self {
             KeyError::NoPeerAddress => StatusCode::INTERNAL_SERVER_ERROR,
-            KeyError::MissingHeader(_) | KeyError::Unidentified => StatusCode::BAD_REQUEST,
+            KeyError::MissingHeader(_) | KeyError::RepeatedHeader(_) | KeyError::Unidentified => {
+                StatusCode::BAD_REQUEST
+            }
+            KeyError::HeaderTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         }
     }
 }
@@ -61,6 +95,14 @@ impl fmt::Display for KeyError {
             KeyError::MissingHeader(name) => {
                 write!(f, "the request has no {name} header to be rate limited by")
             }
+            KeyError::RepeatedHeader(name) => write!(
+                f,
+                "the request has more than one {name} header, and is rate limited by exactly one"
+            ),
+            KeyError::HeaderTooLarge { name, len, max_len } => write!(
+                f,
+                "the {name} header is {len} bytes long, above the {max_len} bytes a key may be"
+            ),
             KeyError::Unidentified => f.write_str("the request carries no key to be rate limited by"),
         }
     }
@@ -70,6 +112,36 @@ impl std::error::Error for KeyError {}
 
 /// A closure from the request's [`RequestHead`] to its key (`None`: no key, a
 /// 400).
+///
+/// # The key must own its bytes, and be short
+///
+/// The limiter stores the key the closure returns for as long as the key's
+/// state matters, long after the request. A key that borrows the request's
+/// memory keeps it alive that long: servers such as hyper parse a request
+/// in place, so a `HeaderValue`, a `Uri` or a `Bytes` taken from the
+/// request (`.clone()`d, or `slice`d) shares the connection's whole read
+/// buffer, hundreds of kilobytes for a request padded with a large header,
+/// and each stored key would keep one. Return a copy: a `String`, a
+/// `Box<[u8]>`, `Bytes::copy_from_slice`, or a number. (So does
+/// `HeaderValue::from_bytes(value.as_bytes())`, which copies, where
+/// `value.clone()` does not.) And bound the key's length, or a client
+/// chooses what each of its keys costs: return `None` (400) for one too
+/// long, as below, or use [`Header`], which does both for a header.
+///
+/// ```
+/// use tollgate_http::{KeyFn, RequestHead};
+///
+/// // Wrong: `.cloned()` is a slice of the connection's read buffer, kept
+/// // alive, whole, by every key the limiter stores.
+/// let leaky = KeyFn::new(|head: &RequestHead<'_>| head.headers().get("x-tenant").cloned());
+///
+/// // Right: the value's bytes copied, at most 64 of them.
+/// let tenant = KeyFn::new(|head: &RequestHead<'_>| {
+///     let value = head.headers().get("x-tenant")?.as_bytes();
+///     (value.len() <= 64).then(|| Box::<[u8]>::from(value))
+/// });
+/// # let _ = (leaky, tenant);
+/// ```
 ///
 /// ```
 /// use tollgate_http::{KeyExtractor, KeyFn, RequestHead};
@@ -111,10 +183,14 @@ impl<F> fmt::Debug for KeyFn<F> {
 }
 
 /// One key for every request: a limit on the whole service.
+///
+/// Its key, [`GlobalKey`], is zero-sized and reads nothing of the request:
+/// a limiter keyed by it stores one key, whatever the requests carry.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Global;
 
-/// The key [`Global`] gives every request.
+/// The key [`Global`] gives every request: zero bytes (`*` to a backend
+/// that keys by bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct GlobalKey;
 
@@ -129,36 +205,6 @@ impl KeyExtractor for Global {
 
     fn extract(&self, _request: &RequestHead<'_>) -> Result<GlobalKey, KeyError> {
         Ok(GlobalKey)
-    }
-}
-
-/// The value of one request header (an API key, a tenant): the first
-/// occurrence. A request without it, or with it empty, is answered 400
-/// (apply the rule only to requests that carry the header with
-/// [`Rule::when`](crate::Rule::when) to let the others through).
-#[derive(Debug, Clone)]
-pub struct Header {
-    name: HeaderName,
-}
-
-impl Header {
-    /// Keys requests by the header `name`.
-    #[must_use]
-    pub fn new(name: HeaderName) -> Self {
-        Self { name }
-    }
-}
-
-impl KeyExtractor for Header {
-    type Key = HeaderValue;
-
-    fn extract(&self, request: &RequestHead<'_>) -> Result<HeaderValue, KeyError> {
-        request
-            .headers()
-            .get(&self.name)
-            .filter(|value| !value.is_empty())
-            .cloned()
-            .ok_or_else(|| KeyError::MissingHeader(self.name.clone()))
     }
 }
 
@@ -192,7 +238,19 @@ impl KeyExtractor for Header {
 /// every trusted proxy: the first address that is not one is the client.
 /// An entry that is not an address (`unknown`, an obfuscated identifier,
 /// garbage) stops the walk, and the request is keyed by the trusted proxy
-/// that reported it, which a client cannot choose.
+/// that reported it, which a client cannot choose. The walk reads at most
+/// the last 32 entries (of all the header's lines together): a request
+/// that passed more trusted proxies than that is keyed by the last one
+/// read. A client can write any number of entries before its proxy's;
+/// they are scanned, never parsed nor held.
+///
+/// # What it stores
+///
+/// Each key is an [`IpKey`]: the network (the address's family, its prefix
+/// and the masked address) in 19 bytes of its own, with no allocation and
+/// nothing of the request, whatever the headers it was read from. Reading
+/// a forwarding header holds at most 32 entries' addresses (about 1 KB)
+/// a line, while the request is decided.
 ///
 /// ```
 /// use tollgate_http::{IpNet, KeyExtractor, PeerIp, RequestHead};
@@ -321,29 +379,27 @@ impl PeerIp {
         // Every occurrence of the header, in order, is one list; it is read
         // from its last entry back, each entry on its own, so that what a
         // client wrote before (bytes that are not text, an unclosed quote)
-        // cannot spoil what the proxies appended after it.
+        // cannot spoil what the proxies appended after it. At most
+        // `MAX_HOPS` entries are read, so that a client's long list costs
+        // the walk nothing but a scan.
+        let hops = request
+            .headers()
+            .get_all(name)
+            .iter()
+            .rev()
+            .flat_map(|value| match self.forwarded {
+                ForwardedHeader::XForwardedFor => x_forwarded_for(value.as_bytes()),
+                _ => forwarded_for(value.as_bytes()),
+            })
+            .take(MAX_HOPS);
         let mut client = peer;
-        for value in request.headers().get_all(name).iter().rev() {
-            let hops: Vec<Option<IpAddr>> = match self.forwarded {
-                ForwardedHeader::XForwardedFor => value
-                    .as_bytes()
-                    .split(|&byte| byte == b',')
-                    .map(|entry| {
-                        std::str::from_utf8(entry)
-                            .ok()
-                            .and_then(|entry| parse_node(entry.trim()))
-                    })
-                    .collect(),
-                _ => forwarded_for(&String::from_utf8_lossy(value.as_bytes())),
+        for hop in hops {
+            let Some(address) = hop.map(canonical) else {
+                break;
             };
-            for hop in hops.into_iter().rev() {
-                let Some(address) = hop.map(canonical) else {
-                    return Ok(client);
-                };
-                client = address;
-                if !self.is_trusted(address) {
-                    return Ok(client);
-                }
+            client = address;
+            if !self.is_trusted(address) {
+                break;
             }
         }
         Ok(client)
@@ -420,65 +476,96 @@ fn parse_node(node: &str) -> Option<IpAddr> {
     inner.parse::<Ipv6Addr>().ok().map(IpAddr::V6)
 }
 
-/// The `for=` node of each element of a `Forwarded` value, in order:
-/// `None` for an element without one, or whose node is not an address
-/// (`unknown`, an obfuscated `_identifier`). A value whose quotes do not
-/// close (a client's, to swallow the elements proxies append after it) is
-/// split at every comma instead, so the appended elements still parse.
-fn forwarded_for(value: &str) -> Vec<Option<IpAddr>> {
-    let elements: Vec<&str> = if quotes_close(value) {
-        split_unquoted(value, ',').collect()
-    } else {
-        value.split(',').collect()
-    };
-    elements
-        .into_iter()
-        .map(|element| {
-            split_unquoted(element, ';').find_map(|pair| {
-                let (name, node) = pair.split_once('=')?;
-                if !name.trim().eq_ignore_ascii_case("for") {
-                    return None;
-                }
-                let node = node.trim();
-                let node = match node.strip_prefix('"') {
-                    Some(quoted) => unquote(quoted.strip_suffix('"')?)?,
-                    None => node.to_owned(),
-                };
-                parse_node(&node)
-            })
+/// The most entries of a forwarding header read, from its last back: a
+/// request that comes through more trusted proxies than this is keyed by
+/// the last one read. A client can write hundreds of thousands of entries
+/// before its proxy's; they are scanned, never held.
+const MAX_HOPS: usize = 32;
+
+/// The nodes of an `X-Forwarded-For` value's last [`MAX_HOPS`] entries, from
+/// the last back: `None` for an entry that is not an address.
+fn x_forwarded_for(value: &[u8]) -> Vec<Option<IpAddr>> {
+    value
+        .rsplit(|&byte| byte == b',')
+        .take(MAX_HOPS)
+        .map(|entry| {
+            std::str::from_utf8(entry.trim_ascii())
+                .ok()
+                .and_then(parse_node)
         })
         .collect()
 }
 
+/// The `for=` nodes of a `Forwarded` value's last [`MAX_HOPS`] elements,
+/// from the last back: `None` for an element without one, or whose node is
+/// not an address (`unknown`, an obfuscated `_identifier`, bytes that are
+/// not text). A value whose quotes do not close (a client's, to swallow
+/// the elements proxies append after it) is split at every comma instead,
+/// so the appended elements still parse.
+fn forwarded_for(value: &[u8]) -> Vec<Option<IpAddr>> {
+    let mut last = VecDeque::with_capacity(MAX_HOPS);
+    let mut keep = |element| {
+        if last.len() == MAX_HOPS {
+            last.pop_front();
+        }
+        last.push_back(element);
+    };
+    if quotes_close(value) {
+        split_unquoted(value, b',').for_each(&mut keep);
+    } else {
+        value.split(|&byte| byte == b',').for_each(&mut keep);
+    }
+    last.into_iter().rev().map(for_node).collect()
+}
+
+/// The address of a `Forwarded` element's `for=` node, if it has one that
+/// is an address.
+fn for_node(element: &[u8]) -> Option<IpAddr> {
+    split_unquoted(element, b';').find_map(|pair| {
+        let equals = pair.iter().position(|&byte| byte == b'=')?;
+        let (name, node) = (&pair[..equals], &pair[equals + 1..]);
+        if !name.trim_ascii().eq_ignore_ascii_case(b"for") {
+            return None;
+        }
+        let node = node.trim_ascii();
+        let node = match node.strip_prefix(b"\"") {
+            Some(quoted) => unquote(quoted.strip_suffix(b"\"")?)?,
+            None => node.to_vec(),
+        };
+        parse_node(std::str::from_utf8(&node).ok()?)
+    })
+}
+
 /// Whether every quoted string in `value` closes.
-fn quotes_close(value: &str) -> bool {
+fn quotes_close(value: &[u8]) -> bool {
     let mut quoted = false;
     let mut escaped = false;
-    for character in value.chars() {
-        match character {
+    for &byte in value {
+        match byte {
             _ if escaped => escaped = false,
-            '\\' if quoted => escaped = true,
-            '"' => quoted = !quoted,
+            b'\\' if quoted => escaped = true,
+            b'"' => quoted = !quoted,
             _ => {}
         }
     }
     !quoted
 }
 
-/// Splits `value` at each `separator` outside a quoted string.
-fn split_unquoted(value: &str, separator: char) -> impl Iterator<Item = &str> {
+/// Splits `value` at each `separator` (an ASCII byte, so never inside a
+/// UTF-8 character) outside a quoted string.
+fn split_unquoted(value: &[u8], separator: u8) -> impl Iterator<Item = &[u8]> {
     let mut rest = Some(value);
     std::iter::from_fn(move || {
         let current = rest?;
         let mut quoted = false;
         let mut escaped = false;
-        for (index, character) in current.char_indices() {
-            match character {
+        for (index, &byte) in current.iter().enumerate() {
+            match byte {
                 _ if escaped => escaped = false,
-                '\\' if quoted => escaped = true,
-                '"' => quoted = !quoted,
-                _ if character == separator && !quoted => {
-                    rest = Some(&current[index + character.len_utf8()..]);
+                b'\\' if quoted => escaped = true,
+                b'"' => quoted = !quoted,
+                _ if byte == separator && !quoted => {
+                    rest = Some(&current[index + 1..]);
                     return Some(&current[..index]);
                 }
                 _ => {}
@@ -489,16 +576,16 @@ fn split_unquoted(value: &str, separator: char) -> impl Iterator<Item = &str> {
     })
 }
 
-/// The text of a quoted string's inside, its escapes undone; `None` for a
+/// The bytes of a quoted string's inside, its escapes undone; `None` for a
 /// lone backslash at the end.
-fn unquote(inside: &str) -> Option<String> {
-    let mut text = String::with_capacity(inside.len());
-    let mut characters = inside.chars();
-    while let Some(character) = characters.next() {
-        if character == '\\' {
-            text.push(characters.next()?);
+fn unquote(inside: &[u8]) -> Option<Vec<u8>> {
+    let mut text = Vec::with_capacity(inside.len());
+    let mut bytes = inside.iter();
+    while let Some(&byte) = bytes.next() {
+        if byte == b'\\' {
+            text.push(*bytes.next()?);
         } else {
-            text.push(character);
+            text.push(byte);
         }
     }
     Some(text)
@@ -632,6 +719,9 @@ impl FromStr for IpNet {
 /// The key [`PeerIp`] gives a request: the client's network, as bytes
 /// (`AsRef<[u8]>`, for a backend that keys by bytes) and as text
 /// (`Display`: `198.51.100.7/32`, `2001:db8:1:2::/64`).
+///
+/// Owned and fixed in size: 19 bytes inline (at most 18 of them
+/// meaningful), no allocation.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct IpKey {
     /// The family (4 or 6), the prefix, then the masked address's bytes.
@@ -709,9 +799,12 @@ impl fmt::Debug for IpKey {
 
 #[cfg(test)]
 mod tests {
-    use std::net::IpAddr;
+    use std::net::{IpAddr, SocketAddr};
 
-    use super::{IpNet, forwarded_for, parse_node};
+    use super::{
+        IpNet, KeyExtractor, MAX_HOPS, PeerIp, forwarded_for, parse_node, x_forwarded_for,
+    };
+    use crate::head::RequestHead;
 
     #[test]
     fn networks_parse_mask_and_contain() {
@@ -754,25 +847,89 @@ mod tests {
     }
 
     #[test]
-    fn an_unclosed_quote_swallows_nothing_appended_after_it() {
+    fn an_unclosed_quote_or_bytes_not_text_swallow_nothing_appended_after_them() {
         assert_eq!(
-            forwarded_for(r#"for="[::1, for=198.51.100.9"#),
-            [None, Some("198.51.100.9".parse().unwrap())]
+            forwarded_for(br#"for="[::1, for=198.51.100.9"#),
+            [Some("198.51.100.9".parse().unwrap()), None]
+        );
+        assert_eq!(
+            forwarded_for(b"for=\xff\xfe;by=\"\xfd\", for=198.51.100.9"),
+            [Some("198.51.100.9".parse().unwrap()), None]
         );
     }
 
     #[test]
-    fn forwarded_elements_yield_their_for_nodes() {
+    fn forwarded_elements_yield_their_for_nodes_from_the_last() {
         let nodes = forwarded_for(
-            r#"for=192.0.2.60;proto=http;by=203.0.113.43, For="[2001:db8:cafe::17]:4711", for=unknown, proto=https, for="_x\"y,z""#,
+            br#"for=192.0.2.60;proto=http;by=203.0.113.43, For="[2001:db8:cafe::17]:4711", for=unknown, proto=https, for="_x\"y,z", for="\xff", for=\xfe"#,
         );
         assert_eq!(
             nodes,
             [
-                Some("192.0.2.60".parse().unwrap()),
+                None,
+                None,
+                None,
+                None,
+                None,
                 Some("2001:db8:cafe::17".parse().unwrap()),
+                Some("192.0.2.60".parse().unwrap()),
+            ]
+        );
+    }
+
+    #[test]
+    fn only_the_last_entries_are_read() {
+        let mut x_forwarded_for_value = "junk, ".repeat(100_000).into_bytes();
+        let mut forwarded_value = "for=\"[::1, ".repeat(100_000).into_bytes();
+        for value in [&mut x_forwarded_for_value, &mut forwarded_value] {
+            value.extend_from_slice(b"192.0.2.1");
+        }
+        forwarded_value.splice(
+            forwarded_value.len() - 9..forwarded_value.len() - 9,
+            *b"for=",
+        );
+        for nodes in [
+            x_forwarded_for(&x_forwarded_for_value),
+            forwarded_for(&forwarded_value),
+        ] {
+            assert_eq!(nodes.len(), MAX_HOPS);
+            assert_eq!(nodes[0], Some("192.0.2.1".parse().unwrap()));
+            assert!(nodes[1..].iter().all(Option::is_none));
+        }
+    }
+
+    #[test]
+    fn past_the_last_hops_read_the_last_trusted_proxy_read_is_the_key() {
+        let peer = PeerIp::new().trust_x_forwarded_for(["10.0.0.0/8".parse().unwrap()]);
+        let key = |hops: usize| {
+            let mut value = "198.51.100.7".to_owned();
+            for hop in (1..=hops).rev() {
+                value.push_str(&format!(", 10.0.0.{hop}"));
+            }
+            let mut request = http::Request::get("/")
+                .header("x-forwarded-for", value)
+                .body(())
+                .unwrap();
+            request
+                .extensions_mut()
+                .insert("10.0.0.254:443".parse::<SocketAddr>().unwrap());
+            peer.extract(&RequestHead::of(&request))
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(key(MAX_HOPS - 1), "198.51.100.7/32");
+        assert_eq!(key(MAX_HOPS), "10.0.0.32/32");
+        assert_eq!(key(MAX_HOPS + 8), "10.0.0.32/32");
+    }
+
+    #[test]
+    fn x_forwarded_for_entries_are_read_from_the_last_one_by_one() {
+        assert_eq!(
+            x_forwarded_for(b"\xff\xfe, 198.51.100.1 ,[2001:db8::1]:80,"),
+            [
                 None,
-                None,
+                Some("2001:db8::1".parse().unwrap()),
+                Some("198.51.100.1".parse().unwrap()),
                 None
             ]
         );

@@ -6,7 +6,9 @@
 //!   prefix (/64 by default) so one host cannot mint 2^64 keys
 //!   ([`PeerIp`]); `X-Forwarded-For` or `Forwarded` **only from trusted
 //!   proxies**; a header ([`Header`]); any closure ([`KeyFn`]); one global
-//!   key ([`Global`]).
+//!   key ([`Global`]). Every key they give owns its bytes, copied out of
+//!   the request, and is bounded in length (a header's value to 256 bytes
+//!   by default, else 431).
 //! * **Limits** ([`Rule`]): each a name, a limiter, a key, when it applies
 //!   and what a request costs; several per request (per IP and per user),
 //!   per route.
@@ -62,8 +64,8 @@ mod service;
 
 pub use head::RequestHead;
 pub use key::{
-    Global, GlobalKey, Header, IpKey, IpNet, IpNetError, KeyError, KeyExtractor, KeyFn, PeerIp,
-    PrefixError,
+    Global, GlobalKey, Header, HeaderKey, IpKey, IpNet, IpNetError, KeyError, KeyExtractor, KeyFn,
+    PeerIp, PrefixError,
 };
 pub use limit::{Checked, Failure, Limit, NoReceipt};
 pub use rule::{NameError, Rule};

@@ -28,6 +28,7 @@ use tollgate::{CheckError, Decision, DirectLimiter, Quota, RateLimiter};
 /// let limiter: RateLimiter<u64> = RateLimiter::keyed(Quota::per_second(1)?);
 /// let checked = limiter.check_now(&7, 1).expect("decided in process")?;
 /// assert!(checked.decision.is_allowed());
+/// assert_eq!(checked.quota, Some(Quota::per_second(1)?));
 /// // GCRA admissions can be given back.
 /// assert!(Limit::refund(&limiter, &7, checked.receipt.unwrap()));
 /// assert_eq!(Limit::<u64>::quota(&limiter).limit(), 1);
@@ -40,7 +41,10 @@ pub trait Limit<K: ?Sized>: Send + Sync + 'static {
     /// that cannot.
     type Receipt: Send + Sync + 'static;
 
-    /// The quota the limiter enforces: what `RateLimit-Policy` advertises.
+    /// The quota the limiter enforces: what `RateLimit-Policy` advertises
+    /// for the decisions it makes by it (the rule writes that item once).
+    /// A decision made by another quota says so in
+    /// [`Checked::quota`].
     fn quota(&self) -> Quota;
 
     /// Checks `cost` units for `key`, deciding now if this limiter can
@@ -68,12 +72,20 @@ pub trait Limit<K: ?Sized>: Send + Sync + 'static {
     }
 }
 
-/// A limiter's decision, and for an admission it can give back, the
-/// receipt to give it back with.
+/// A limiter's decision, the quota that made it, and for an admission it
+/// can give back, the receipt to give it back with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Checked<R> {
     /// The decision.
     pub decision: Decision,
+    /// The quota that made the decision, which `RateLimit-Policy` then
+    /// advertises: the limiter's own ([`Limit::quota`]), unless its backend
+    /// could not decide and a failure policy decided in its place by
+    /// another (Redis's `OnFailure::Local`, a share of the quota in
+    /// process). `None` when no quota counted the request (a failure policy
+    /// that admits or denies without counting): the response then carries
+    /// no field for the rule, as nothing it could advertise is enforced.
+    pub quota: Option<Quota>,
     /// For [`Limit::refund`].
     pub receipt: Option<R>,
 }
@@ -153,7 +165,10 @@ where
 
     #[inline]
     fn check_now(&self, key: &K, cost: u32) -> Option<Result<Checked<Self::Receipt>, Failure>> {
-        Some(checked(self.check_n_receipt(key, cost)))
+        Some(checked(
+            self.check_n_receipt(key, cost),
+            RateLimiter::quota(self),
+        ))
     }
 
     fn check_n(
@@ -161,7 +176,10 @@ where
         key: &K,
         cost: u32,
     ) -> impl Future<Output = Result<Checked<Self::Receipt>, Failure>> + Send {
-        ready(checked(self.check_n_receipt(key, cost)))
+        ready(checked(
+            self.check_n_receipt(key, cost),
+            RateLimiter::quota(self),
+        ))
     }
 
     fn refund(&self, key: &K, receipt: Self::Receipt) -> bool {
@@ -169,11 +187,19 @@ where
     }
 }
 
-/// An in-process check's outcome, as the layer reads it.
+/// An in-process check's outcome, decided by `quota`, as the layer reads
+/// it.
 #[inline]
-fn checked<R>(outcome: Result<(Decision, Option<R>), CheckError>) -> Result<Checked<R>, Failure> {
+fn checked<R>(
+    outcome: Result<(Decision, Option<R>), CheckError>,
+    quota: &Quota,
+) -> Result<Checked<R>, Failure> {
     outcome
-        .map(|(decision, receipt)| Checked { decision, receipt })
+        .map(|(decision, receipt)| Checked {
+            decision,
+            quota: Some(*quota),
+            receipt,
+        })
         .map_err(Failure::from)
 }
 
@@ -194,7 +220,10 @@ where
 
     #[inline]
     fn check_now(&self, _key: &K, cost: u32) -> Option<Result<Checked<Self::Receipt>, Failure>> {
-        Some(checked(self.check_n_receipt(cost)))
+        Some(checked(
+            self.check_n_receipt(cost),
+            DirectLimiter::quota(self),
+        ))
     }
 
     fn check_n(
@@ -202,7 +231,10 @@ where
         _key: &K,
         cost: u32,
     ) -> impl Future<Output = Result<Checked<Self::Receipt>, Failure>> + Send {
-        ready(checked(self.check_n_receipt(cost)))
+        ready(checked(
+            self.check_n_receipt(cost),
+            DirectLimiter::quota(self),
+        ))
     }
 
     fn refund(&self, _key: &K, receipt: Self::Receipt) -> bool {
@@ -215,15 +247,17 @@ mod redis {
     use std::future::Future;
 
     use tollgate::Quota;
-    use tollgate_redis::{Error, RedisLimiter, Scripted};
+    use tollgate_redis::{Enforced, Error, RedisLimiter, Scripted};
 
     use super::{Checked, Failure, Limit, NoReceipt};
 
     /// Every check is one round trip; the limiter's own
     /// [`OnFailure`](tollgate_redis::OnFailure) policy decides first when
     /// Redis cannot, and only its `Error` policy reaches the layer, as
-    /// [`Failure::Unavailable`]. No receipts: an admission here stays
-    /// charged when a later rule refuses the request.
+    /// [`Failure::Unavailable`]. A decision carries the quota that made it
+    /// ([`Enforced`]): under `OnFailure::Local`, the share in process. No
+    /// receipts: an admission here stays charged when a later rule refuses
+    /// the request.
     impl<K, A> Limit<K> for RedisLimiter<A>
     where
         K: AsRef<[u8]> + Sync + ?Sized,
@@ -240,12 +274,13 @@ mod redis {
             key: &K,
             cost: u32,
         ) -> impl Future<Output = Result<Checked<NoReceipt>, Failure>> + Send {
-            let checked = RedisLimiter::check_n(self, key.as_ref(), cost);
+            let checked = self.check_n_enforced(key.as_ref(), cost);
             async move {
                 checked
                     .await
-                    .map(|decision| Checked {
-                        decision,
+                    .map(|enforced: Enforced| Checked {
+                        decision: enforced.decision,
+                        quota: enforced.quota,
                         receipt: None,
                     })
                     .map_err(|error| match error {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::head::RequestHead;
 use http::HeaderValue;
-use tollgate::Decision;
+use tollgate::Quota;
 
 use crate::fields::{RuleJson, is_field_string, policy_item};
 use crate::key::{KeyError, KeyExtractor};
@@ -19,9 +19,9 @@ use crate::limit::{Checked, Failure, Limit};
 /// [`Limit::refund`]).
 pub(crate) type Refund = Box<dyn FnOnce() -> Option<u32> + Send>;
 
-/// An admission or a denial, and for an admission that can be given back,
-/// what gives it back.
-pub(crate) type Outcome = Result<(Decision, Option<Refund>), Failure>;
+/// An admission or a denial, the quota that made it, and for an admission
+/// that can be given back, what gives it back.
+pub(crate) type Outcome = Result<Checked<Refund>, Failure>;
 
 /// Whether a rule applies to a request.
 type Predicate = Box<dyn Fn(&RequestHead<'_>) -> bool + Send + Sync>;
@@ -62,7 +62,9 @@ pub(crate) type Pending = Pin<Box<dyn Future<Output = Outcome> + Send>>;
 /// ```
 pub struct Rule {
     name: Arc<str>,
-    /// This rule's `RateLimit-Policy` item, made once.
+    /// The limiter's quota ([`Limit::quota`]).
+    quota: Quota,
+    /// Its `RateLimit-Policy` item, made once.
     policy: HeaderValue,
     /// Its pieces of a denial's problem body, made once.
     json: RuleJson,
@@ -106,12 +108,12 @@ impl Rule {
         if name.is_empty() || !is_field_string(&name) {
             return Err(NameError(name));
         }
-        // Printable ASCII: the name was just checked.
-        let policy = HeaderValue::try_from(policy_item(&name, &limiter.quota()))
-            .map_err(|_| NameError(name.clone()))?;
+        let quota = limiter.quota();
+        let policy = policy_value(&name, &quota).ok_or_else(|| NameError(name.clone()))?;
         Ok(Self {
             json: RuleJson::new(&name),
             name: name.into(),
+            quota,
             policy,
             check: Box::new(Bound {
                 limiter: Arc::new(limiter),
@@ -148,9 +150,15 @@ impl Rule {
         &self.name
     }
 
-    /// This rule's `RateLimit-Policy` item.
-    pub(crate) fn policy(&self) -> &HeaderValue {
-        &self.policy
+    /// This rule's `RateLimit-Policy` item for a decision made by `quota`:
+    /// the one made once for the limiter's own, else one made now (a
+    /// backend's fallback decided).
+    pub(crate) fn policy(&self, quota: &Quota) -> Option<HeaderValue> {
+        if *quota == self.quota {
+            Some(self.policy.clone())
+        } else {
+            policy_value(&self.name, quota)
+        }
     }
 
     /// This rule's pieces of a denial's problem body.
@@ -182,6 +190,13 @@ impl fmt::Debug for Rule {
             .field("cost", &self.cost.is_some())
             .finish_non_exhaustive()
     }
+}
+
+/// The `RateLimit-Policy` item of the policy `name` enforcing `quota`;
+/// `None` only for a name that is not printable ASCII, which a rule checks
+/// first.
+fn policy_value(name: &str, quota: &Quota) -> Option<HeaderValue> {
+    HeaderValue::try_from(policy_item(name, quota)).ok()
 }
 
 /// Where a rule's check of one request stands.
@@ -229,24 +244,29 @@ where
     }
 }
 
-/// The decision, and when asked for, what gives its admission back.
+/// The decision and its quota, and when asked for, what gives its
+/// admission back.
 fn with_refund<K, L>(
     limiter: &Arc<L>,
     key: K,
     cost: u32,
     checked: Checked<L::Receipt>,
     refundable: bool,
-) -> (Decision, Option<Refund>)
+) -> Checked<Refund>
 where
     K: Send + Sync + 'static,
     L: Limit<K>,
 {
-    let refund = match checked.receipt {
+    let receipt = match checked.receipt {
         Some(receipt) if refundable => {
             let limiter = Arc::clone(limiter);
             Some(Box::new(move || limiter.refund(&key, receipt).then_some(cost)) as Refund)
         }
         _ => None,
     };
-    (checked.decision, refund)
+    Checked {
+        decision: checked.decision,
+        quota: checked.quota,
+        receipt,
+    }
 }

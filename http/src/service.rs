@@ -13,7 +13,7 @@ use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use tollgate::Decision;
+use tollgate::{Decision, Quota};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -208,10 +208,19 @@ impl<T> Few<T> {
     }
 }
 
+/// A rule's decision, and the quota that made it.
+struct RuleDecision {
+    /// The rule's index.
+    rule: usize,
+    decision: Decision,
+    /// `None`: no quota counted the request, and the fields leave the rule
+    /// out.
+    quota: Option<Quota>,
+}
+
 /// The decisions of the rules a request has passed so far.
 struct Passed {
-    /// Rule index and decision.
-    decisions: Few<(usize, Decision)>,
+    decisions: Few<RuleDecision>,
     /// What gives back the admissions that can be, should a later rule
     /// refuse the request, by their place in `decisions`.
     refunds: Vec<(usize, Refund)>,
@@ -219,7 +228,7 @@ struct Passed {
 
 /// Why a request is refused.
 enum Refusal {
-    Denied(usize, Decision),
+    Denied(RuleDecision),
     Failed(usize, Failure),
     NoKey(KeyError),
 }
@@ -235,14 +244,21 @@ impl Passed {
     /// Records rule `index`'s outcome; a refusal ends the checks.
     fn record(&mut self, config: &Config, index: usize, outcome: Outcome) -> Result<(), Refusal> {
         let refusal = match outcome {
-            Ok((decision, refund)) if decision.is_allowed() => {
-                if let Some(refund) = refund {
-                    self.refunds.push((self.decisions.len(), refund));
+            Ok(checked) => {
+                let decided = RuleDecision {
+                    rule: index,
+                    decision: checked.decision,
+                    quota: checked.quota,
+                };
+                if decided.decision.is_allowed() {
+                    if let Some(refund) = checked.receipt {
+                        self.refunds.push((self.decisions.len(), refund));
+                    }
+                    self.decisions.push(decided);
+                    return Ok(());
                 }
-                self.decisions.push((index, decision));
-                return Ok(());
+                Refusal::Denied(decided)
             }
-            Ok((decision, _)) => Refusal::Denied(index, decision),
             Err(Failure::Unavailable(_)) if config.on_unavailable == OnUnavailable::Allow => {
                 return Ok(());
             }
@@ -261,7 +277,7 @@ impl Passed {
             let Some(units) = refund() else {
                 continue;
             };
-            let Some((_, decision)) = self.decisions.get_mut(place) else {
+            let Some(RuleDecision { decision, .. }) = self.decisions.get_mut(place) else {
                 continue;
             };
             // The reset time stays as it was: never earlier than the truth.
@@ -281,29 +297,30 @@ impl Passed {
 
     /// The two fields for these decisions (and `extra`, a refusing one):
     /// one line of each a rule, which a client reads as one list per field
-    /// (a structured-field list may be split over several lines).
-    fn fields(&self, config: &Config, extra: Option<(usize, &Decision)>) -> Option<Fields> {
+    /// (a structured-field list may be split over several lines). Each
+    /// rule's policy is the quota that made its decision; a decision no
+    /// quota made has no lines.
+    fn fields(&self, config: &Config, extra: Option<&RuleDecision>) -> Option<Fields> {
         thread_local! {
             // Where each `RateLimit` item is written before it is copied
             // into its header value: no allocation of its own a request.
             static ITEM: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
         }
         let mut fields = Few::new();
-        for (index, decision) in self
-            .decisions
-            .iter()
-            .map(|(index, decision)| (*index, decision))
-            .chain(extra)
-        {
-            let rule = &config.rules[index];
+        for decided in self.decisions.iter().chain(extra) {
+            let Some(quota) = &decided.quota else {
+                continue;
+            };
+            let rule = &config.rules[decided.rule];
+            let policy = rule.policy(quota)?;
             let limit = ITEM.with(|item| {
                 let mut item = item.borrow_mut();
                 item.clear();
-                limit_item(&mut item, rule.name(), decision);
+                limit_item(&mut item, rule.name(), &decided.decision);
                 // Printable ASCII (names are checked when a rule is made).
                 HeaderValue::from_str(&item).ok()
             })?;
-            fields.push((rule.policy().clone(), limit));
+            fields.push((policy, limit));
         }
         (fields.len() > 0).then_some(Fields(fields))
     }
@@ -383,9 +400,9 @@ impl Config {
             .get(CONTENT_TYPE)
             .is_some_and(|value| is_grpc(value.as_bytes()));
         let answer = match refusal {
-            Refusal::Denied(index, decision) => {
-                let rule = &self.rules[*index];
-                let wait = whole_seconds_up(decision.retry_after());
+            Refusal::Denied(denied) => {
+                let rule = &self.rules[denied.rule];
+                let wait = whole_seconds_up(denied.decision.retry_after());
                 // Every refusal's path, the one an attacker drives: the
                 // body from pieces the rule made once, the text only for
                 // gRPC, which carries it.
@@ -409,7 +426,7 @@ impl Config {
                     body,
                     violated: Some(rule.name()),
                     retry_after: Some(wait),
-                    fields: passed.fields(self, Some((*index, decision))),
+                    fields: passed.fields(self, Some(denied)),
                 }
             }
             Refusal::Failed(index, Failure::Cost(error)) => {

@@ -174,6 +174,53 @@ async fn several_policies_are_checked_together_and_reported_together() {
 }
 
 #[tokio::test]
+async fn an_over_long_or_repeated_key_header_is_refused_and_charges_nothing() {
+    let server = Server::start(layer([
+        per_ip(Quota::per_hour(10).unwrap(), PeerIp::new()),
+        per_key(Quota::per_hour(2).unwrap()),
+    ]))
+    .await;
+    let client = client();
+    let url = server.url("/");
+    let longest = "k".repeat(256);
+    let (admitted, last) = send(&client, &url, &[("x-api-key", &longest)], 1).await;
+    assert_eq!(admitted, 1);
+    assert_eq!(list(last.headers(), "ratelimit")[0].param("r"), 9);
+    let too_long = "k".repeat(257);
+    let (admitted, refused) = send(&client, &url, &[("x-api-key", &too_long)], 1).await;
+    assert_eq!(
+        (admitted, refused.status()),
+        (0, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+    );
+    let problem: Value = serde_json::from_str(&refused.text().await.unwrap()).unwrap();
+    assert_eq!(
+        problem,
+        serde_json::json!({
+            "type": "about:blank",
+            "title": "Request Header Fields Too Large",
+            "status": 431,
+            "detail": "the x-api-key header is 257 bytes long, above the 256 bytes a key may be",
+        })
+    );
+    let (admitted, refused) = send(
+        &client,
+        &url,
+        &[("x-api-key", "fresh-every-time"), ("x-api-key", "alice")],
+        1,
+    )
+    .await;
+    assert_eq!((admitted, refused.status()), (0, StatusCode::BAD_REQUEST));
+    let problem: Value = serde_json::from_str(&refused.text().await.unwrap()).unwrap();
+    assert_eq!(
+        problem["detail"],
+        "the request has more than one x-api-key header, and is rate limited by exactly one"
+    );
+    // Neither refusal was charged to the per-IP limit before it.
+    let (_, last) = send(&client, &url, &[("x-api-key", "alice")], 1).await;
+    assert_eq!(list(last.headers(), "ratelimit")[0].param("r"), 8);
+}
+
+#[tokio::test]
 async fn per_route_rules_apply_only_to_their_routes() {
     let server =
         Server::start(layer([per_key(Quota::per_hour(1).unwrap())

@@ -13,10 +13,10 @@ use std::time::Duration;
 use redis_server::RedisServer;
 use reqwest::StatusCode;
 use serde_json::Value;
-use support::{Server, client, list, retry_after, send};
+use support::{Item, Server, client, list, retry_after, send};
 use tollgate::{Quota, RateLimiter};
 use tollgate_http::{Header, IpKey, OnUnavailable, PeerIp, RateLimitLayer, Rule};
-use tollgate_redis::{Connection, Options, RedisLimiter};
+use tollgate_redis::{Connection, OnFailure, Options, RedisLimiter};
 
 async fn connect(server: &RedisServer) -> Connection {
     let options = Options::default()
@@ -143,5 +143,126 @@ async fn a_dead_redis_is_a_503_or_a_pass_as_configured() {
         assert_eq!(admitted, 1);
         // Nothing decided it: no fields.
         assert!(response.headers().get("ratelimit").is_none());
+    }
+}
+
+/// An item named `name` with integer parameters `params`, in order.
+fn item(name: &str, params: &[(&str, i64)]) -> Item {
+    Item {
+        name: name.to_owned(),
+        params: params
+            .iter()
+            .map(|&(key, value)| (key.to_owned(), value))
+            .collect(),
+    }
+}
+
+#[tokio::test]
+async fn under_the_local_fallback_the_fields_advertise_the_fallbacks_quota() {
+    let mut redis = start_redis();
+    let limiter = RedisLimiter::builder("http-fallback", Quota::per_minute(20).unwrap())
+        .on_failure(OnFailure::Local { instances: 3 })
+        .build(connect(&redis).await)
+        .unwrap();
+    let server = Server::start(
+        RateLimitLayer::builder()
+            .rule(Rule::new("per-ip", limiter, PeerIp::new()).unwrap())
+            .build(),
+    )
+    .await;
+    let client = client();
+    let url = server.url("/");
+    // Redis decides: 20 a minute, one every 3 s.
+    let (admitted, response) = send(&client, &url, &[], 2).await;
+    assert_eq!(admitted, 2);
+    assert_eq!(
+        list(response.headers(), "ratelimit-policy"),
+        [item("per-ip", &[("q", 20), ("w", 60)])]
+    );
+    assert_eq!(
+        list(response.headers(), "ratelimit"),
+        [item("per-ip", &[("r", 18), ("t", 6)])]
+    );
+    redis.kill();
+    // The fallback decides, in process: a third of the quota, 6 a minute
+    // (one every 10 s) with a burst of 6, and the fields say so.
+    for admissions in 1..=6 {
+        let (admitted, response) = send(&client, &url, &[], 1).await;
+        assert_eq!(admitted, 1, "admission {admissions} of the fallback's 6");
+        assert_eq!(
+            list(response.headers(), "ratelimit-policy"),
+            [item("per-ip", &[("q", 6), ("w", 60)])]
+        );
+        assert_eq!(
+            list(response.headers(), "ratelimit"),
+            [item(
+                "per-ip",
+                &[("r", 6 - admissions), ("t", 10 * admissions)]
+            )]
+        );
+    }
+    let (admitted, denied) = send(&client, &url, &[], 1).await;
+    assert_eq!(
+        (admitted, denied.status()),
+        (0, StatusCode::TOO_MANY_REQUESTS)
+    );
+    assert_eq!(retry_after(denied.headers()), 10);
+    assert_eq!(
+        list(denied.headers(), "ratelimit-policy"),
+        [item("per-ip", &[("q", 6), ("w", 60)])]
+    );
+    assert_eq!(
+        list(denied.headers(), "ratelimit"),
+        [item("per-ip", &[("r", 0), ("t", 10)])]
+    );
+}
+
+#[tokio::test]
+async fn a_failure_policy_that_counts_nothing_advertises_no_quota() {
+    let mut redis = start_redis();
+    let quota = Quota::per_minute(20).unwrap();
+    let denying = RedisLimiter::builder("http-deny", quota)
+        .on_failure(OnFailure::Deny)
+        .build(connect(&redis).await)
+        .unwrap();
+    let admitting = RedisLimiter::builder("http-admit", quota)
+        .on_failure(OnFailure::Admit)
+        .build(connect(&redis).await)
+        .unwrap();
+    let deny = Server::start(
+        RateLimitLayer::builder()
+            .rule(Rule::new("per-ip", denying, PeerIp::new()).unwrap())
+            .build(),
+    )
+    .await;
+    let admit = Server::start(
+        RateLimitLayer::builder()
+            .rule(Rule::new("per-ip", admitting, PeerIp::new()).unwrap())
+            .build(),
+    )
+    .await;
+    let client = client();
+    for server in [&deny, &admit] {
+        let (admitted, response) = send(&client, &server.url("/"), &[], 1).await;
+        assert_eq!(admitted, 1);
+        assert_eq!(
+            list(response.headers(), "ratelimit-policy"),
+            [item("per-ip", &[("q", 20), ("w", 60)])]
+        );
+    }
+    redis.kill();
+    // Denied until the breaker lets a check through (200 ms), by no quota.
+    let (admitted, denied) = send(&client, &deny.url("/"), &[], 1).await;
+    assert_eq!(
+        (admitted, denied.status()),
+        (0, StatusCode::TOO_MANY_REQUESTS)
+    );
+    assert_eq!(retry_after(denied.headers()), 1);
+    // Admitted, unlimited.
+    let (admitted, passed) = send(&client, &admit.url("/"), &[], 1).await;
+    assert_eq!(admitted, 1);
+    for headers in [denied.headers(), passed.headers()] {
+        assert_eq!(headers.get("ratelimit-policy"), None);
+        assert_eq!(headers.get("ratelimit"), None);
     }
 }

@@ -194,8 +194,9 @@ impl<A: Scripted> Fallback<A> {
     }
 
     /// The policy's decision for a check (or a `peek`) Redis did not
-    /// decide, or the error to return. `open_for` is how long the breaker
-    /// keeps Redis out of reach (zero when it is closed).
+    /// decide, with the quota that made it, or the error to return.
+    /// `open_for` is how long the breaker keeps Redis out of reach (zero
+    /// when it is closed).
     pub(crate) fn decide(
         &self,
         key: &[u8],
@@ -204,26 +205,63 @@ impl<A: Scripted> Fallback<A> {
         limit: u32,
         open_for: Duration,
         cause: Unavailable,
-    ) -> Result<Decision, Error> {
+    ) -> Result<Enforced, Error> {
         let wait = open_for.max(Duration::from_nanos(1));
-        let decision = match (&self.local, self.policy) {
+        // Counted by no quota: a decision of the policy's own.
+        let uncounted = |decision: Option<Decision>| {
+            decision.map(|decision| Enforced {
+                decision,
+                quota: None,
+            })
+        };
+        let enforced = match (&self.local, self.policy) {
             (Some(local), _) => match if peek {
                 local.peek(key)
             } else {
                 local.check_n(key, cost)
             } {
-                Ok(decision) => Some(decision),
-                // A new key beyond the local cap: denied until Redis is back.
-                Err(_) => Decision::from_parts(limit, 0, wait, wait),
+                Ok(decision) => Some(Enforced {
+                    decision,
+                    quota: Some(*local.quota()),
+                }),
+                // A new key beyond the local cap, or a cost above the
+                // local share's burst: denied until Redis is back.
+                Err(_) => uncounted(Decision::from_parts(limit, 0, wait, wait)),
             },
-            (None, OnFailure::Deny) => Decision::from_parts(limit, 0, wait, wait),
-            (None, OnFailure::Admit) => {
-                Decision::from_parts(limit, 0, Duration::ZERO, Duration::ZERO)
-            }
+            (None, OnFailure::Deny) => uncounted(Decision::from_parts(limit, 0, wait, wait)),
+            (None, OnFailure::Admit) => uncounted(Decision::from_parts(
+                limit,
+                0,
+                Duration::ZERO,
+                Duration::ZERO,
+            )),
             (None, _) => None,
         };
-        decision.ok_or(Error::Unavailable(cause))
+        enforced.ok_or(Error::Unavailable(cause))
     }
+}
+
+/// A check's decision, and the quota that made it
+/// ([`RedisLimiter::check_n_enforced`](crate::RedisLimiter::check_n_enforced)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Enforced {
+    /// The decision.
+    pub decision: Decision,
+    /// The quota that decided it:
+    ///
+    /// * the limiter's own ([`RedisLimiter::quota`](crate::RedisLimiter::quota))
+    ///   when Redis decided, or this instance from what Redis told it (a
+    ///   [`Mode`](crate::Mode) other than `Exact`);
+    /// * while Redis could not decide, the in-process share
+    ///   [`OnFailure::Local`] enforces (its limit and burst divided by the
+    ///   instances);
+    /// * `None` when no quota counted the check: [`OnFailure::Deny`] and
+    ///   [`OnFailure::Admit`] decide without counting, and so does
+    ///   [`OnFailure::Local`] for a check its share cannot take (a new key
+    ///   beyond its keys, a cost above its burst), denied until Redis is
+    ///   back.
+    pub quota: Option<Quota>,
 }
 
 /// Why Redis did not decide a check.

@@ -21,7 +21,7 @@ mod script;
 
 pub use connection::{Connection, Options};
 pub use error::{ConfigError, Error};
-pub use failure::{OnFailure, Unavailable};
+pub use failure::{Enforced, OnFailure, Unavailable};
 pub use limiter::{Decisions, RedisBuilder, RedisLimiter, RedisReservation, Request, check_all};
 pub use local::Mode;
 pub use script::{END_OF_TIME_US, MAX_SPAN_US, SCRIPT, Scripted};

@@ -14,7 +14,7 @@ use tollgate::{Decision, Quota};
 
 use crate::connection::{Call as Sent, Connection};
 use crate::error::{ConfigError, Error};
-use crate::failure::{Admission, Fallback, OnFailure, Unavailable};
+use crate::failure::{Admission, Enforced, Fallback, OnFailure, Unavailable};
 use crate::key::Namespace;
 use crate::local::{BootClock, Hybrid, Mode, lease_arguments, lease_reply};
 use crate::script::{END_OF_TIME_US, MAX_SPAN_US, SCRIPT, ScriptLimit, Scripted};
@@ -331,6 +331,42 @@ impl<A: Scripted> RedisLimiter<A> {
     /// [`Error::Check`] for a cost of zero or above the burst (no round
     /// trip), and as [`check`](RedisLimiter::check).
     pub async fn check_n(&self, key: impl AsRef<[u8]>, cost: u32) -> Result<Decision, Error> {
+        Ok(self.check_n_enforced(key, cost).await?.decision)
+    }
+
+    /// Checks `cost` units for `key`, as [`check_n`](RedisLimiter::check_n),
+    /// and says which quota decided: the limiter's own, or while Redis
+    /// cannot decide, the one its failure policy enforces in its place
+    /// ([`Enforced::quota`]). What a client is told of the quota (the
+    /// `RateLimit-Policy` field) is that one.
+    ///
+    /// ```no_run
+    /// use tollgate::Quota;
+    /// use tollgate_redis::{Connection, OnFailure, RedisLimiter};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let connection = Connection::open("redis://127.0.0.1:6379/").await?;
+    /// let limiter = RedisLimiter::builder("api", Quota::per_minute(20)?)
+    ///     .on_failure(OnFailure::Local { instances: 3 })
+    ///     .build(connection)?;
+    /// let enforced = limiter.check_n_enforced("203.0.113.7", 1).await?;
+    /// match enforced.quota {
+    ///     // 20 while Redis decides; 6, in process, while it cannot.
+    ///     Some(quota) => println!("{} a minute", quota.limit()),
+    ///     None => println!("the failure policy decided, counting nothing"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n`](RedisLimiter::check_n).
+    pub async fn check_n_enforced(
+        &self,
+        key: impl AsRef<[u8]>,
+        cost: u32,
+    ) -> Result<Enforced, Error> {
         self.decide(key.as_ref(), cost, false).await
     }
 
@@ -341,7 +377,7 @@ impl<A: Scripted> RedisLimiter<A> {
     ///
     /// As [`check`](RedisLimiter::check).
     pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<Decision, Error> {
-        self.decide(key.as_ref(), 1, true).await
+        Ok(self.decide(key.as_ref(), 1, true).await?.decision)
     }
 
     /// The quota every key is held to.
@@ -388,7 +424,7 @@ impl<A: Scripted> RedisLimiter<A> {
         self.calls.load(Ordering::Relaxed)
     }
 
-    async fn decide(&self, key: &[u8], cost: u32, peek: bool) -> Result<Decision, Error> {
+    async fn decide(&self, key: &[u8], cost: u32, peek: bool) -> Result<Enforced, Error> {
         let core = &self.core;
         validate_cost(cost, core.limit.burst)?;
         let Some(hybrid) = &self.local else {
@@ -396,12 +432,12 @@ impl<A: Scripted> RedisLimiter<A> {
         };
         if peek {
             return match hybrid.view.peek(key, cost)? {
-                Some(decision) => Ok(decision),
+                Some(decision) => Ok(self.by_quota(decision)),
                 None => self.on_redis(key, cost, true, core.time.now()).await,
             };
         }
         let ask = match hybrid.view.check(key, cost)? {
-            Local::Decided(decision) => return Ok(decision),
+            Local::Decided(decision) => return Ok(self.by_quota(decision)),
             Local::Ask(ask) => ask,
         };
         // A client clock decides at the ask's reading (taken after the
@@ -434,6 +470,7 @@ impl<A: Scripted> RedisLimiter<A> {
                     core.limit.burst,
                     now.fraction_ns,
                 )
+                .map(|decision| self.by_quota(decision))
             }
             Err(Sent::Unavailable(cause)) => {
                 if matches!(cause, Unavailable::BreakerOpen(_)) {
@@ -458,14 +495,15 @@ impl<A: Scripted> RedisLimiter<A> {
         cost: u32,
         peek: bool,
         now: Now,
-    ) -> Result<Decision, Error> {
+    ) -> Result<Enforced, Error> {
         let core = &self.core;
         let mut call = Call::new(if peek { Op::Peek } else { Op::Check });
         call.push(core.entry(core.namespace.key(key), cost, &now));
         let sent = call.send(&core.connection, &core.script).await;
         self.count(&sent);
         match sent {
-            Ok(replies) => decision(&replies, core.limit.burst, now.fraction_ns),
+            Ok(replies) => decision(&replies, core.limit.burst, now.fraction_ns)
+                .map(|decision| self.by_quota(decision)),
             Err(Sent::Unavailable(cause)) => self.fall_back(key, cost, peek, cause),
             Err(Sent::Failed(error)) => Err(Error::Script(error)),
         }
@@ -479,6 +517,15 @@ impl<A: Scripted> RedisLimiter<A> {
         }
     }
 
+    /// `decision`, made by this limiter's quota (by Redis, or from what
+    /// Redis told this instance).
+    fn by_quota(&self, decision: Decision) -> Enforced {
+        Enforced {
+            decision,
+            quota: Some(self.quota),
+        }
+    }
+
     /// The failure policy's answer for a check Redis did not decide.
     fn fall_back(
         &self,
@@ -486,7 +533,7 @@ impl<A: Scripted> RedisLimiter<A> {
         cost: u32,
         peek: bool,
         cause: Unavailable,
-    ) -> Result<Decision, Error> {
+    ) -> Result<Enforced, Error> {
         let core = &self.core;
         let open_for = match cause {
             Unavailable::BreakerOpen(open_for) => open_for,

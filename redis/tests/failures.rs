@@ -66,6 +66,12 @@ fn a_killed_server_trips_the_breaker_and_a_restarted_one_is_used_again() {
     for _ in 0..4 {
         assert!(runtime.block_on(strict.check("k")).unwrap().is_allowed());
     }
+    // Redis decides, by the limiter's quota.
+    let enforced = runtime.block_on(local.check_n_enforced("k", 1)).unwrap();
+    assert_eq!(
+        (enforced.decision.remaining(), enforced.quota),
+        (9, Some(quota))
+    );
     server.kill();
     // Three failures open the breaker; every outcome is typed.
     for attempt in 0..3 {
@@ -94,16 +100,26 @@ fn a_killed_server_trips_the_breaker_and_a_restarted_one_is_used_again() {
     }
     assert!(runtime.block_on(open.check("k")).unwrap().is_allowed());
     assert!(runtime.block_on(open.peek("k")).unwrap().is_allowed());
+    // Neither counts by any quota, and says so.
+    for policy in [&closed, &open] {
+        let enforced = runtime.block_on(policy.check_n_enforced("k", 1)).unwrap();
+        assert_eq!(enforced.quota, None);
+    }
     // A peek asks the local share and takes nothing from it...
     for _ in 0..3 {
         let peeked = runtime.block_on(local.peek("k")).unwrap();
         assert!(peeked.is_allowed());
         assert_eq!(peeked.remaining(), 4, "after the unit it would take");
     }
-    // ...and half the quota is there: exactly 5 of 8 for one key.
-    let admitted = (0..8)
-        .filter(|_| runtime.block_on(local.check("k")).unwrap().is_allowed())
-        .count();
+    // ...and half the quota is there, and said to be: exactly 5 of 8 for
+    // one key.
+    let share = Quota::per_hour(5).unwrap();
+    let mut admitted = 0;
+    for _ in 0..8 {
+        let enforced = runtime.block_on(local.check_n_enforced("k", 1)).unwrap();
+        assert_eq!(enforced.quota, Some(share));
+        admitted += usize::from(enforced.decision.is_allowed());
+    }
     assert_eq!(admitted, 5, "the local share of 10 over 2 instances");
     // Restarted (empty): after the cooldown a probe goes through, the
     // breaker closes, and the checks are Redis's again.
@@ -123,6 +139,12 @@ fn a_killed_server_trips_the_breaker_and_a_restarted_one_is_used_again() {
         recovered.remaining(),
         9,
         "the restarted server holds no state"
+    );
+    let enforced = runtime.block_on(local.check_n_enforced("k", 1)).unwrap();
+    assert_eq!(
+        (enforced.decision.remaining(), enforced.quota),
+        (9, Some(quota)),
+        "Redis's again"
     );
 }
 
