@@ -1017,13 +1017,16 @@ fn offset_reads_one_pair() {
     let offset = Arc::new(tollgate::remote::Offset::new(
         tollgate::remote::RemoteClock::One,
     ));
-    // (remote µs, sent ns): b = 1 000, 4 000 and 0; at = 1 000, 2 000, 3 000.
-    offset.observe(1, 1_000);
+    // (remote µs, sent ns, received ns): b = 1 000, 4 000 and 0; at =
+    // 1 000, 2 000, 3 000. Each floor (the replaced pair's bound at the
+    // receipt) is below every bound at the reading, so a torn floor would
+    // not show: the pairs' own fields do.
+    offset.observe(1, 1_000, 1_000);
     let writer = {
         let offset = Arc::clone(&offset);
         thread::spawn(move || {
-            offset.observe(5, 2_000);
-            offset.observe(2, 3_000);
+            offset.observe(5, 2_000, 2_000);
+            offset.observe(2, 3_000, 3_000);
         })
     };
     let read = offset.remote_ns(10_000).expect("a round trip was recorded");

@@ -227,6 +227,12 @@ pub mod canary {
         /// The clocks' offset is read without checking that no writer
         /// overtook the read (`crate::remote`'s `Offset`): a torn pair.
         OffsetTornRead,
+        /// The bound of the remote's clock falls back with it: a new
+        /// round trip's pair replaces the old one without its floor, and
+        /// on the local clock a check decides at its own reading even when
+        /// a later one was sent already (`crate::remote`'s `Offset`): a
+        /// unit expired under the old bound is spent again.
+        BoundFallsBack,
     }
 
     #[cfg(any(feature = "loom", feature = "shuttle"))]

@@ -597,3 +597,101 @@ fn a_denial_counts_its_own_units_once() {
     assert!(!denied.is_allowed());
     assert_eq!(denied.remaining(), 9);
 }
+
+/// The clock steps back: the remote's own (an NTP step, a failover to a
+/// master whose clock is behind), or the client clock the remote decides
+/// on (a step, or a reading older than one already sent). Either way no
+/// local decision is taken at an instant older than one the remote may
+/// already have decided on, so a lease unit whose deadline had passed is
+/// never spent again.
+///
+/// The scene, 100 a second with bursts of 10 (10 ms, 100 ms of
+/// tolerance): at `T0` this node leases 4 units (slots `T0` + 30 … 60 ms,
+/// spendable until + 20 … 50 ms) and spends none; at + 70 ms, the key
+/// rested, another node takes the whole burst (10) and this node sends a
+/// call on another key, whose reply is still on its way when the clock
+/// steps back 199 ms; then this node makes a round trip on a third key and
+/// checks the key 10 times at + 80 ms. The remote alone admits
+/// nothing there (the key owes 179 ms on the stepped-back clock): 10 in
+/// those 10 ms. The first version spent its 4 expired units: 14.
+fn after_a_step_back(remote_clock: RemoteClock) -> (u32, u32) {
+    const MS: u64 = 1_000_000;
+    const STEP_NS: u64 = 199 * MS;
+    let node = Node::<String>::new(remote_clock, Some(Leases::new()), 16);
+    let mut remote = Remote::default();
+    // The instant the remote decides a call on: its own clock (real time,
+    // less the step once stepped), or the reading the call was sent with.
+    let stepped = Cell::new(false);
+    let deciding_ns = |sent_ns: u64, real_ns: u64| match remote_clock {
+        RemoteClock::Local => sent_ns,
+        _ if stepped.get() => real_ns - STEP_NS,
+        _ => real_ns,
+    };
+    // The node's reading at real `real_ns`: its own clock, stepped too
+    // when it is the one the remote decides on.
+    let reading_ns = |real_ns: u64| match remote_clock {
+        RemoteClock::Local if stepped.get() => real_ns - STEP_NS,
+        _ => real_ns,
+    };
+    let mut check = |remote: &mut Remote, key: &str, real_ns: u64| match node
+        .at(reading_ns(real_ns))
+        .check(key, 1)
+        .unwrap()
+    {
+        Local::Decided(decision) => decision.is_allowed(),
+        Local::Ask(ask) => {
+            let reply = remote.answer(key, deciding_ns(ask.sent_ns(), real_ns), ask.request());
+            ask.complete(&reply);
+            reply.allowed
+        }
+    };
+    // A first round trip (a plain check), then a claim that leases 4.
+    assert!(check(&mut remote, "k", T0));
+    assert!(check(&mut remote, "k", T0));
+    let at_70 = T0 + 70 * MS;
+    let plain = LeaseRequest {
+        cost: 1,
+        want: 0,
+        give_back: None,
+    };
+    let mut window = 0;
+    while remote.answer("k", at_70, &plain).allowed {
+        window += 1;
+    }
+    assert_eq!(window, 10, "the other node takes the rested key's burst");
+    // This node's call on another key, decided by the remote at + 70 ms,
+    // its reply not yet in when the clock steps back.
+    let Local::Ask(in_flight) = node.at(reading_ns(at_70)).check("other", 1).unwrap() else {
+        panic!("a key this node knows nothing of is asked")
+    };
+    let answered = remote.answer(
+        "other",
+        deciding_ns(in_flight.sent_ns(), at_70),
+        in_flight.request(),
+    );
+    stepped.set(true);
+    let at_80 = T0 + 80 * MS;
+    // A round trip after the step (a key this node knows nothing of)
+    // teaches the stepped clock.
+    assert!(check(&mut remote, "fresh", at_80));
+    let here = (0..10).filter(|_| check(&mut remote, "k", at_80)).count();
+    let here = u32::try_from(here).unwrap();
+    in_flight.complete(&answered);
+    (here, window + here)
+}
+
+#[test]
+fn a_remote_clock_stepped_back_spends_no_expired_unit() {
+    assert_eq!(after_a_step_back(RemoteClock::One), (0, 10));
+    assert_eq!(
+        after_a_step_back(RemoteClock::Several {
+            skew: Duration::from_millis(1)
+        }),
+        (0, 10)
+    );
+}
+
+#[test]
+fn a_client_clock_stepped_back_spends_no_expired_unit() {
+    assert_eq!(after_a_step_back(RemoteClock::Local), (0, 10));
+}

@@ -673,8 +673,17 @@ impl<K: Key> LocalView<K> {
                 want: 0,
                 give_back: None,
             },
-            sent_ns: self.judge.clock.now_ns(),
+            sent_ns: self.sending(),
         }
+    }
+
+    /// The local reading an ask is sent with, recorded as sent (on the
+    /// local clock the remote decides on it: no check may then decide at
+    /// an older instant).
+    fn sending(&self) -> u64 {
+        let sent_ns = self.judge.clock.now_ns();
+        self.judge.offset.sending(sent_ns);
+        sent_ns
     }
 
     /// The ask of the check that claimed `key` with the word `claimed`
@@ -721,7 +730,7 @@ impl<K: Key> LocalView<K> {
                 give_back: (units > 0).then_some(GiveBack { end_us, units }),
             },
             // Read after the claim: the ask is sent no earlier.
-            sent_ns: self.judge.clock.now_ns(),
+            sent_ns: self.sending(),
         }
     }
 }
@@ -753,7 +762,9 @@ impl<K: Key> Ask<'_, K> {
     /// after it went stale: the reply's units are then unspent).
     pub fn complete(mut self, reply: &LeaseReply) -> bool {
         let view = self.view;
-        view.judge.offset.observe(reply.now_us, self.sent_ns);
+        view.judge
+            .offset
+            .observe(reply.now_us, self.sent_ns, view.judge.clock.now_ns());
         let Some((key, claimed, _)) = self.claim.take() else {
             return false;
         };

@@ -94,6 +94,10 @@ pub struct Offset {
     version: AtomicU64,
     slots: [Slot; 2],
     writer: Mutex<()>,
+    /// On [`RemoteClock::Local`]: the latest reading any call was sent
+    /// with (the remote may have decided on it already), recorded before
+    /// the call is sent.
+    sent_ns: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -103,6 +107,11 @@ struct Slot {
     bound_ns: AtomicU64,
     /// The local reading `q` it was measured from.
     at_ns: AtomicU64,
+    /// The high-water mark: the most the remote's clock can have read
+    /// under every pair before this one, so that a bound never falls
+    /// below an instant the remote may already have decided on, whatever
+    /// its clock did since (see [`Offset::remote_ns`]).
+    floor_ns: AtomicU64,
 }
 
 impl Slot {
@@ -110,8 +119,17 @@ impl Slot {
         Self {
             bound_ns: AtomicU64::new(0),
             at_ns: AtomicU64::new(0),
+            floor_ns: AtomicU64::new(0),
         }
     }
+}
+
+/// One published pair and its floor.
+#[derive(Debug, Clone, Copy)]
+struct Pair {
+    bound_ns: u64,
+    at_ns: u64,
+    floor_ns: u64,
 }
 
 impl Offset {
@@ -128,12 +146,33 @@ impl Offset {
             version: AtomicU64::new(0),
             slots: [Slot::new(), Slot::new()],
             writer: Mutex::new(()),
+            sent_ns: AtomicU64::new(0),
         }
     }
 
-    /// Records a round trip sent at local `sent_ns` that the remote decided
-    /// at `remote_us`, unless a newer one is recorded.
-    pub fn observe(&self, remote_us: u64, sent_ns: u64) {
+    /// Records that a call is about to be sent with the local reading
+    /// `sent_ns`: on [`RemoteClock::Local`] the remote decides on it, and
+    /// no local decision may then be taken at an older instant (a reading
+    /// taken earlier, or after the clock was stepped back).
+    pub fn sending(&self, sent_ns: u64) {
+        if self.clock == RemoteClock::Local {
+            // Relaxed: no data is published with it. A check that reads it
+            // after its own clock reading sees every call sent before that
+            // read began (coherence of one location), and a call sent
+            // after it may only be decided after the check's reading,
+            // which the check is linearised at.
+            self.sent_ns.fetch_max(sent_ns, Ordering::Relaxed);
+        }
+    }
+
+    /// Records a round trip sent at local `sent_ns`, whose reply arrived
+    /// by local `received_ns`, that the remote decided at `remote_us`,
+    /// unless a newer one is recorded. The new pair's floor is the most
+    /// the replaced pair allowed at `received_ns`: every instant the remote
+    /// can have decided on before this reply, had its clock stepped back
+    /// since (a bound that falls back to the new pair alone would let a
+    /// unit expired under the old one be spent again).
+    pub fn observe(&self, remote_us: u64, sent_ns: u64, received_ns: u64) {
         // On the local clock the bound is the reading itself; the send is
         // recorded all the same, for `recent_ns`.
         let bound_ns = if self.clock == RemoteClock::Local {
@@ -147,8 +186,20 @@ impl Offset {
         let _writer = lock(&self.writer);
         // Relaxed: writers are serialised by the mutex, which orders them.
         let version = self.version.load(Ordering::Relaxed);
-        if version != 0 && self.slots[slot_of(version)].at_ns.load(Ordering::Relaxed) > sent_ns {
-            return;
+        let mut floor_ns = 0;
+        if version != 0 {
+            let current = &self.slots[slot_of(version)];
+            let replaced = Pair {
+                bound_ns: current.bound_ns.load(Ordering::Relaxed),
+                at_ns: current.at_ns.load(Ordering::Relaxed),
+                floor_ns: current.floor_ns.load(Ordering::Relaxed),
+            };
+            if replaced.at_ns > sent_ns {
+                return;
+            }
+            if !canary::planted(Canary::BoundFallsBack) {
+                floor_ns = self.bound(replaced, received_ns.max(sent_ns));
+            }
         }
         let next = version + 1;
         let slot = &self.slots[slot_of(next)];
@@ -157,6 +208,7 @@ impl Offset {
         // included, so its second version load sees the version move.
         slot.bound_ns.store(bound_ns, Ordering::Release);
         slot.at_ns.store(sent_ns, Ordering::Release);
+        slot.floor_ns.store(floor_ns, Ordering::Release);
         // Release: publishes the slot to readers that Acquire the version.
         self.version.store(next, Ordering::Release);
     }
@@ -174,8 +226,12 @@ impl Offset {
     #[inline]
     #[must_use]
     pub fn recent_ns(&self) -> Option<u64> {
-        let (bound_ns, at_ns) = self.read()?;
-        Some(at_ns.wrapping_add(bound_ns).saturating_add(self.skew_ns))
+        let pair = self.read()?;
+        Some(
+            pair.at_ns
+                .wrapping_add(pair.bound_ns)
+                .saturating_add(self.skew_ns),
+        )
     }
 
     /// Whether a bound is known: after the first round trip, or from the
@@ -186,42 +242,67 @@ impl Offset {
         self.clock == RemoteClock::Local || self.version.load(Ordering::Relaxed) != 0
     }
 
-    /// An upper bound of the remote's reading, in nanoseconds on its axis,
-    /// at the local reading `now_ns`; `None` before the first round trip
-    /// (never for [`RemoteClock::Local`]).
+    /// An upper bound of the remote's **high-water mark**, in nanoseconds
+    /// on its axis, at the local reading `now_ns`: of every instant the
+    /// remote can have decided on so far, not only of its reading now.
+    /// `None` before the first round trip (never for
+    /// [`RemoteClock::Local`]).
+    ///
+    /// The two differ when the remote's clock steps back (an NTP step, a
+    /// failover to a master whose clock is behind, a client reading older
+    /// than one sent before). Deciding at the reading now would spend
+    /// again a lease unit whose deadline the remote had already passed:
+    /// more admissions in some window than the remote alone makes. So
+    /// the bound never falls below its pair's floor, and on the local
+    /// clock never below a reading already sent (`notes/12-leases.md`,
+    /// "Clocks that step back").
     #[inline]
     #[must_use]
     pub fn remote_ns(&self, now_ns: u64) -> Option<u64> {
         if self.clock == RemoteClock::Local {
-            return Some(now_ns);
+            let sent_ns = if canary::planted(Canary::BoundFallsBack) {
+                0
+            } else {
+                // Relaxed: see `sending`.
+                self.sent_ns.load(Ordering::Relaxed)
+            };
+            return Some(now_ns.max(sent_ns));
         }
-        let (bound_ns, at_ns) = self.read()?;
-        let drift_ns = now_ns.abs_diff(at_ns) >> DRIFT_SHIFT;
-        Some(
-            now_ns
-                .wrapping_add(bound_ns)
-                .saturating_add(drift_ns)
-                .saturating_add(self.skew_ns),
-        )
+        let pair = self.read()?;
+        Some(self.bound(pair, now_ns))
     }
 
-    /// The newest `(b, at)`, read as one pair; `None` before the first
-    /// round trip.
+    /// `pair`'s bound at the local reading `now_ns`: its offset, the drift
+    /// allowance and the skew, and never below its floor.
     #[inline]
-    fn read(&self) -> Option<(u64, u64)> {
+    fn bound(&self, pair: Pair, now_ns: u64) -> u64 {
+        let drift_ns = now_ns.abs_diff(pair.at_ns) >> DRIFT_SHIFT;
+        now_ns
+            .wrapping_add(pair.bound_ns)
+            .saturating_add(drift_ns)
+            .saturating_add(self.skew_ns)
+            .max(pair.floor_ns)
+    }
+
+    /// The newest pair, read whole; `None` before the first round trip.
+    #[inline]
+    fn read(&self) -> Option<Pair> {
         loop {
             let version = self.version.load(Ordering::Acquire);
             if version == 0 {
                 return None;
             }
             let slot = &self.slots[slot_of(version)];
-            let bound_ns = slot.bound_ns.load(Ordering::Acquire);
-            let at_ns = slot.at_ns.load(Ordering::Acquire);
+            let pair = Pair {
+                bound_ns: slot.bound_ns.load(Ordering::Acquire),
+                at_ns: slot.at_ns.load(Ordering::Acquire),
+                floor_ns: slot.floor_ns.load(Ordering::Acquire),
+            };
             // Relaxed: the Acquire loads above already order it after them.
             if self.version.load(Ordering::Relaxed) == version
                 || canary::planted(Canary::OffsetTornRead)
             {
-                return Some((bound_ns, at_ns));
+                return Some(pair);
             }
         }
     }
@@ -244,15 +325,49 @@ mod tests {
         assert_eq!(offset.remote_ns(5), None);
         // Sent at local 10 000 ns; the remote read 7 µs (7 000–7 999 ns):
         // b = 8 000 − 10 000, so local 10 000 is at most remote 8 000.
-        offset.observe(7, 10_000);
+        offset.observe(7, 10_000, 10_000);
         assert_eq!(offset.remote_ns(10_000), Some(8_000));
         // 512 µs later: 1 µs of drift allowance.
         assert_eq!(offset.remote_ns(522_000), Some(521_000));
         // An older round trip does not replace a newer one.
-        offset.observe(1, 9_000);
+        offset.observe(1, 9_000, 530_000);
         assert_eq!(offset.remote_ns(10_000), Some(8_000));
-        offset.observe(20, 30_000);
-        assert_eq!(offset.remote_ns(30_000), Some(21_000));
+        // A newer one does; on a clock that kept its pace, its floor (the
+        // old bound at its receipt) is its own bound there.
+        offset.observe(520, 522_000, 522_000);
+        assert_eq!(offset.remote_ns(522_000), Some(521_000));
+        assert_eq!(offset.remote_ns(1_034_000), Some(1_034_000 - 1_000 + 1_000));
+    }
+
+    #[test]
+    fn a_clock_stepped_back_never_lowers_the_bound() {
+        let offset = Offset::new(RemoteClock::One);
+        offset.observe(7, 10_000, 10_000);
+        // At local 30 000 the old pair allows up to 28 039 (39 of drift).
+        // The remote's clock stepped back 13 µs meanwhile and reads 15 µs:
+        // its new pair bounds its reading at 16 000, but it may have
+        // decided at up to 28 039 before the step, so that stands.
+        offset.observe(15, 30_000, 30_000);
+        assert_eq!(offset.remote_ns(30_000), Some(28_039));
+        assert_eq!(offset.remote_ns(40_000), Some(28_039));
+        // Until the new pair passes it: 29 000 + 25 of drift at 43 000.
+        assert_eq!(offset.remote_ns(43_000), Some(29_025));
+        // The floor is the old bound at the receipt: a reply that arrived
+        // late raises it by the time in flight.
+        let late = Offset::new(RemoteClock::One);
+        late.observe(7, 10_000, 10_000);
+        late.observe(15, 30_000, 50_000);
+        assert_eq!(late.remote_ns(30_000), Some(48_000 + 78));
+    }
+
+    #[test]
+    fn a_local_clock_never_decides_before_a_reading_already_sent() {
+        let offset = Offset::new(RemoteClock::Local);
+        offset.sending(50_000);
+        // A reading taken before that send, or after the clock stepped
+        // back: the remote may have decided at 50 000 already.
+        assert_eq!(offset.remote_ns(40_000), Some(50_000));
+        assert_eq!(offset.remote_ns(60_000), Some(60_000));
     }
 
     #[test]
@@ -262,7 +377,7 @@ mod tests {
         let offset = Offset::new(RemoteClock::Several {
             skew: Duration::from_micros(5),
         });
-        offset.observe(7, 10_000);
+        offset.observe(7, 10_000, 10_000);
         assert_eq!(offset.remote_ns(10_000), Some(13_000));
     }
 
@@ -272,7 +387,7 @@ mod tests {
         assert!(offset.known());
         assert_eq!(offset.recent_ns(), None);
         assert_eq!(offset.remote_ns(123_456), Some(123_456));
-        offset.observe(1, 999_999);
+        offset.observe(1, 999_999, 999_999);
         assert_eq!(offset.remote_ns(123_456), Some(123_456));
         assert_eq!(offset.recent_ns(), Some(999_999));
     }
