@@ -409,11 +409,13 @@ impl Hash for Preempted {
 /// The same as `a_reading_older_than_a_lease_never_spends_it`, with the
 /// lease installed while the stale check is between the view's floor (its
 /// latest round trip, read first) and the key's word: first the sibling's
-/// reply alone, then its whole call. The word's own lease bounds the
-/// instant (granted no earlier than its end less the tolerance: later −
-/// 50 ms), so the unit is spent owing the tolerance, 100 ms, not the
-/// 250 ms of a spend at T0 (found by the third review; the view's floor
-/// alone decided at T0).
+/// reply alone, then its whole call. The sibling's call was sent with the
+/// reading `later`, which the remote decided on, so the stale check decides
+/// no earlier (the floor of readings sent): the unit is spent owing 50 ms,
+/// the lease's end less `later`. (The third review found the view's floor
+/// alone deciding at T0, owing 250 ms; its fix bounded the instant by the
+/// word's grant, later − 50 ms, owing the tolerance, 100 ms: still older
+/// than an instant the remote had decided on.)
 #[test]
 fn a_lease_installed_after_the_floor_is_read_is_not_spent_at_an_older_reading() {
     for whole_call in [false, true] {
@@ -470,8 +472,8 @@ fn a_lease_installed_after_the_floor_is_read_is_not_spent_at_an_older_reading() 
         assert!(spent.is_allowed());
         assert_eq!(
             spent.reset_after(),
-            Duration::from_millis(100),
-            "decided before the lease was granted (whole call: {whole_call})"
+            Duration::from_millis(50),
+            "decided before the sibling's reading (whole call: {whole_call})"
         );
     }
 }
