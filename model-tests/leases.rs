@@ -43,7 +43,7 @@ use shuttle::sync::{Arc, Mutex};
 use shuttle::thread;
 use tollgate::canary::{Canary, plant};
 use tollgate::clock::Clock;
-use tollgate::remote::{Leases, Local, LocalView, RemoteClock, RemoteQuota, lease};
+use tollgate::remote::{LeaseRequest, Leases, Local, LocalView, RemoteClock, RemoteQuota, lease};
 
 const EXECUTIONS: usize = 5_000;
 
@@ -69,6 +69,8 @@ fn both_schedulers(name: &str, leases: Option<Leases>, canary: Option<Canary>) {
         ("give-back", GIVE_BACK),
         ("expiry", EXPIRY),
         ("expiry, bounded clock", EXPIRY_BOUNDED),
+        ("the remote's clock steps back", REMOTE_STEPS_BACK),
+        ("the client clock steps back", CLIENT_STEPS_BACK),
     ] {
         for step_us in [INTERVAL_US, 4] {
             schedules::random_then_pct(
@@ -90,10 +92,27 @@ enum Step {
     Check(u32, Reply),
     /// Moves the clock one step (the node idle while time passes).
     Tick,
+    /// Another node takes every unit the remote admits now (plain checks,
+    /// on the remote's clock).
+    Drain,
+    /// A round trip on a key of its own ([`TEACH`]), whose reply teaches
+    /// the clocks' offset.
+    Teach,
+    /// Steps the remote's own clock back [`STEP_BACK_NS`] (an NTP step, a
+    /// failover to a master whose clock is behind).
+    RemoteBack,
+    /// Steps node 0's clock, the one the remote decides on, back
+    /// [`STEP_BACK_NS`].
+    ClientBack,
 }
 
 use Reply::{Abandon, Complete};
-use Step::{Check, Tick};
+use Step::{Check, ClientBack, Drain, RemoteBack, Teach, Tick};
+
+/// The key [`Step::Teach`] checks.
+const TEACH: u64 = 2;
+/// A clock step back: two intervals.
+const STEP_BACK_NS: u64 = 2 * INTERVAL_US * 1_000;
 
 /// Five threads on three nodes:
 ///
@@ -140,6 +159,42 @@ const EXPIRY: &[Plan] = &[(0, EXPIRING)];
 /// trips.
 const EXPIRY_BOUNDED: &[Plan] = &[(1, EXPIRING)];
 
+/// A node served on the remote's clock leases and is idle while its
+/// units pass their deadlines; another node takes the rested key's burst;
+/// the remote's clock steps back two intervals; a round trip teaches it;
+/// and the node checks twice. Deciding at the stepped-back reading (the
+/// `BoundFallsBack` canary) spends the expired unit: a window of a few µs
+/// then holds the burst and one more.
+const REMOTE_STEPS_BACK: &[Plan] = &[(
+    1,
+    &[
+        Check(1, Complete),
+        Tick,
+        Tick,
+        Drain,
+        RemoteBack,
+        Teach,
+        Check(1, Complete),
+        Check(1, Complete),
+    ],
+)];
+
+/// The same on node 0, whose clock the remote decides on: the node sends
+/// a reading past its units' deadlines, and then its clock steps back.
+const CLIENT_STEPS_BACK: &[Plan] = &[(
+    0,
+    &[
+        Check(1, Complete),
+        Tick,
+        Tick,
+        Drain,
+        Teach,
+        ClientBack,
+        Check(1, Complete),
+        Check(1, Complete),
+    ],
+)];
+
 const EXPIRING: &[Step] = &[
     Check(1, Complete),
     Tick,
@@ -153,12 +208,27 @@ const EXPIRING: &[Step] = &[
 /// The remote, its clock, and what it and the nodes admitted.
 struct World {
     quota: RemoteQuota,
-    /// The deciding clock, ns.
+    /// Real time, ns: the remote's clock and node 0's until they step
+    /// back.
     clock_ns: AtomicU64,
+    /// How far the remote's own clock has stepped back, ns.
+    remote_back_ns: AtomicU64,
     /// The keys' stored TATs, µs.
     tat_us: Mutex<HashMap<u64, u64>>,
-    /// Every admission of [`KEY`]: the deciding clock's µs, and the units.
+    /// Every admission of [`KEY`]: the real µs at which its deciding
+    /// reading was taken, and the units.
     admitted: Mutex<Vec<(u64, u32)>>,
+}
+
+impl World {
+    /// Real time and the remote's own clock, µs, at one instant: the real
+    /// clock is read once (a tick between two reads would stamp a decision
+    /// at another instant than the one it was taken at).
+    fn remote_us(&self) -> (u64, u64) {
+        let real_ns = self.clock_ns.load(Ordering::SeqCst);
+        let back_ns = self.remote_back_ns.load(Ordering::SeqCst);
+        (real_ns / 1_000, (real_ns - back_ns) / 1_000)
+    }
 }
 
 /// What a node does with its ask after the remote ran the call.
@@ -171,21 +241,24 @@ enum Reply {
 }
 
 shuttle::thread_local! {
-    /// The last reading a node's clock gave this thread.
-    static LAST_READING: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The last reading a node's clock gave this thread, and the real time
+    /// it was taken at.
+    static LAST_READING: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
 }
 
-/// A node's clock: the deciding clock less the node's lag; each reading
-/// recorded as the thread's last.
+/// A node's clock: real time less the node's lag and its steps back; each
+/// reading recorded as the thread's last.
 struct NodeClock {
     world: Arc<World>,
     lag_ns: u64,
+    back_ns: Arc<AtomicU64>,
 }
 
 impl Clock for NodeClock {
     fn now_ns(&self) -> u64 {
-        let reading = self.world.clock_ns.load(Ordering::SeqCst) - self.lag_ns;
-        LAST_READING.with(|last| last.set(reading));
+        let real_ns = self.world.clock_ns.load(Ordering::SeqCst);
+        let reading = real_ns - self.lag_ns - self.back_ns.load(Ordering::SeqCst);
+        LAST_READING.with(|last| last.set((reading, real_ns)));
         reading
     }
 }
@@ -199,6 +272,8 @@ struct Node {
     /// rather than on its own clock when the call reaches it.
     client_clock: bool,
     world: Arc<World>,
+    /// How far this node's clock has stepped back, ns.
+    back_ns: Arc<AtomicU64>,
     /// Whether local denials are checked against the remote (the deny
     /// cache model, where nothing is given back): the remote's TAT is held
     /// still, under its lock, while the node decides, and a local denial
@@ -213,13 +288,21 @@ impl Node {
         let world = &self.world;
         let held = self.check_denials.then(|| world.tat_us.lock().unwrap());
         let local = self.view.check(&key, cost).unwrap();
-        // The deciding clock's reading at the instant the view decided on:
-        // its last reading (taken after it loaded the key's word).
-        let at_us = (LAST_READING.with(std::cell::Cell::get) + self.lag_ns) / 1_000;
+        // The view's last reading (taken after it loaded the key's word,
+        // or for an ask before it is sent) and the real time it was taken
+        // at: an admission is counted then, and a denial judged on the
+        // remote's clock then (or on the reading the remote decides on).
+        let (reading_ns, real_ns) = LAST_READING.with(std::cell::Cell::get);
+        let real_us = real_ns / 1_000;
+        let at_us = if self.client_clock {
+            reading_ns / 1_000
+        } else {
+            (real_ns - world.remote_back_ns.load(Ordering::SeqCst)) / 1_000
+        };
         match local {
             Local::Decided(decision) if decision.is_allowed() && key == KEY => {
                 drop(held);
-                world.admitted.lock().unwrap().push((at_us, cost));
+                world.admitted.lock().unwrap().push((real_us, cost));
             }
             Local::Decided(_) => {
                 if let Some(tats) = held {
@@ -238,10 +321,12 @@ impl Node {
                 thread::yield_now();
                 let answer = {
                     let mut tat_us = world.tat_us.lock().unwrap();
-                    let now_us = if self.client_clock {
-                        ask.sent_ns() / 1_000
+                    // Decided on the reading sent (taken at `real_us`), or
+                    // on the remote's clock now.
+                    let (stamp_us, now_us) = if self.client_clock {
+                        (real_us, ask.sent_ns() / 1_000)
                     } else {
-                        world.clock_ns.load(Ordering::SeqCst) / 1_000
+                        world.remote_us()
                     };
                     let (answer, stored) = lease(
                         tat_us.get(&key).copied(),
@@ -254,7 +339,7 @@ impl Node {
                         tat_us.insert(key, stored);
                     }
                     if answer.allowed && key == KEY {
-                        world.admitted.lock().unwrap().push((now_us, cost));
+                        world.admitted.lock().unwrap().push((stamp_us, cost));
                     }
                     answer
                 };
@@ -268,6 +353,29 @@ impl Node {
                     Abandon => drop(ask),
                 }
             }
+        }
+    }
+}
+
+impl World {
+    /// Another node's plain checks of [`KEY`] on the remote's clock, until
+    /// one is denied.
+    fn drain(&self) {
+        let mut tat_us = self.tat_us.lock().unwrap();
+        let plain = LeaseRequest {
+            cost: 1,
+            want: 0,
+            give_back: None,
+        };
+        loop {
+            let (real_us, now_us) = self.remote_us();
+            let (answer, stored) =
+                lease(tat_us.get(&KEY).copied(), now_us, &self.quota, &plain).unwrap();
+            if !answer.allowed {
+                return;
+            }
+            tat_us.insert(KEY, stored.expect("an admission stores its TAT"));
+            self.admitted.lock().unwrap().push((real_us, 1));
         }
     }
 }
@@ -299,10 +407,12 @@ fn model(plans: &'static [Plan], leases: Option<Leases>, canary: Option<Canary>,
     let world = Arc::new(World {
         quota: RemoteQuota::new(INTERVAL_US, BURST).unwrap(),
         clock_ns: AtomicU64::new(START_NS),
+        remote_back_ns: AtomicU64::new(0),
         tat_us: Mutex::new(HashMap::new()),
         admitted: Mutex::new(Vec::new()),
     });
     let node = |lag_ns, client_clock| {
+        let back_ns = Arc::new(AtomicU64::new(0));
         let node = Arc::new(Node {
             view: LocalView::new(
                 world.quota,
@@ -314,6 +424,7 @@ fn model(plans: &'static [Plan], leases: Option<Leases>, canary: Option<Canary>,
                 NodeClock {
                     world: Arc::clone(&world),
                     lag_ns,
+                    back_ns: Arc::clone(&back_ns),
                 },
                 leases,
                 NonZeroUsize::new(16).unwrap(),
@@ -323,6 +434,7 @@ fn model(plans: &'static [Plan], leases: Option<Leases>, canary: Option<Canary>,
             lag_ns,
             client_clock,
             world: Arc::clone(&world),
+            back_ns,
             check_denials: leases.is_none(),
         });
         // A first round trip, on another key, teaches each node the
@@ -347,6 +459,16 @@ fn model(plans: &'static [Plan], leases: Option<Leases>, canary: Option<Canary>,
                             node.world
                                 .clock_ns
                                 .fetch_add(step_us * 1_000, Ordering::SeqCst);
+                        }
+                        Drain => node.world.drain(),
+                        Teach => node.request(TEACH, 1, Complete),
+                        RemoteBack => {
+                            node.world
+                                .remote_back_ns
+                                .fetch_add(STEP_BACK_NS, Ordering::SeqCst);
+                        }
+                        ClientBack => {
+                            node.back_ns.fetch_add(STEP_BACK_NS, Ordering::SeqCst);
                         }
                     }
                 }
@@ -410,6 +532,16 @@ fn canary_lease_spent_an_interval_late_is_caught() {
         "canary: a unit spent an interval past its deadline",
         Some(Leases::new()),
         Some(Canary::LeaseOneLate),
+    );
+}
+
+#[test]
+#[should_panic(expected = "the window bound")]
+fn canary_bound_falls_back_is_caught() {
+    both_schedulers(
+        "canary: a bound that falls back with the clock",
+        Some(Leases::new()),
+        Some(Canary::BoundFallsBack),
     );
 }
 
