@@ -66,6 +66,12 @@ fn explore_with(
         counted.fetch_add(1, StdOrdering::Relaxed);
         model();
     });
+    // Every model runs threads that race: one execution means loom saw no
+    // interleaving to explore, and a green run would check nothing (a
+    // first version of the offset's floor did this, its writer loading
+    // the slots it then stored).
+    let explored = executions.load(StdOrdering::Relaxed);
+    assert!(explored > 1, "loom {name}: {explored} execution explored");
     println!(
         "loom {name}: bound {preemption_bound}, {} executions, {:?}",
         executions.load(StdOrdering::Relaxed),
@@ -1008,34 +1014,36 @@ fn canary_check_then_insert_with_two_fresh_cells_is_caught() {
 }
 
 /// The clocks' offset (`tollgate::remote`): a reader never sees a torn
-/// pair while a writer records two round trips, each rewriting the slot
-/// that is not the current one (the second, the one the reader may be
-/// reading). Each pair gives a distinct bound at the reading below; a
-/// reading from the bound of one and the instant of another gives none of
-/// them.
+/// pair, nor a bound below its pair's floor, while a writer records two
+/// round trips, each rewriting the slot that is not the current one (the
+/// second, the one the reader may be reading). The third round trip finds
+/// the remote's clock stepped back: its own bound at the reading is below
+/// the floor it carries (the second pair's bound at its receipt), which is
+/// what the reader must see. Each pair gives a distinct bound at the
+/// reading below; a reading from the fields of two pairs, or without the
+/// floor, gives none of them.
 fn offset_reads_one_pair() {
     let offset = Arc::new(tollgate::remote::Offset::new(
         tollgate::remote::RemoteClock::One,
     ));
     // (remote µs, sent ns, received ns): b = 1 000, 4 000 and 0; at =
-    // 1 000, 2 000, 3 000. Each floor (the replaced pair's bound at the
-    // receipt) is below every bound at the reading, so a torn floor would
-    // not show: the pairs' own fields do.
+    // 1 000, 2 000, 3 000; the third received at 9 000, when the second
+    // allowed 9 000 + 4 000 + 13 of drift.
     offset.observe(1, 1_000, 1_000);
     let writer = {
         let offset = Arc::clone(&offset);
         thread::spawn(move || {
             offset.observe(5, 2_000, 2_000);
-            offset.observe(2, 3_000, 3_000);
+            offset.observe(2, 3_000, 9_000);
         })
     };
     let read = offset.remote_ns(10_000).expect("a round trip was recorded");
     writer.join().unwrap();
-    // t + b + |t − at| / 512 for each pair.
-    let consistent = [10_000 + 1_000 + 17, 10_000 + 4_000 + 15, 10_000 + 13];
+    // t + b + |t − at| / 512 for the first two pairs; the third's floor.
+    let consistent = [10_000 + 1_000 + 17, 10_000 + 4_000 + 15, 13_013];
     assert!(
         consistent.contains(&read),
-        "a torn pair: {read} is none of {consistent:?}"
+        "the offset: {read} is none of {consistent:?}"
     );
 }
 
@@ -1049,11 +1057,22 @@ fn offset_reader_sees_one_pair() {
 }
 
 #[test]
-#[should_panic(expected = "a torn pair")]
+#[should_panic(expected = "the offset")]
 fn canary_offset_torn_read_is_caught() {
     explore_with(
         Some(Canary::OffsetTornRead),
         "canary: offset read without its version check",
+        3,
+        offset_reads_one_pair,
+    );
+}
+
+#[test]
+#[should_panic(expected = "the offset")]
+fn canary_bound_falls_back_is_caught_by_loom() {
+    explore_with(
+        Some(Canary::BoundFallsBack),
+        "canary: a new pair without its floor",
         3,
         offset_reads_one_pair,
     );

@@ -93,7 +93,8 @@ pub struct Offset {
     /// newest pair.
     version: AtomicU64,
     slots: [Slot; 2],
-    writer: Mutex<()>,
+    /// Serialises the writers, and holds the pair they published last.
+    writer: Mutex<Option<Pair>>,
     /// On [`RemoteClock::Local`]: the latest reading any call was sent
     /// with (the remote may have decided on it already), recorded before
     /// the call is sent.
@@ -145,7 +146,7 @@ impl Offset {
             skew_ns,
             version: AtomicU64::new(0),
             slots: [Slot::new(), Slot::new()],
-            writer: Mutex::new(()),
+            writer: Mutex::new(None),
             sent_ns: AtomicU64::new(0),
         }
     }
@@ -183,17 +184,9 @@ impl Offset {
                 .wrapping_mul(1_000)
                 .wrapping_sub(sent_ns)
         };
-        let _writer = lock(&self.writer);
-        // Relaxed: writers are serialised by the mutex, which orders them.
-        let version = self.version.load(Ordering::Relaxed);
+        let mut published = lock(&self.writer);
         let mut floor_ns = 0;
-        if version != 0 {
-            let current = &self.slots[slot_of(version)];
-            let replaced = Pair {
-                bound_ns: current.bound_ns.load(Ordering::Relaxed),
-                at_ns: current.at_ns.load(Ordering::Relaxed),
-                floor_ns: current.floor_ns.load(Ordering::Relaxed),
-            };
+        if let Some(replaced) = *published {
             if replaced.at_ns > sent_ns {
                 return;
             }
@@ -201,6 +194,13 @@ impl Offset {
                 floor_ns = self.bound(replaced, received_ns.max(sent_ns));
             }
         }
+        *published = Some(Pair {
+            bound_ns,
+            at_ns: sent_ns,
+            floor_ns,
+        });
+        // Relaxed: writers are serialised by the mutex, which orders them.
+        let version = self.version.load(Ordering::Relaxed);
         let next = version + 1;
         let slot = &self.slots[slot_of(next)];
         // Release: a reader whose Acquire load reads either store sees
