@@ -902,10 +902,10 @@ mod tests {
     fn past_the_last_hops_read_the_last_trusted_proxy_read_is_the_key() {
         let peer = PeerIp::new().trust_x_forwarded_for(["10.0.0.0/8".parse().unwrap()]);
         let key = |hops: usize| {
-            let mut value = "198.51.100.7".to_owned();
-            for hop in (1..=hops).rev() {
-                value.push_str(&format!(", 10.0.0.{hop}"));
-            }
+            let value = std::iter::once("198.51.100.7".to_owned())
+                .chain((1..=hops).rev().map(|hop| format!("10.0.0.{hop}")))
+                .collect::<Vec<_>>()
+                .join(", ");
             let mut request = http::Request::get("/")
                 .header("x-forwarded-for", value)
                 .body(())
