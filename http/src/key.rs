@@ -902,7 +902,7 @@ mod tests {
     fn past_the_last_hops_read_the_last_trusted_proxy_read_is_the_key() {
         let peer = PeerIp::new().trust_x_forwarded_for(["10.0.0.0/8".parse().unwrap()]);
         let key = |hops: usize| {
-            let value: String = std::iter::once("198.51.100.7".to_owned())
+            let value = std::iter::once("198.51.100.7".to_owned())
                 .chain((1..=hops).rev().map(|hop| format!("10.0.0.{hop}")))
                 .collect::<Vec<_>>()
                 .join(", ");

@@ -63,14 +63,13 @@ pub struct Header {
 impl Header {
     /// The longest value [`Header::new`] keys by: 256 bytes.
     ///
-    /// Ample for the keys clients are given: a UUID is 36 bytes, a
-    /// 256-bit secret in base64 44, the API keys of the large providers
-    /// are under 200. A stored key costs its length (and a store holds up
-    /// to its key cap of them), so the bound is what keeps a flood of
-    /// long, distinct keys from costing more than a short key each. A JSON
-    /// Web Token is often longer: key by its subject with a
-    /// [`KeyFn`](crate::KeyFn) rather than by the whole token, or raise the
-    /// bound.
+    /// Ample for the keys clients are usually given: a UUID is 36 bytes,
+    /// a 256-bit secret in base64 44, in hex with a prefix under 80. A
+    /// stored key costs its length beside its entry in the store, and
+    /// clients choose it: the bound caps what each key can cost, and with
+    /// the store's key cap, what all of them can (100 000 keys, 25.6 MB of
+    /// key bytes). Raise it for longer keys; a JSON Web Token is better
+    /// keyed by its subject, with a [`KeyFn`](crate::KeyFn), than whole.
     pub const DEFAULT_MAX_LEN: NonZeroUsize = NonZeroUsize::new(256).expect("nonzero");
 
     /// Keys requests by the header `name`, values of at most
