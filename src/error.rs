@@ -71,6 +71,19 @@ pub enum CheckError {
         /// The cap.
         max_keys: usize,
     },
+    /// The key is new and its shard's table must be rebuilt to hold it, but
+    /// the table that shard replaced last is still being read by a check
+    /// that has not left it: a thread stalled inside the lock-free store (a
+    /// key's `Eq` blocked on a lock, a thread descheduled mid-check), which
+    /// holds back the reclamation of every replaced table. The key is
+    /// refused so that memory stays bounded at every instant, rather than
+    /// keep one more table per rebuild for as long as the stall lasts.
+    /// Existing keys are unaffected; the same key is admitted once the
+    /// stalled check leaves. Nothing was stored.
+    #[error(
+        "a new key needs room that a check stalled inside the store still holds; it was refused"
+    )]
+    Reclaiming,
     /// The cost is larger than the burst, so it could never be admitted, at
     /// any time. Nothing was consumed.
     #[error("a cost of {cost} can never be admitted: the burst capacity is {capacity}")]

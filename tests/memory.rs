@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use tollgate::algorithm::Gcra;
 use tollgate::clock::ManualClock;
 use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded, StoreKind};
 use tollgate::{Builder, Quota, RateLimiter};
@@ -322,4 +323,94 @@ fn waiting_queues_hold_only_the_reservations_held() {
     assert_eq!(limiter.waiting_keys(), 0);
     let (after, _) = counting_alloc::live();
     assert_eq!(after, empty, "the queues gave back every byte");
+}
+
+/// A reader stalled inside a check: a thread holds a guard of the
+/// collector the lock-free store's checks pin (`tollgate::lab_hooks::pin`)
+/// for the whole churn, as a check whose key's `Eq` blocks, or a thread
+/// descheduled mid-probe, would. No replaced table can be freed meanwhile.
+/// The store is warmed by 10 waves first (its tables sized), then runs 10
+/// stalled waves on `threads` threads; the heap's peak from the store's
+/// creation on is held to the bound without a stall: a shard holds its
+/// table, one replaced table, and while rebuilding the new one and its
+/// list of moves (3.5 tables of the largest size), since a rebuild whose
+/// shard's replaced table is still read is refused and the new key gets
+/// `CheckError::Reclaiming`. Every check returns a decision or that error,
+/// with no deadlock; once the reader leaves, everything is freed and new
+/// keys are admitted again. Returns the peak and the refusals.
+fn stalled_reader_churn<S: StoreKind<u64, Gcra>>(store: S, threads: u64) -> (churn::Peak, u64) {
+    use std::sync::atomic::AtomicU64;
+    use std::sync::mpsc;
+
+    let quota = Quota::per_second(1).unwrap();
+    let clock = ManualClock::new();
+    let (before, _) = counting_alloc::live();
+    let limiter = Builder::new(quota)
+        .store(store.clone())
+        .clock(clock.clone())
+        .build::<u64>();
+    let most_keys = AtomicU64::new(0);
+    let refused = AtomicU64::new(0);
+    let check = |key: u64| match limiter.check(&key) {
+        Ok(_) => {}
+        Err(tollgate::CheckError::Reclaiming) => {
+            refused.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(error) => panic!("key {key}: {error}"),
+    };
+    let sample = || {
+        most_keys.fetch_max(limiter.len() as u64, Ordering::Relaxed);
+    };
+    waves::waves(threads, 10, &clock, check, sample);
+    assert_eq!(refused.load(Ordering::Relaxed), 0, "no stall, no refusal");
+    let (stalled, release) = (mpsc::channel(), mpsc::channel::<()>());
+    let reader = std::thread::spawn(move || {
+        let pinned = tollgate::lab_hooks::pin();
+        stalled.0.send(()).unwrap();
+        release.1.recv().unwrap();
+        drop(pinned);
+    });
+    stalled.1.recv().unwrap();
+    counting_alloc::reset_peak();
+    waves::waves(threads, 10, &clock, check, sample);
+    let peak = counting_alloc::peak() - before;
+    release.0.send(()).unwrap();
+    reader.join().unwrap();
+    // The reader gone: a refused key is admitted, and the stall's garbage
+    // goes with the next writers.
+    let new_key = u64::MAX;
+    assert!(limiter.check(&new_key).unwrap().is_allowed());
+    drop(limiter);
+    let most_keys = most_keys.load(Ordering::Relaxed);
+    let peak = churn::Peak {
+        peak,
+        most_keys,
+        table: churn::table_for(store, quota, most_keys, &|| {}),
+    };
+    (peak, refused.load(Ordering::Relaxed))
+}
+
+#[test]
+fn a_reader_stalled_inside_a_check_leaves_memory_bounded() {
+    let _serial = serial();
+    for threads in [1, 2] {
+        for (name, (peak, refused)) in [
+            (
+                "lock-free, one shard",
+                stalled_reader_churn(LockFree::new(1), threads),
+            ),
+            (
+                "lock-free",
+                stalled_reader_churn(LockFree::default(), threads),
+            ),
+            ("per-key", stalled_reader_churn(PerKey::new(), threads)),
+            ("sharded", stalled_reader_churn(Sharded::default(), threads)),
+            ("global mutex", stalled_reader_churn(GlobalMutex, threads)),
+        ] {
+            println!(
+                "{name}, {threads} thread(s), a reader stalled: {peak}; {refused} new keys refused"
+            );
+            assert!(peak.ratio() <= 3.5, "{name}, {threads} thread(s): {peak}");
+        }
+    }
 }

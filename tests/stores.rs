@@ -196,9 +196,13 @@ fn within_a_minute<R>(work: impl FnOnce() -> R) -> R {
 /// of any lock-free store can be freed while it waits. Meanwhile the main
 /// thread, holding that lock, grows and evicts an unrelated lock-free
 /// limiter and grows the stalled one itself: every wait for a grace period
-/// is bounded, so all of it finishes, with exact counts. Once the stall
-/// ends, the stalled check completes exactly (its cell moved to a new table
-/// meanwhile), and `evict_idle` frees every table the stall held back.
+/// is bounded, so all of it finishes. Each shard rebuilds once (its last
+/// replaced table was freed before the stall); a rebuild after that would
+/// keep a second replaced table, so it is refused and the new key gets
+/// `Reclaiming`: from the first refusal on, every new key is refused, and
+/// every key admitted is counted exactly. Once the stall ends, the stalled
+/// check completes exactly (its cell moved to a new table meanwhile), new
+/// keys are admitted again, and `evict_idle` frees what the stall held.
 #[test]
 fn a_check_stalled_in_user_code_blocks_no_writer() {
     let gate = std::sync::Arc::new(std::sync::Mutex::new(()));
@@ -218,31 +222,48 @@ fn a_check_stalled_in_user_code_blocks_no_writer() {
     let hot = gated(0);
     // Stored while the gate is open (its `Eq` is not called on a new key).
     assert!(stalled.check(&hot).unwrap().is_allowed());
+    // Admitted keys, then refused ones: how many of each.
+    let split = |checks: Vec<Result<tollgate::Decision, CheckError>>| {
+        let admitted = checks.iter().take_while(|checked| checked.is_ok()).count();
+        for checked in &checks[..admitted] {
+            assert!(checked.as_ref().unwrap().is_allowed());
+        }
+        for checked in &checks[admitted..] {
+            assert_eq!(checked, &Err(CheckError::Reclaiming));
+        }
+        (admitted, checks.len() - admitted)
+    };
     let held = gate.lock().unwrap();
-    std::thread::scope(|scope| {
+    let (other_admitted, stalled_admitted) = std::thread::scope(|scope| {
         let checker = scope.spawn(|| stalled.check(&hot).unwrap().is_allowed());
         while !waiting.load(std::sync::atomic::Ordering::Relaxed) {
             std::thread::yield_now();
         }
-        within_a_minute(|| {
-            for key in 0..2_000 {
-                assert!(other.check(&key).unwrap().is_allowed());
-            }
+        let (other_admitted, stalled_admitted) = within_a_minute(|| {
+            let (other_admitted, other_refused) =
+                split((0..2_000).map(|key| other.check(&key)).collect());
+            assert!(other_refused > 0, "the stall refused no key");
             clock.advance(std::time::Duration::from_secs(2 * 3_600));
-            assert_eq!(other.evict_idle(), 2_000);
-            // The stalled limiter too: new keys rebuild its one shard, moving
-            // the hot key's cell out of the table the check is inside.
-            for key in 1..200 {
-                assert!(stalled.check(&gated(key)).unwrap().is_allowed());
-            }
+            assert_eq!(other.evict_idle(), other_admitted);
+            // The stalled limiter too: its first rebuild moves the hot key's
+            // cell out of the table the check is inside; the next is refused.
+            let (stalled_admitted, stalled_refused) =
+                split((1..200).map(|key| stalled.check(&gated(key))).collect());
+            assert!(stalled_refused > 0, "the stall refused no key");
+            (other_admitted, stalled_admitted)
         });
         drop(held);
         assert!(checker.join().unwrap(), "the hot key's second unit");
+        (other_admitted, stalled_admitted)
     });
+    println!("during the stall: {other_admitted} and {stalled_admitted} new keys admitted");
     assert!(!stalled.check(&hot).unwrap().is_allowed(), "a third unit");
-    assert_eq!(stalled.len(), 200);
+    assert_eq!(stalled.len(), 1 + stalled_admitted);
+    // The stall over, new keys are admitted again.
+    assert!(stalled.check(&gated(200)).unwrap().is_allowed());
+    assert!(other.check(&2_000).unwrap().is_allowed());
     assert_eq!(stalled.evict_idle(), 0);
-    assert_eq!(other.len(), 0);
+    assert_eq!(other.len(), 1);
 }
 
 /// GCRA whose keys start drained, as an algorithm defined outside the crate

@@ -107,6 +107,10 @@ pub enum Failure {
         /// The cap.
         max_keys: usize,
     },
+    /// A new key could not be stored now: the lock-free store refused it
+    /// while a check stalled inside it holds back reclamation
+    /// ([`CheckError::Reclaiming`]). Answered as `Full`: 503, retry soon.
+    Reclaiming,
     /// The backend could not decide (Redis unreachable, timed out, behind
     /// an open circuit breaker) and its own failure policy returned an
     /// error.
@@ -121,6 +125,7 @@ impl fmt::Display for Failure {
                 f,
                 "the limiter tracks its maximum of {max_keys} keys; a new key was rejected"
             ),
+            Failure::Reclaiming => fmt::Display::fmt(&CheckError::Reclaiming, f),
             Failure::Unavailable(error) => {
                 write!(f, "the limiter's backend is unavailable: {error}")
             }
@@ -132,7 +137,7 @@ impl Error for Failure {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         match self {
             Failure::Cost(error) => Some(error),
-            Failure::Full { .. } => None,
+            Failure::Full { .. } | Failure::Reclaiming => None,
             Failure::Unavailable(error) => Some(&**error),
         }
     }
@@ -142,6 +147,7 @@ impl From<CheckError> for Failure {
     fn from(error: CheckError) -> Self {
         match error {
             CheckError::StoreFull { max_keys } => Failure::Full { max_keys },
+            CheckError::Reclaiming => Failure::Reclaiming,
             other => Failure::Cost(other),
         }
     }

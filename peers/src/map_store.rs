@@ -240,7 +240,7 @@ impl<K: Key, A: Algorithm, C: Cell<A>, M: ConcurrentMap<K, C>> MapStore<K, A, C,
                 swept,
                 NewKey::new(
                     (),
-                    |()| {},
+                    |()| Ok(()),
                     |state| C::with_state(algorithm, state),
                     |(), owned, cell| self.insert_or_unwind(key, owned, cell),
                 ),

@@ -582,7 +582,8 @@ impl<K: Key> LocalView<K> {
         };
         let decision = match self.store.check(key, &self.judge, recent_ns, cost) {
             Ok(decision) => decision,
-            Err(CheckError::StoreFull { .. }) => {
+            // A key the table cannot hold now is asked without a claim.
+            Err(CheckError::StoreFull { .. } | CheckError::Reclaiming) => {
                 return Ok(Local::Ask(self.unclaimed(cost)));
             }
             Err(error) => return Err(error),

@@ -249,6 +249,13 @@ const GRACE_ROUNDS: usize = 64;
 #[cfg(feature = "loom")]
 const GRACE_ROUNDS: usize = 2;
 
+/// How many rounds a rebuild waits once a wait for the same replaced table
+/// ran out (`Writer::stalled`): enough for the collector to advance twice
+/// when nothing is pinned any more, so that the first writer after a stall
+/// ends frees the table and rebuilds, and few enough that while the stall
+/// lasts a refused key costs a few flushes, not a whole wait.
+const STALLED_ROUNDS: usize = 4;
+
 /// `evict_idle` rebuilds a shard's table smaller when the table has at
 /// least this many times the buckets its live keys need (sized with a
 /// quarter of its room free, `Room::Churning`): far enough that a table
@@ -269,12 +276,18 @@ struct Writer<K, C> {
     used: usize,
     /// Live slots.
     live: usize,
-    /// Replaced tables not yet freed. When the lock is released, at most
-    /// one (a rebuild waits for the last one's grace period, and the thread
-    /// takes it out to free before it unlocks), unless a rebuild ran on a
-    /// thread already inside a check (user code calling back into a
-    /// limiter), which cannot wait for its own guard to go.
+    /// Replaced tables not yet freed: at most one, at every instant. A
+    /// rebuild first waits, for a bounded time, for the last one's grace
+    /// period and takes it out to free after the lock; if it has not
+    /// elapsed (a check stalled inside it, or a rebuild on a thread already
+    /// inside a check, whose own guard it cannot wait for), the rebuild is
+    /// refused. (A `Vec` only for the `KeepEveryReplacedTable` canary.)
     retired: Vec<Retired<K, C>>,
+    /// A wait for the replaced table's grace period ran out: later
+    /// rebuilds wait `STALLED_ROUNDS`, not `GRACE_ROUNDS`, so that while a
+    /// check stays stalled a refused key costs a few flushes of the
+    /// collector, not a whole wait under the shard's lock each.
+    stalled: bool,
 }
 
 impl<K, C> Writer<K, C> {
@@ -376,6 +389,7 @@ impl<K, C> Shard<K, C> {
                 used: 0,
                 live: 0,
                 retired: Vec::new(),
+                stalled: false,
             }),
         }
     }
@@ -479,10 +493,11 @@ fn wait_for_grace(rounds: usize, done: impl Fn() -> bool) -> bool {
 }
 
 /// Waits, under the shard's lock, for every table in `retired` to be free
-/// to go (at most `GRACE_ROUNDS` rounds), so that a rebuild leaves a shard
-/// with one replaced table awaiting reclamation.
-fn await_grace<K, C>(retired: &[Retired<K, C>]) {
-    wait_for_grace(GRACE_ROUNDS, || retired.iter().all(Retired::grace_elapsed));
+/// to go (at most `rounds` rounds: `GRACE_ROUNDS`, or `STALLED_ROUNDS`
+/// after a wait ran out), so that a rebuild leaves a shard with one replaced table awaiting
+/// reclamation; returns whether they are.
+fn await_grace<K, C>(retired: &[Retired<K, C>], rounds: usize) -> bool {
+    wait_for_grace(rounds, || retired.iter().all(Retired::grace_elapsed))
 }
 
 impl<K, A, C, H> LockFreeStore<K, A, C, H>
@@ -576,10 +591,11 @@ where
                 (writer, discarded, table),
                 |(writer, discarded, table)| {
                     if writer.used >= max_used(table.buckets()) {
-                        self.grow(shard, writer, discarded, algorithm, now_ns);
+                        self.grow(shard, writer, discarded, algorithm, now_ns)?;
                         // SAFETY: lock held, as above.
                         *table = unsafe { shard.table_locked() };
                     }
+                    Ok(())
                 },
                 |state| C::with_state(algorithm, state),
                 |(writer, _, table), owned, cell| {
@@ -632,11 +648,16 @@ where
         // SAFETY: we hold the lock.
         let table = unsafe { shard.table_locked() };
         let needed = buckets_for(writer.live, Room::Churning, shard.stagger);
-        if table.buckets() >= COMPACT_FACTOR * needed {
-            self.rebuild(shard, &mut writer, &mut discarded, algorithm, needed);
-        } else if writer.used > writer.live {
-            let buckets = table.buckets();
-            self.rebuild(shard, &mut writer, &mut discarded, algorithm, buckets);
+        // A rebuild refused (the last replaced table is still read) leaves
+        // the evicted slots in place: their keys stay in this table, which
+        // does not grow, until a later compaction or growth.
+        let buckets = if table.buckets() >= COMPACT_FACTOR * needed {
+            Some(needed)
+        } else {
+            (writer.used > writer.live).then(|| table.buckets())
+        };
+        if let Some(buckets) = buckets {
+            let _rebuilt = self.rebuild(shard, &mut writer, &mut discarded, algorithm, buckets);
         }
         discarded.extend(writer.take_graced());
         drop(writer);
@@ -651,6 +672,11 @@ where
     /// set is never evicted only to be re-inserted; and a rebuild that only
     /// clears evicted slots evicts nothing. Then rebuilds for the live keys
     /// and the one being inserted.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckError::Reclaiming`] when the rebuild is refused (see
+    /// [`rebuild`](Self::rebuild)).
     fn grow(
         &self,
         shard: &Shard<K, C>,
@@ -658,7 +684,7 @@ where
         discarded: &mut Discarded<Retired<K, C>>,
         algorithm: &A,
         now_ns: u64,
-    ) {
+    ) -> Result<(), CheckError> {
         // SAFETY: our caller holds the lock.
         let table = unsafe { shard.table_locked() };
         if (writer.live + 1) * 4 > max_used(table.buckets()) * 3 {
@@ -673,7 +699,11 @@ where
         } else {
             growing
         };
-        self.rebuild(shard, writer, discarded, algorithm, buckets);
+        if self.rebuild(shard, writer, discarded, algorithm, buckets) {
+            Ok(())
+        } else {
+            Err(CheckError::Reclaiming)
+        }
     }
 
     /// Replaces the shard's table (lock held) with one of `buckets` buckets
@@ -682,6 +712,14 @@ where
     /// leaves its unpublished table in `discarded`, which the caller
     /// declared before it took the lock, so that it is freed after the lock
     /// is released.
+    ///
+    /// Returns whether it rebuilt. It does not while the table this shard
+    /// replaced last is still read after a bounded wait (a check stalled
+    /// inside it): a shard never holds more than one replaced table, so
+    /// memory stays bounded whatever a reader does, and the writer neither
+    /// waits for the reader (which could deadlock) nor keeps one more table
+    /// per rebuild (which grew without bound while the reader stayed).
+    #[must_use]
     fn rebuild(
         &self,
         shard: &Shard<K, C>,
@@ -689,11 +727,23 @@ where
         discarded: &mut Discarded<Retired<K, C>>,
         algorithm: &A,
         buckets: usize,
-    ) {
+    ) -> bool {
         // SAFETY: our caller holds the lock.
         let old = unsafe { shard.table_locked() };
-        // At most one replaced table per shard awaits reclamation.
-        await_grace(&writer.retired);
+        // At most one replaced table per shard awaits reclamation: the
+        // last one goes first (freed by the caller, after the lock), or
+        // nothing is rebuilt (the canary keeps them all, as the first
+        // version did).
+        let rounds = if writer.stalled {
+            STALLED_ROUNDS
+        } else {
+            GRACE_ROUNDS
+        };
+        writer.stalled = !await_grace(&writer.retired, rounds);
+        if writer.stalled && !canary::planted(Canary::KeepEveryReplacedTable) {
+            return false;
+        }
+        discarded.extend(writer.take_graced());
         // A rebuild that took tombstones for live slots would size for them.
         let buckets = if canary::planted(Canary::RebuildCopiesTombstone) {
             buckets.max(buckets_for(
@@ -763,6 +813,7 @@ where
         writer
             .retired
             .push(early.unwrap_or_else(|| Retired::new(replaced)));
+        true
     }
 }
 

@@ -374,7 +374,10 @@ pub struct NewKey<S, Space, Value, Insert> {
     /// What the store holds under its lock: its table and bookkeeping.
     locked: S,
     /// Makes space for one more key (a sweep, a rebuild, a resize): may run
-    /// user code (`Hash`, `Clone`, `is_idle`), and nothing is owned yet.
+    /// user code (`Hash`, `Clone`, `is_idle`), and nothing is owned yet. It
+    /// may refuse with the check's error (the lock-free store's
+    /// [`CheckError::Reclaiming`]): nothing is stored, and the room reserved
+    /// under the cap goes back.
     make_space: Space,
     /// Makes what the store keeps beside the key from the key's first state
     /// (its cell, or the state itself).
@@ -401,7 +404,7 @@ impl<S, Space, Value, Insert> NewKey<S, Space, Value, Insert> {
         insert: Insert,
     ) -> Self
     where
-        Space: FnOnce(&mut S),
+        Space: FnOnce(&mut S) -> Result<(), CheckError>,
         Value: FnOnce(State) -> V,
         Insert: FnOnce(&mut S, K, V),
     {
@@ -443,7 +446,12 @@ pub fn admit_new_key<K, Q, A, S, V>(
     now_ns: u64,
     cost: u32,
     swept: bool,
-    new_key: NewKey<S, impl FnOnce(&mut S), impl FnOnce(A::State) -> V, impl FnOnce(&mut S, K, V)>,
+    new_key: NewKey<
+        S,
+        impl FnOnce(&mut S) -> Result<(), CheckError>,
+        impl FnOnce(A::State) -> V,
+        impl FnOnce(&mut S, K, V),
+    >,
 ) -> Result<Checked, CheckError>
 where
     Q: Lookup<K> + ?Sized,
@@ -461,7 +469,7 @@ where
     };
     match population.make_room(swept) {
         Room::Reserved(reservation) => {
-            (new_key.make_space)(&mut locked);
+            (new_key.make_space)(&mut locked)?;
             algorithm.admit(state.get_mut(), admission);
             let value = Held::new((new_key.value)(state.take()));
             let owned = key.to_owned();

@@ -270,6 +270,7 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
                     shard.make_room(&self.hasher, |table| {
                         self.sweep(table, evicted, algorithm, rested_at(algorithm, now_ns));
                     });
+                    Ok(())
                 },
                 |state| state,
                 |(shard, _), key, value| shard.insert(hash, Entry { key, value }, &self.hasher),

@@ -152,6 +152,7 @@ impl<K: Key, A: Algorithm, C: Cell<A>> PerKeyStore<K, A, C> {
                     table.make_room(&self.hasher, |table| {
                         self.sweep(table, evicted, algorithm, rested_at(algorithm, now_ns));
                     });
+                    Ok(())
                 },
                 |state| Arc::new(C::with_state(algorithm, state)),
                 |(table, _), key, value| table.insert(hash, Entry { key, value }, &self.hasher),
