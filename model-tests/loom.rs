@@ -1077,3 +1077,66 @@ fn canary_bound_falls_back_is_caught_by_loom() {
         offset_reads_one_pair,
     );
 }
+
+/// A reader stalled inside the store (a thread that holds a guard of the
+/// store's collector, as a check whose key's `Eq` blocks would) while new
+/// keys grow the one table through its rebuilds. The first rebuild keeps
+/// its replaced table for the reader; the next one would keep a second, so
+/// it is refused, and its key gets `Reclaiming`, before 64 keys; once the
+/// reader leaves, that key is admitted.
+fn stalled_reader_keeps_one_replaced_table() {
+    use loom::sync::atomic::AtomicBool;
+
+    let limiter = one_table(Quota::per_hour(1).unwrap(), &ManualClock::new());
+    let (pinned, release) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let reader = {
+        let (pinned, release) = (Arc::clone(&pinned), Arc::clone(&release));
+        thread::spawn(move || {
+            let guard = tollgate::lab_hooks::pin();
+            pinned.store(true, Ordering::SeqCst);
+            while !release.load(Ordering::SeqCst) {
+                thread::yield_now();
+            }
+            drop(guard);
+        })
+    };
+    while !pinned.load(Ordering::SeqCst) {
+        thread::yield_now();
+    }
+    let refused = (0..64).find(|&key| match limiter.check(&key) {
+        Ok(decision) => {
+            assert!(decision.is_allowed(), "a new key {key} denied");
+            false
+        }
+        Err(tollgate::CheckError::Reclaiming) => true,
+        Err(error) => panic!("key {key}: {error}"),
+    });
+    release.store(true, Ordering::SeqCst);
+    reader.join().unwrap();
+    let refused = refused.expect("the stall: 64 new keys admitted, every replaced table kept");
+    assert!(allowed(&limiter, refused), "key {refused} after the stall");
+}
+
+#[test]
+fn a_stalled_reader_keeps_one_replaced_table() {
+    explore(
+        "lock-free: a reader stalled through the table's rebuilds",
+        2,
+        stalled_reader_keeps_one_replaced_table,
+    );
+}
+
+/// Canary: every rebuild goes on and keeps its replaced table, as the first
+/// version did.
+#[test]
+fn canary_keep_every_replaced_table_is_caught() {
+    rebuild_canary(
+        "canary_keep_every_replaced_table_is_caught",
+        Canary::KeepEveryReplacedTable,
+        "the stall",
+        stalled_reader_keeps_one_replaced_table,
+    );
+}
