@@ -87,14 +87,19 @@ use crate::sync::{Arc, AtomicBool, Backoff, Mutex, Ordering, lock, wait_step};
 /// waits, again for a bounded number of rounds, until the tables it
 /// replaced are freed.
 ///
-/// The bound on memory holds while checks pass through the tables: a key's
+/// The bound on memory holds at every instant, whatever checks do: a key's
 /// `Eq` and `Borrow` run inside a check's epoch guard, and a check that
 /// stays there (an `Eq` blocked on a lock, or a thread descheduled in
 /// mid-probe) holds back the reclamation of every lock-free store in the
-/// process until it leaves. The waits are bounded so that such a check
-/// stalls no writer and can deadlock none; while it lasts, each rebuild keeps
-/// its replaced table, so memory grows with the rebuilds done meanwhile, and
-/// the tables are freed by the writers that come after it leaves.
+/// process until it leaves. The waits are bounded, so that such a check
+/// stalls no writer and can deadlock none, and a rebuild whose shard's last
+/// replaced table is still read when its wait runs out is **refused**: the
+/// new key that needed it gets [`CheckError::Reclaiming`] and nothing is
+/// stored, evicted keys keep their slots, and existing keys are decided as
+/// ever. So a shard never holds more than one replaced table; the price of
+/// a long stall is that new keys are refused once their shard's table is
+/// full, until the stalled check leaves (the first writer after it frees
+/// the table and rebuilds).
 ///
 /// # Hashing
 ///
