@@ -49,11 +49,15 @@ pub enum QuotaError {
     },
 }
 
-/// A check that could not be decided: the cost itself is invalid.
+/// A check that could not be decided: the cost itself is invalid, or a new
+/// key cannot be stored.
 ///
 /// A denial is not an error: it is a [`Decision`](crate::Decision) whose
 /// [`is_allowed`](crate::Decision::is_allowed) is false and which says when to
-/// retry. This type is for requests that no amount of waiting would admit.
+/// retry. This type is for requests the limiter refuses to decide: a cost
+/// no amount of waiting would admit, a new key past the key cap, or a new
+/// key the store cannot hold while a check stalled inside it holds back
+/// reclamation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CheckError {
@@ -71,15 +75,19 @@ pub enum CheckError {
         /// The cap.
         max_keys: usize,
     },
-    /// The key is new and its shard's table must be rebuilt to hold it, but
-    /// the table that shard replaced last is still being read by a check
-    /// that has not left it: a thread stalled inside the lock-free store (a
-    /// key's `Eq` blocked on a lock, a thread descheduled mid-check), which
-    /// holds back the reclamation of every replaced table. The key is
-    /// refused so that memory stays bounded at every instant, rather than
-    /// keep one more table per rebuild for as long as the stall lasts.
-    /// Existing keys are unaffected; the same key is admitted once the
-    /// stalled check leaves. Nothing was stored.
+    /// The key is new and its shard's table must be rebuilt to hold it,
+    /// but the two tables that shard replaced last are still being read by
+    /// a check that has not left them: a thread stalled inside the
+    /// lock-free store (a key's `Eq` blocked on a lock, a thread
+    /// descheduled mid-check), which holds back the reclamation of every
+    /// replaced table. The key is refused so that memory stays bounded at
+    /// every instant, rather than keep one more table per rebuild for as
+    /// long as the stall lasts. A temporary refusal, unlike the other
+    /// variants: the same key is admitted once the stalled check leaves.
+    /// Stored keys are unaffected; a key evicted as idle is new again.
+    /// Under a cap whose policy is
+    /// [`WhenFull::AdmitUntracked`](crate::store::WhenFull::AdmitUntracked)
+    /// the key is decided fresh and not stored instead. Nothing was stored.
     #[error(
         "a new key needs room that a check stalled inside the store still holds; it was refused"
     )]

@@ -73,8 +73,10 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     /// # Errors
     ///
     /// [`CheckError::StoreFull`] for a new key past a rejecting key cap
-    /// ([`Builder::max_keys`]). Never a cost error: every quota admits a
-    /// unit.
+    /// ([`Builder::max_keys`]), and [`CheckError::Reclaiming`] for a new key
+    /// the lock-free store cannot hold while a check stalled inside it holds
+    /// back reclamation (temporary). Never a cost error: every quota admits
+    /// a unit.
     ///
     /// # Panics
     ///
@@ -96,9 +98,11 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     ///
     /// [`CheckError::ZeroCost`] for `n == 0`,
     /// [`CheckError::InsufficientCapacity`] for `n` above the burst (no wait
-    /// would admit it), and [`CheckError::StoreFull`] for a new key past a
-    /// rejecting key cap ([`Builder::max_keys`]). Nothing is consumed, and
-    /// no key is stored, on error.
+    /// would admit it), [`CheckError::StoreFull`] for a new key past a
+    /// rejecting key cap ([`Builder::max_keys`]), and
+    /// [`CheckError::Reclaiming`] for a new key the lock-free store cannot
+    /// hold now (see [`check`](RateLimiter::check)). Nothing is consumed,
+    /// and no key is stored, on error.
     #[inline]
     pub fn check_n<Q: Lookup<K> + ?Sized>(&self, key: &Q, n: u32) -> Result<Decision, CheckError> {
         self.store

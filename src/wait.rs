@@ -360,6 +360,7 @@ impl<K> Ticket<K> {
     /// key's TAT) and moves every later slot earlier by its cost, waking
     /// their waiters; at or after it, keeps it (it was admitted).
     pub(crate) fn cancel(&self, now: impl FnOnce() -> u64, refund: impl FnOnce(u64, u64) -> bool) {
+        let mut woken = Vec::new();
         let mut state = lock(&self.queue.state);
         let now_ns = state.advance(now());
         let Some(index) = state.index(self.id) else {
@@ -389,9 +390,7 @@ impl<K> Ticket<K> {
                 // schedule without the abandoned request would have
                 // admitted it already.
                 later.slot_ns = later.slot_ns.saturating_sub(cost_ns);
-                if let Some(waker) = later.waker.take() {
-                    waker.wake();
-                }
+                woken.extend(later.waker.take());
             }
         }
         // It leaves now, refunded or not: nothing waits for it, and the
@@ -399,6 +398,32 @@ impl<K> Ticket<K> {
         // canary leaves it queued, as the first version did until it
         // reached the front).
         if !canary::planted(Canary::CancelKeepsEntry) {
+            state.pending.remove(index);
+            state.shrink();
+        }
+        drop(state);
+        // Woken once the schedule is whole and the lock released: a waker is
+        // user code (an executor's), and one that panics, polls inline or
+        // reserves on this key again must find the queue consistent and
+        // free. Every waiter is woken; the first panic goes on after.
+        let mut first_panic = None;
+        for waker in woken {
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| waker.wake())) {
+                first_panic.get_or_insert(panic);
+            }
+        }
+        if let Some(panic) = first_panic {
+            resume_unwind(panic);
+        }
+    }
+
+    /// Removes the reservation from its queue, reading no clock and giving
+    /// nothing back (its units stay in the TAT: conservative): what a drop
+    /// whose cancel panicked (the key's `Hash` or `Eq` in the refund, or
+    /// the clock) does, so that no reservation outlives its caller.
+    pub(crate) fn forget(&self) {
+        let mut state = lock(&self.queue.state);
+        if let Some(index) = state.index(self.id) {
             state.pending.remove(index);
             state.shrink();
         }
@@ -793,9 +818,10 @@ impl<L: Ledger> Drop for Reservation<'_, L> {
             });
         }));
         if cancelled.is_err() {
-            // Cancelled without a refund; a clock that panics again leaves
-            // the entry to become due and leave with the next due one.
-            let _ = catch_unwind(AssertUnwindSafe(|| ticket.cancel(now, |_, _| false)));
+            // Whatever was done before the panic (a refund and its shift are
+            // made whole before any waker runs), the entry leaves, with no
+            // clock read and nothing more given back.
+            ticket.forget();
         }
         limiter.queues().remove_if_empty(&ticket.queue);
     }

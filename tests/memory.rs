@@ -4,15 +4,16 @@
 //! `evict_idle()`.
 //!
 //! The bound, argued in notes/06: a shard holds its current table, at most
-//! one replaced table awaiting reclamation, and, during a rebuild, the table
-//! being built and the rebuild's list of new slots (one `usize` per key);
-//! a thread that frees a replaced table after releasing the lock can hold one
-//! more for as long as that takes. So the heap never exceeds `2 + threads`
-//! tables of the largest size the live keys needed, plus that list. The
-//! tests measure the heap's peak against the settled heap of a store holding
-//! the most keys the run held (`churn::table_for`), and assert the bound's
-//! multiple: 3.5 for one thread, 4.5 for two (a half for the list: 8 bytes a
-//! key against at least 17 per bucket).
+//! two replaced tables awaiting reclamation (a rebuild starts with at most
+//! one), and, during a rebuild, the table being built and the rebuild's list
+//! of new slots (one `usize` per key); a thread that frees a replaced table
+//! after releasing the lock can hold one more for as long as that takes. So
+//! the heap never exceeds `3 + threads` tables of the largest size the live
+//! keys needed, plus that list, whatever a reader does. The tests measure
+//! the heap's peak against the settled heap of a store holding the most
+//! keys the run held (`churn::table_for`), and assert the bound's multiple:
+//! 4.5 for one thread, 5.5 for two (a half for the list: 8 bytes a key
+//! against at least 17 per bucket).
 
 // Ordinary tests use std's primitives; under the model-checking features the
 // crate's primitives are loom's or shuttle's, usable only inside a model.
@@ -48,12 +49,12 @@ fn serial() -> MutexGuard<'static, ()> {
 }
 
 /// The lock-free store, one shard and the default shards, under the churn
-/// on `threads` threads: the peak within `2 + threads` live tables and the
+/// on `threads` threads: the peak within `3 + threads` live tables and the
 /// rebuild's list of new slots (see the module documentation).
 fn lock_free_churn_within_the_bound(threads: u64) {
     let _serial = serial();
     #[allow(clippy::cast_precision_loss)]
-    let bound = 2.5 + threads as f64;
+    let bound = 3.5 + threads as f64;
     for (name, store) in [
         ("one shard", LockFree::new(1)),
         ("default shards", LockFree::default()),
@@ -112,7 +113,7 @@ fn flood_against_the_cap_stays_within_the_bound() {
             assert_eq!(flood.full, 0);
         }
         #[allow(clippy::cast_precision_loss)]
-        let bound = 2.5 + threads as f64;
+        let bound = 3.5 + threads as f64;
         assert!(flood.peak.ratio() <= bound, "{}", flood.peak);
     }
 }
@@ -331,10 +332,10 @@ fn waiting_queues_hold_only_the_reservations_held() {
 /// descheduled mid-probe, would. No replaced table can be freed meanwhile.
 /// The store is warmed by 10 waves first (its tables sized), then runs 10
 /// stalled waves on `threads` threads; the heap's peak from the store's
-/// creation on is held to the bound without a stall: a shard holds its
-/// table, one replaced table, and while rebuilding the new one and its
-/// list of moves (3.5 tables of the largest size), since a rebuild whose
-/// shard's replaced table is still read is refused and the new key gets
+/// creation on is held to the bound: a shard holds its table, at most two
+/// replaced tables, and while rebuilding the new one and its list of moves
+/// (4.5 tables of the largest size), since a rebuild that would keep a
+/// third replaced table is refused and the new key gets
 /// `CheckError::Reclaiming`. Every check returns a decision or that error,
 /// with no deadlock; once the reader leaves, everything is freed and new
 /// keys are admitted again. Returns the peak and the refusals.
@@ -410,7 +411,7 @@ fn a_reader_stalled_inside_a_check_leaves_memory_bounded() {
             println!(
                 "{name}, {threads} thread(s), a reader stalled: {peak}; {refused} new keys refused"
             );
-            assert!(peak.ratio() <= 3.5, "{name}, {threads} thread(s): {peak}");
+            assert!(peak.ratio() <= 4.5, "{name}, {threads} thread(s): {peak}");
         }
     }
 }

@@ -196,9 +196,9 @@ fn within_a_minute<R>(work: impl FnOnce() -> R) -> R {
 /// of any lock-free store can be freed while it waits. Meanwhile the main
 /// thread, holding that lock, grows and evicts an unrelated lock-free
 /// limiter and grows the stalled one itself: every wait for a grace period
-/// is bounded, so all of it finishes. Each shard rebuilds once (its last
-/// replaced table was freed before the stall); a rebuild after that would
-/// keep a second replaced table, so it is refused and the new key gets
+/// is bounded, so all of it finishes. Each shard rebuilds twice (keeping
+/// the two replaced tables a shard may keep awaiting their grace period);
+/// a third rebuild would keep a third, so it is refused and the new key gets
 /// `Reclaiming`: from the first refusal on, every new key is refused, and
 /// every key admitted is counted exactly. Once the stall ends, the stalled
 /// check completes exactly (its cell moved to a new table meanwhile), new
@@ -246,7 +246,7 @@ fn a_check_stalled_in_user_code_blocks_no_writer() {
             clock.advance(std::time::Duration::from_secs(2 * 3_600));
             assert_eq!(other.evict_idle(), other_admitted);
             // The stalled limiter too: its first rebuild moves the hot key's
-            // cell out of the table the check is inside; the next is refused.
+            // cell out of the table the check is inside; the third is refused.
             let (stalled_admitted, stalled_refused) =
                 split((1..200).map(|key| stalled.check(&gated(key))).collect());
             assert!(stalled_refused > 0, "the stall refused no key");

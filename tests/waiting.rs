@@ -385,3 +385,104 @@ async fn a_direct_limiter_serves_its_waiters_in_order_and_takes_cancellations_ba
     })
     .await;
 }
+
+/// A clock that panics while armed.
+#[derive(Debug, Clone, Default)]
+struct Fragile {
+    clock: tollgate::clock::ManualClock,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl tollgate::clock::Clock for Fragile {
+    fn now_ns(&self) -> u64 {
+        assert!(
+            !self.armed.load(std::sync::atomic::Ordering::Relaxed),
+            "the clock is armed"
+        );
+        self.clock.now_ns()
+    }
+}
+
+/// A waker whose `wake` panics: an executor's, and so user code.
+fn panicking_waker() -> std::task::Waker {
+    struct Panics;
+    impl std::task::Wake for Panics {
+        fn wake(self: Arc<Self>) {
+            panic!("a waker that panics");
+        }
+    }
+    std::task::Waker::from(Arc::new(Panics))
+}
+
+/// A reservation dropped before its slot moves the later ones forward and
+/// wakes their waiters after the schedule is whole: a waker that panics
+/// (an executor's, user code) leaves no slot held twice and no entry
+/// behind. (The first version woke under the queue's lock, mid-shift: the
+/// panic left the later slots unshifted beside a refunded TAT, two
+/// reservations on one slot.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_waker_that_panics_leaves_the_schedule_whole() {
+    use std::future::Future;
+    use std::task::{Context, Poll};
+
+    let fragile = Fragile::default();
+    fragile.clock.set(Duration::from_secs(1));
+    let limiter = Builder::new(Quota::per_second(10).unwrap().with_burst(1).unwrap())
+        .clock(fragile.clone())
+        .build::<String>();
+    assert!(limiter.check("k").unwrap().is_allowed());
+    let max_wait = Duration::from_secs(10);
+    let first = limiter.reserve_n("k", 1, max_wait).unwrap();
+    let mut second = limiter.reserve_n("k", 1, max_wait).unwrap();
+    let mut third = limiter.reserve_n("k", 1, max_wait).unwrap();
+    // Both later waiters wait with the panicking waker.
+    let waker = panicking_waker();
+    let mut context = Context::from_waker(&waker);
+    for reservation in [&mut second, &mut third] {
+        let mut ready = std::pin::pin!(reservation.ready());
+        assert_eq!(ready.as_mut().poll(&mut context), Poll::Pending);
+    }
+    drop(first);
+    assert_eq!(
+        (second.wait(), third.wait()),
+        (INTERVAL, INTERVAL * 2),
+        "both moved forward by the dropped one's slot"
+    );
+    let next = limiter.reserve_n("k", 1, max_wait).unwrap();
+    assert_eq!(
+        next.wait(),
+        INTERVAL * 3,
+        "the slot after them, none held twice"
+    );
+    assert_eq!(limiter.waiting_reservations(), 3);
+}
+
+/// A reservation dropped while the clock panics leaves its queue all the
+/// same, its units kept (nothing given back without a reading): no
+/// reservation outlives its caller. (The first version read the clock
+/// again to cancel it, and left the entry queued for good.)
+#[test]
+fn a_reservation_dropped_while_the_clock_panics_leaves_its_queue() {
+    let fragile = Fragile::default();
+    fragile.clock.set(Duration::from_secs(1));
+    let limiter = Builder::new(Quota::per_second(10).unwrap().with_burst(1).unwrap())
+        .clock(fragile.clone())
+        .build::<String>();
+    assert!(limiter.check("k").unwrap().is_allowed());
+    let pending = limiter.reserve_n("k", 1, Duration::from_secs(10)).unwrap();
+    assert_eq!(limiter.waiting_reservations(), 1);
+    fragile
+        .armed
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    drop(pending);
+    fragile
+        .armed
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        (limiter.waiting_reservations(), limiter.waiting_keys()),
+        (0, 0)
+    );
+    // Its units were kept: the next reservation comes after its slot.
+    let next = limiter.reserve_n("k", 1, Duration::from_secs(10)).unwrap();
+    assert_eq!(next.wait(), INTERVAL * 2);
+}

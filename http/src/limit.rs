@@ -107,13 +107,11 @@ pub enum Failure {
         /// The cap.
         max_keys: usize,
     },
-    /// A new key could not be stored now: the lock-free store refused it
-    /// while a check stalled inside it holds back reclamation
-    /// ([`CheckError::Reclaiming`]). Answered as `Full`: 503, retry soon.
-    Reclaiming,
     /// The backend could not decide (Redis unreachable, timed out, behind
     /// an open circuit breaker) and its own failure policy returned an
-    /// error.
+    /// error; or an in-process store could not hold a new key now
+    /// ([`CheckError::Reclaiming`]: a check stalled inside it holds back
+    /// reclamation).
     Unavailable(Box<dyn Error + Send + Sync>),
 }
 
@@ -125,7 +123,6 @@ impl fmt::Display for Failure {
                 f,
                 "the limiter tracks its maximum of {max_keys} keys; a new key was rejected"
             ),
-            Failure::Reclaiming => fmt::Display::fmt(&CheckError::Reclaiming, f),
             Failure::Unavailable(error) => {
                 write!(f, "the limiter's backend is unavailable: {error}")
             }
@@ -137,7 +134,7 @@ impl Error for Failure {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         match self {
             Failure::Cost(error) => Some(error),
-            Failure::Full { .. } | Failure::Reclaiming => None,
+            Failure::Full { .. } => None,
             Failure::Unavailable(error) => Some(&**error),
         }
     }
@@ -147,7 +144,10 @@ impl From<CheckError> for Failure {
     fn from(error: CheckError) -> Self {
         match error {
             CheckError::StoreFull { max_keys } => Failure::Full { max_keys },
-            CheckError::Reclaiming => Failure::Reclaiming,
+            // The limiter cannot track the key now (a check stalled inside
+            // its store holds back reclamation): it cannot decide, and the
+            // layer's `OnUnavailable` policy answers.
+            CheckError::Reclaiming => Failure::Unavailable(Box::new(error)),
             other => Failure::Cost(other),
         }
     }

@@ -64,7 +64,7 @@ pub struct RedisLimiter<A: Scripted = Gcra> {
     quota: Quota,
     fallback: Fallback<A>,
     /// What is decided locally ([`Mode`]); `None`: every check on Redis.
-    local: Option<Hybrid>,
+    local: Option<Arc<Hybrid>>,
     /// Script calls sent by checks and peeks.
     calls: AtomicU64,
 }
@@ -102,8 +102,9 @@ enum Time {
     /// The server's `TIME`, read inside the script: one clock for every
     /// instance (per master, on a Cluster: a key's master decides it).
     Server,
-    /// The caller's clock, in nanoseconds from its origin.
-    Client(Arc<dyn Clock>),
+    /// The caller's clock, in nanoseconds from its origin; and the local
+    /// half deciding on it, if any, which must know every reading sent.
+    Client(Arc<dyn Clock>, Option<Arc<Hybrid>>),
 }
 
 /// The script's source and SHA-1.
@@ -215,7 +216,7 @@ impl<A: Scripted> RedisBuilder<A> {
     /// an idle key expire before it would have refilled on that clock).
     #[must_use]
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
-        self.time = Time::Client(Arc::new(clock));
+        self.time = Time::Client(Arc::new(clock), None);
         self
     }
 
@@ -274,14 +275,14 @@ impl<A: Scripted> RedisBuilder<A> {
             None
         } else {
             let (clock, remote): (Arc<dyn Clock>, _) = match &self.time {
-                Time::Client(clock) => (Arc::clone(clock), RemoteClock::Local),
+                Time::Client(clock, _) => (Arc::clone(clock), RemoteClock::Local),
                 Time::Server if connection.is_cluster() => {
                     let skew = self.cluster_skew.ok_or(ConfigError::ClusterSkewUnknown)?;
                     (Arc::new(BootClock::new()), RemoteClock::Several { skew })
                 }
                 Time::Server => (Arc::new(BootClock::new()), RemoteClock::One),
             };
-            Some(Hybrid::new(
+            Some(Arc::new(Hybrid::new(
                 self.mode,
                 RemoteQuota::new(limit.span_us, limit.burst).map_err(ConfigError::Local)?,
                 clock,
@@ -290,7 +291,14 @@ impl<A: Scripted> RedisBuilder<A> {
                 // A claim's call ends within the call timeout; twice it,
                 // and a claim still standing was abandoned.
                 connection.call_timeout().saturating_mul(2),
-            )?)
+            )?))
+        };
+        // Every call on the client clock (a plain check, a reservation, a
+        // refund, a multi-limit check) tells the local half its reading,
+        // so that no local decision is taken at an older instant.
+        let time = match self.time {
+            Time::Client(clock, _) => Time::Client(clock, local.clone()),
+            Time::Server => Time::Server,
         };
         Ok(RedisLimiter {
             local,
@@ -299,7 +307,7 @@ impl<A: Scripted> RedisBuilder<A> {
                 connection,
                 namespace,
                 limit,
-                time: self.time,
+                time,
                 grace_ms: u64::try_from(self.grace.as_nanos().div_ceil(1_000_000))
                     .unwrap_or(u64::MAX)
                     .min(MAX_GRACE_MS),
@@ -559,11 +567,18 @@ impl Core {
 }
 
 impl Time {
-    /// The time argument for a check now.
+    /// The time argument for a call now; on the client clock, the reading
+    /// is recorded with the local half first (it is about to be sent).
     fn now(&self) -> Now {
         match self {
             Time::Server => Now::SERVER,
-            Time::Client(clock) => Now::reading(clock.now_ns()),
+            Time::Client(clock, local) => {
+                let reading_ns = clock.now_ns();
+                if let Some(local) = local {
+                    local.view.record_sent(reading_ns);
+                }
+                Now::reading(reading_ns)
+            }
         }
     }
 
@@ -572,7 +587,7 @@ impl Time {
     fn at(&self, reading_ns: u64) -> Now {
         match self {
             Time::Server => Now::SERVER,
-            Time::Client(_) => Now::reading(reading_ns),
+            Time::Client(..) => Now::reading(reading_ns),
         }
     }
 }
@@ -1149,7 +1164,7 @@ impl<A: Scripted> std::fmt::Debug for RedisLimiter<A> {
                 "time",
                 &match self.core.time {
                     Time::Server => "server TIME",
-                    Time::Client(_) => "client clock",
+                    Time::Client(..) => "client clock",
                 },
             )
             .field("on_failure", &self.fallback.policy())

@@ -280,3 +280,94 @@ fn the_deny_cache_decides_as_redis_alone_after_its_clock_steps_back() {
     // than before it, and the cache denied in that time without asking.
     assert!(after_step.denied_as_redis > 0, "{after_step:?}");
 }
+
+/// How a leased limiter on a client clock takes a key's burst after its
+/// lease expired: through its own checks (the view's asks), a reservation,
+/// or a multi-limit check: each sends a reading Redis decides on.
+#[derive(Debug, Clone, Copy)]
+enum TakeBurst {
+    Checks,
+    Reservation,
+    CheckAll,
+}
+
+/// A leased limiter on a client clock (100 a second, bursts of 10) leases
+/// at `T0` and spends nothing; at `T0` + 199 ms, every unit expired and the
+/// key rested, the same limiter takes the burst as `how` says; then its
+/// client clock steps back 198 ms and it checks 10 times. Redis alone, at
+/// that reading, denies (the key owes 298 ms), so the limiter must admit
+/// none: every reading it sent is a floor of its local decisions, whichever
+/// call sent it. Returns the burst and the admissions after the step.
+fn client_clock_steps_back(how: TakeBurst) -> (u32, u32) {
+    use tollgate::clock::ManualClock;
+    use tollgate_redis::check_all;
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = support::redis::RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
+    let url = format!("redis://127.0.0.1:{}/", server.port());
+    let connection = runtime.block_on(Connection::open(url.as_str())).unwrap();
+    let clock = ManualClock::new();
+    let t0 = Duration::from_secs(1_764_831_234);
+    clock.set(t0);
+    // One hash tag, which limits checked together need; the exact limiter
+    // shares the leased one's keys.
+    let leased = RedisLimiter::builder("client-steps", quota())
+        .clock(clock.clone())
+        .hash_tag("steps")
+        .mode(Mode::Leased(Leases::new()))
+        .build(connection.clone())
+        .unwrap();
+    let exact = RedisLimiter::builder("client-steps", quota())
+        .clock(clock.clone())
+        .hash_tag("steps")
+        .build(connection)
+        .unwrap();
+    assert!(runtime.block_on(leased.check("k")).unwrap().is_allowed());
+    clock.set(t0 + Duration::from_millis(199));
+    let burst: u32 = match how {
+        TakeBurst::Checks => (0..20)
+            .map(|_| u32::from(runtime.block_on(leased.check("k")).unwrap().is_allowed()))
+            .sum(),
+        TakeBurst::Reservation => {
+            let reservation = runtime
+                .block_on(leased.reserve_n("k", 10, Duration::ZERO))
+                .unwrap();
+            assert_eq!(reservation.delay(), Duration::ZERO);
+            // Kept: its units are admitted.
+            std::mem::forget(reservation);
+            10
+        }
+        TakeBurst::CheckAll => {
+            let decisions = runtime
+                .block_on(check_all(&[leased.request("k", 10)]))
+                .unwrap();
+            assert!(decisions.is_allowed());
+            10
+        }
+    };
+    clock.set(t0 + Duration::from_millis(1));
+    let after: u32 = (0..10)
+        .map(|_| u32::from(runtime.block_on(leased.check("k")).unwrap().is_allowed()))
+        .sum();
+    assert!(
+        !runtime.block_on(exact.check("k")).unwrap().is_allowed(),
+        "Redis alone denies at + 1 ms"
+    );
+    (burst, after)
+}
+
+#[test]
+fn a_client_clock_stepped_back_admits_nothing_redis_alone_denies() {
+    for how in [
+        TakeBurst::Checks,
+        TakeBurst::Reservation,
+        TakeBurst::CheckAll,
+    ] {
+        let (burst, after) = client_clock_steps_back(how);
+        println!("{how:?}: {burst} in the burst, {after} after the step back");
+        assert_eq!((burst, after), (10, 0), "{how:?}");
+    }
+}

@@ -647,6 +647,16 @@ impl<K: Key> LocalView<K> {
             .map_or(0, |remote_ns| self.store.evict_idle(&self.judge, remote_ns))
     }
 
+    /// Records that a call deciding on `reading_ns`, a reading of this
+    /// view's clock, is about to be sent to the remote other than through
+    /// an [`Ask`] (a plain check, a reservation, a refund): when the remote
+    /// decides on the local clock's readings ([`RemoteClock::Local`]), no
+    /// local decision is then taken at an older instant. Asks record their
+    /// own reading.
+    pub fn record_sent(&self, reading_ns: u64) {
+        self.judge.offset.sending(reading_ns);
+    }
+
     /// The most units a lease holds (zero: a deny cache only).
     #[must_use]
     pub fn max_lease_units(&self) -> u32 {
@@ -683,7 +693,7 @@ impl<K: Key> LocalView<K> {
     /// an older instant).
     fn sending(&self) -> u64 {
         let sent_ns = self.judge.clock.now_ns();
-        self.judge.offset.sending(sent_ns);
+        self.record_sent(sent_ns);
         sent_ns
     }
 

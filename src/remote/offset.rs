@@ -101,6 +101,8 @@ pub struct Offset {
     sent_ns: AtomicU64,
 }
 
+// Every field a time in nanoseconds, named with its unit (STYLE.md, 9).
+#[allow(clippy::struct_field_names)]
 #[derive(Debug)]
 struct Slot {
     /// `b`, as a wrapping (two's complement) offset: the remote's clock may
@@ -126,6 +128,8 @@ impl Slot {
 }
 
 /// One published pair and its floor.
+// As `Slot`'s fields.
+#[allow(clippy::struct_field_names)]
 #[derive(Debug, Clone, Copy)]
 struct Pair {
     bound_ns: u64,

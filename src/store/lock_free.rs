@@ -73,12 +73,12 @@ use crate::sync::{Arc, AtomicBool, Backoff, Mutex, Ordering, lock, wait_step};
 /// why the default is `SipHash`.
 ///
 /// A replaced table is freed once no check can still be reading it: its
-/// readers are tracked by an epoch collector private to tollgate. A rebuild
-/// first waits, for a bounded number of rounds, until the shard's previous
-/// replaced table is free to go (for checks already inside it to finish:
-/// nanoseconds to microseconds, unless one is descheduled), so a shard
-/// holds one replaced table awaiting reclamation, and memory is bounded at
-/// every instant, not only after settling. The thread that replaced a table
+/// readers are tracked by an epoch collector private to tollgate. A shard
+/// keeps at most two replaced tables awaiting reclamation: a rebuild that
+/// finds two first waits, for a bounded number of rounds, until one of them
+/// is free to go (for checks already inside it to finish: nanoseconds to
+/// microseconds, unless one is descheduled), so memory is bounded at every
+/// instant, not only after settling. The thread that replaced a table
 /// then frees it itself as soon as it can, outside every lock, so a key's
 /// `Drop` never runs under a shard lock, nor inside an unrelated check.
 /// [`evict_idle`](Store::evict_idle) rebuilds every shard it evicted from
@@ -92,14 +92,15 @@ use crate::sync::{Arc, AtomicBool, Backoff, Mutex, Ordering, lock, wait_step};
 /// stays there (an `Eq` blocked on a lock, or a thread descheduled in
 /// mid-probe) holds back the reclamation of every lock-free store in the
 /// process until it leaves. The waits are bounded, so that such a check
-/// stalls no writer and can deadlock none, and a rebuild whose shard's last
-/// replaced table is still read when its wait runs out is **refused**: the
-/// new key that needed it gets [`CheckError::Reclaiming`] and nothing is
-/// stored, evicted keys keep their slots, and existing keys are decided as
-/// ever. So a shard never holds more than one replaced table; the price of
-/// a long stall is that new keys are refused once their shard's table is
-/// full, until the stalled check leaves (the first writer after it frees
-/// the table and rebuilds).
+/// stalls no writer and can deadlock none, and a rebuild whose shard's two
+/// replaced tables are still read when its wait runs out is **refused**:
+/// the new key that needed it gets [`CheckError::Reclaiming`] (or, under a
+/// cap that admits untracked keys, a fresh decision) and nothing is stored,
+/// evicted keys keep their slots, and stored keys are decided as ever. So a
+/// shard never holds more than two replaced tables; the price of a long
+/// stall is that new keys are refused once their shard's table is full,
+/// until the stalled check leaves (the first writer after it frees the
+/// tables and rebuilds).
 ///
 /// # Hashing
 ///
@@ -254,6 +255,28 @@ const GRACE_ROUNDS: usize = 64;
 #[cfg(feature = "loom")]
 const GRACE_ROUNDS: usize = 2;
 
+/// The most replaced tables a shard keeps awaiting their grace period. One
+/// would do while checks pass through the tables; a reader descheduled
+/// while pinned (an ordinary preemption on a busy host) holds them for a
+/// scheduler's time slice, long beside a wait of `GRACE_ROUNDS`, and with
+/// one a second rebuild in that slice would refuse a new key with no real
+/// stall. Two let a rebuild pass such a preemption; a third is refused.
+const MAX_RETIRED: usize = 2;
+
+/// How many rounds a rebuild that finds `MAX_RETIRED` replaced tables
+/// waits for one of them before it is refused. Most rounds end in a yield
+/// (`Backoff::snooze`), which hands the processor to other runnable
+/// threads, a descheduled reader among them: on a 2-core host with twelve
+/// checking threads, 64 rounds still refused thousands of new keys in 8 s,
+/// 1 024 none (notes/06, `lab/examples/oversubscribed.rs`). A real stall
+/// pays this once per shard; the waits after it are `STALLED_ROUNDS`.
+#[cfg(not(feature = "loom"))]
+const REFUSAL_ROUNDS: usize = 1_024;
+
+/// Under loom, as `GRACE_ROUNDS`.
+#[cfg(feature = "loom")]
+const REFUSAL_ROUNDS: usize = GRACE_ROUNDS;
+
 /// How many rounds a rebuild waits once a wait for the same replaced table
 /// ran out (`Writer::stalled`): enough for the collector to advance twice
 /// when nothing is pinned any more, so that the first writer after a stall
@@ -281,15 +304,11 @@ struct Writer<K, C> {
     used: usize,
     /// Live slots.
     live: usize,
-    /// Replaced tables not yet freed: at most one, at every instant. A
-    /// rebuild first waits, for a bounded time, for the last one's grace
-    /// period and takes it out to free after the lock; if it has not
-    /// elapsed (a check stalled inside it, or a rebuild on a thread already
-    /// inside a check, whose own guard it cannot wait for), the rebuild is
-    /// refused. (A `Vec` only for the `KeepEveryReplacedTable` canary.)
+    /// Replaced tables not yet freed: fewer than [`MAX_RETIRED`] before a
+    /// rebuild, at most that many after it (see [`may_rebuild`]).
     retired: Vec<Retired<K, C>>,
     /// A wait for the replaced table's grace period ran out: later
-    /// rebuilds wait `STALLED_ROUNDS`, not `GRACE_ROUNDS`, so that while a
+    /// rebuilds wait `STALLED_ROUNDS`, not `REFUSAL_ROUNDS`, so that while a
     /// check stays stalled a refused key costs a few flushes of the
     /// collector, not a whole wait under the shard's lock each.
     stalled: bool,
@@ -475,34 +494,66 @@ impl<K, C> Drop for Shard<K, C> {
 /// whose user code called back into a limiter) keeps the epoch from
 /// advancing, so it does not wait at all.
 ///
-/// Called under a shard's lock too (`await_grace`). That cannot deadlock:
+/// Called under a shard's lock too (`may_rebuild`). That cannot deadlock:
 /// the wait is bounded, and no thread takes a shard lock while it holds a
 /// guard, so the guards it waits for are dropped without this lock (unless
 /// user code inside a check blocks, which the bound is for).
-fn wait_for_grace(rounds: usize, done: impl Fn() -> bool) -> bool {
+fn wait_for_grace(rounds: usize, done: impl Fn() -> bool) -> Grace {
     if done() {
-        return true;
+        return Grace::Done;
     }
     if epoch::is_pinned() {
-        return false;
+        return Grace::Pinned;
     }
     let backoff = Backoff::new();
     for _ in 0..rounds {
         epoch::pin().flush();
         if done() {
-            return true;
+            return Grace::Done;
         }
         wait_step(&backoff);
     }
-    false
+    Grace::RanOut
 }
 
-/// Waits, under the shard's lock, for every table in `retired` to be free
-/// to go (at most `rounds` rounds: `GRACE_ROUNDS`, or `STALLED_ROUNDS`
-/// after a wait ran out), so that a rebuild leaves a shard with one replaced table awaiting
-/// reclamation; returns whether they are.
-fn await_grace<K, C>(retired: &[Retired<K, C>], rounds: usize) -> bool {
-    wait_for_grace(rounds, || retired.iter().all(Retired::grace_elapsed))
+/// How a wait for a grace period ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Grace {
+    Done,
+    /// Not waited for: this thread holds a guard itself.
+    Pinned,
+    /// Still not elapsed after every round.
+    RanOut,
+}
+
+/// Whether the shard (lock held) may rebuild: whether, once the replaced
+/// tables whose grace period has elapsed are taken out (into `discarded`,
+/// freed after the lock), it holds fewer than [`MAX_RETIRED`]. When it
+/// holds that many, waits for one of them for a bounded time
+/// (`REFUSAL_ROUNDS`, or `STALLED_ROUNDS` after a wait ran out) and refuses if
+/// none goes: a check stalled inside them holds them, and a rebuild would
+/// keep one more (the canary rebuilds all the same, keeping every table, as
+/// the second version did).
+fn may_rebuild<K, C>(writer: &mut Writer<K, C>, discarded: &mut Discarded<Retired<K, C>>) -> bool {
+    discarded.extend(writer.take_graced());
+    if writer.retired.len() < MAX_RETIRED || canary::planted(Canary::KeepEveryReplacedTable) {
+        // Reclamation moved on: whatever stalled it has left.
+        writer.stalled = false;
+        return true;
+    }
+    let rounds = if writer.stalled {
+        STALLED_ROUNDS
+    } else {
+        REFUSAL_ROUNDS
+    };
+    let retired = &writer.retired;
+    let waited = wait_for_grace(rounds, || retired.iter().any(Retired::grace_elapsed));
+    // Only a wait that ran out marks the shard stalled: a thread already
+    // inside a check (user code calling back into a limiter) cannot wait
+    // for its own guard, which says nothing of the others.
+    writer.stalled = waited == Grace::RanOut;
+    discarded.extend(writer.take_graced());
+    writer.retired.len() < MAX_RETIRED
 }
 
 impl<K, A, C, H> LockFreeStore<K, A, C, H>
@@ -661,8 +712,8 @@ where
         } else {
             (writer.used > writer.live).then(|| table.buckets())
         };
-        if let Some(buckets) = buckets {
-            let _rebuilt = self.rebuild(shard, &mut writer, &mut discarded, algorithm, buckets);
+        if let Some(buckets) = buckets.filter(|_| may_rebuild(&mut writer, &mut discarded)) {
+            self.rebuild(shard, &mut writer, &mut discarded, algorithm, buckets);
         }
         discarded.extend(writer.take_graced());
         drop(writer);
@@ -690,6 +741,11 @@ where
         algorithm: &A,
         now_ns: u64,
     ) -> Result<(), CheckError> {
+        // Before the sweep: a rebuild refused would waste it, and the next
+        // new key would sweep again, all under the lock.
+        if !may_rebuild(writer, discarded) {
+            return Err(CheckError::Reclaiming);
+        }
         // SAFETY: our caller holds the lock.
         let table = unsafe { shard.table_locked() };
         if (writer.live + 1) * 4 > max_used(table.buckets()) * 3 {
@@ -704,11 +760,8 @@ where
         } else {
             growing
         };
-        if self.rebuild(shard, writer, discarded, algorithm, buckets) {
-            Ok(())
-        } else {
-            Err(CheckError::Reclaiming)
-        }
+        self.rebuild(shard, writer, discarded, algorithm, buckets);
+        Ok(())
     }
 
     /// Replaces the shard's table (lock held) with one of `buckets` buckets
@@ -718,13 +771,7 @@ where
     /// declared before it took the lock, so that it is freed after the lock
     /// is released.
     ///
-    /// Returns whether it rebuilt. It does not while the table this shard
-    /// replaced last is still read after a bounded wait (a check stalled
-    /// inside it): a shard never holds more than one replaced table, so
-    /// memory stays bounded whatever a reader does, and the writer neither
-    /// waits for the reader (which could deadlock) nor keeps one more table
-    /// per rebuild (which grew without bound while the reader stayed).
-    #[must_use]
+    /// Its caller asked [`may_rebuild`] first.
     fn rebuild(
         &self,
         shard: &Shard<K, C>,
@@ -732,23 +779,9 @@ where
         discarded: &mut Discarded<Retired<K, C>>,
         algorithm: &A,
         buckets: usize,
-    ) -> bool {
+    ) {
         // SAFETY: our caller holds the lock.
         let old = unsafe { shard.table_locked() };
-        // At most one replaced table per shard awaits reclamation: the
-        // last one goes first (freed by the caller, after the lock), or
-        // nothing is rebuilt (the canary keeps them all, as the first
-        // version did).
-        let rounds = if writer.stalled {
-            STALLED_ROUNDS
-        } else {
-            GRACE_ROUNDS
-        };
-        writer.stalled = !await_grace(&writer.retired, rounds);
-        if writer.stalled && !canary::planted(Canary::KeepEveryReplacedTable) {
-            return false;
-        }
-        discarded.extend(writer.take_graced());
         // A rebuild that took tombstones for live slots would size for them.
         let buckets = if canary::planted(Canary::RebuildCopiesTombstone) {
             buckets.max(buckets_for(
@@ -818,7 +851,6 @@ where
         writer
             .retired
             .push(early.unwrap_or_else(|| Retired::new(replaced)));
-        true
     }
 }
 
@@ -848,7 +880,7 @@ where
             }
         }
         // Absent, or retired under us: the guard is dropped before the lock
-        // is taken (see `await_grace`).
+        // is taken (see `may_rebuild`).
         self.check_slow(shard, hash, key, algorithm, now_ns, cost)
     }
 
@@ -873,7 +905,7 @@ where
         };
         if found {
             // Retired under us: evicted or moved. Ask again once no writer
-            // is mid-change (the guard is dropped first: see `await_grace`).
+            // is mid-change (the guard is dropped first: see `may_rebuild`).
             let _writer = lock(&shard.writer);
             // SAFETY: we hold the lock.
             if let Some(cell) = unsafe { shard.table_locked() }.find(hash, key) {
@@ -909,7 +941,7 @@ where
             return false;
         }
         // Retired under us: evicted or moved. Look again once no writer is
-        // mid-change (the guard is dropped first: see `await_grace`).
+        // mid-change (the guard is dropped first: see `may_rebuild`).
         let _writer = lock(&shard.writer);
         // SAFETY: we hold the lock.
         unsafe { shard.table_locked() }

@@ -469,7 +469,17 @@ where
     };
     match population.make_room(swept) {
         Room::Reserved(reservation) => {
-            (new_key.make_space)(&mut locked)?;
+            if let Err(refused) = (new_key.make_space)(&mut locked) {
+                // Refused for now (the room reserved goes back with
+                // `reservation`): a cap that admits untracked keys admits
+                // this one too, as it would past the cap.
+                return match population.cap {
+                    Some(cap) if cap.when_full == WhenFull::AdmitUntracked => {
+                        Ok(Checked::Done(decision))
+                    }
+                    _ => Err(refused),
+                };
+            }
             algorithm.admit(state.get_mut(), admission);
             let value = Held::new((new_key.value)(state.take()));
             let owned = key.to_owned();
