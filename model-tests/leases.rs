@@ -265,8 +265,6 @@ impl Clock for NodeClock {
 
 struct Node {
     view: LocalView<u64>,
-    /// How far this node's clock lags the deciding one, ns.
-    lag_ns: u64,
     /// Whether the remote decides on this node's readings (a client clock
     /// sent with each call: its view knows the remote's instant exactly)
     /// rather than on its own clock when the call reaches it.
@@ -431,7 +429,6 @@ fn model(plans: &'static [Plan], leases: Option<Leases>, canary: Option<Canary>,
                 Duration::from_secs(1),
             )
             .unwrap(),
-            lag_ns,
             client_clock,
             world: Arc::clone(&world),
             back_ns,
