@@ -161,11 +161,12 @@ impl Offset {
     /// taken earlier, or after the clock was stepped back).
     pub fn sending(&self, sent_ns: u64) {
         if self.clock == RemoteClock::Local {
-            // Relaxed: no data is published with it. A check that reads it
-            // after its own clock reading sees every call sent before that
-            // read began (coherence of one location), and a call sent
-            // after it may only be decided after the check's reading,
-            // which the check is linearised at.
+            // Relaxed: no data is published with it. What orders it before
+            // a check that must see it is outside the memory model: the
+            // call is sent after this store (a system call and the network,
+            // which synchronise), and reaches the remote only after; a
+            // check linearised after the remote decided on it reads its
+            // clock, and then this value, after that, in real time.
             self.sent_ns.fetch_max(sent_ns, Ordering::Relaxed);
         }
     }
