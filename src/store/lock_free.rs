@@ -267,11 +267,13 @@ const MAX_RETIRED: usize = 2;
 /// waits for one of them before it is refused. Most rounds end in a yield
 /// (`Backoff::snooze`), which hands the processor to other runnable
 /// threads, a descheduled reader among them: on a 2-core host with twelve
-/// checking threads, 64 rounds still refused thousands of new keys in 8 s,
-/// 1 024 none (notes/06, `lab/examples/oversubscribed.rs`). A real stall
-/// pays this once per shard; the waits after it are `STALLED_ROUNDS`.
+/// checking threads, 64 rounds still refused thousands of new keys in 8 s
+/// (notes/06, `lab/examples/oversubscribed.rs`), and a debug build's churn
+/// on a loaded host refused some after 1 024; after this many, a few in
+/// hundreds of thousands. A real stall pays this once per shard (tens of
+/// milliseconds); the waits after it are `STALLED_ROUNDS`.
 #[cfg(not(feature = "loom"))]
-const REFUSAL_ROUNDS: usize = 1_024;
+const REFUSAL_ROUNDS: usize = 16_384;
 
 /// Under loom, as `GRACE_ROUNDS`.
 #[cfg(feature = "loom")]

@@ -113,11 +113,17 @@ pub fn churn_peak_settled<S: StoreKind<u64, Gcra>>(
             .clock(clock.clone())
             .build::<u64>();
         let mut most_keys = 0;
+        // A new key the lock-free store refuses while a descheduled reader
+        // holds its replaced tables (`Reclaiming`: rare, and only under
+        // load) is no failure of the bound; anything else is.
         waves(
             threads,
             40,
             clock,
-            |key| assert!(limiter.check(&key).is_ok()),
+            |key| match limiter.check(&key) {
+                Ok(_) | Err(CheckError::Reclaiming) => {}
+                Err(error) => panic!("key {key}: {error}"),
+            },
             || most_keys = most_keys.max(limiter.len() as u64),
         );
         most_keys
@@ -138,6 +144,9 @@ pub struct Flood {
     pub admitted: usize,
     /// Flood keys that got `StoreFull`.
     pub full: usize,
+    /// Flood keys the lock-free store refused while a descheduled reader
+    /// held its replaced tables (`Reclaiming`).
+    pub refused: usize,
 }
 
 /// [`flood`](crate::waves::flood) of `keys` keys with `threads` threads on `store` capped at
@@ -145,7 +154,11 @@ pub struct Flood {
 /// its request, so at 2 µs a key about 50 000 are live at once.
 pub fn flood_peak<S: StoreKind<u64, Gcra>>(store: S, threads: u64, keys: u64, cap: u64) -> Flood {
     let quota = Quota::per_second(10).expect("valid");
-    let (admitted, full) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let (admitted, full, refused) = (
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+    );
     let (peak, ()) = peak_while(|clock| {
         let limiter = Builder::new(quota)
             .store(store.clone())
@@ -165,6 +178,9 @@ pub fn flood_peak<S: StoreKind<u64, Gcra>>(store: S, threads: u64, keys: u64, ca
                 Err(CheckError::StoreFull { .. }) => {
                     full.fetch_add(1, Ordering::Relaxed);
                 }
+                Err(CheckError::Reclaiming) => {
+                    refused.fetch_add(1, Ordering::Relaxed);
+                }
                 Err(error) => panic!("{error}"),
             }
         });
@@ -178,5 +194,6 @@ pub fn flood_peak<S: StoreKind<u64, Gcra>>(store: S, threads: u64, keys: u64, ca
         },
         admitted: admitted.into_inner(),
         full: full.into_inner(),
+        refused: refused.into_inner(),
     }
 }
