@@ -635,7 +635,7 @@ fn after_a_step_back(remote_clock: RemoteClock) -> (u32, u32) {
         RemoteClock::Local if stepped.get() => real_ns - STEP_NS,
         _ => real_ns,
     };
-    let mut check = |remote: &mut Remote, key: &str, real_ns: u64| match node
+    let check = |remote: &mut Remote, key: &str, real_ns: u64| match node
         .at(reading_ns(real_ns))
         .check(key, 1)
         .unwrap()

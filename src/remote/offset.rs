@@ -101,6 +101,8 @@ pub struct Offset {
     sent_ns: AtomicU64,
 }
 
+// Every field is an instant or an offset in nanoseconds, and says so.
+#[allow(clippy::struct_field_names)]
 #[derive(Debug)]
 struct Slot {
     /// `b`, as a wrapping (two's complement) offset: the remote's clock may
@@ -126,6 +128,7 @@ impl Slot {
 }
 
 /// One published pair and its floor.
+#[allow(clippy::struct_field_names)] // Nanoseconds, as `Slot`'s.
 #[derive(Debug, Clone, Copy)]
 struct Pair {
     bound_ns: u64,
