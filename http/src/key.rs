@@ -480,11 +480,11 @@ fn parse_node(node: &str) -> Option<IpAddr> {
 /// request that comes through more trusted proxies than this is keyed by
 /// the last one read. A client can write hundreds of thousands of entries
 /// before its proxy's; they are scanned, never held.
-const MAX_HOPS: usize = 32;
+pub(crate) const MAX_HOPS: usize = 32;
 
 /// The nodes of an `X-Forwarded-For` value's last [`MAX_HOPS`] entries, from
 /// the last back: `None` for an entry that is not an address.
-fn x_forwarded_for(value: &[u8]) -> Vec<Option<IpAddr>> {
+pub(crate) fn x_forwarded_for(value: &[u8]) -> Vec<Option<IpAddr>> {
     value
         .rsplit(|&byte| byte == b',')
         .take(MAX_HOPS)
@@ -502,7 +502,7 @@ fn x_forwarded_for(value: &[u8]) -> Vec<Option<IpAddr>> {
 /// not text). A value whose quotes do not close (a client's, to swallow
 /// the elements proxies append after it) is split at every comma instead,
 /// so the appended elements still parse.
-fn forwarded_for(value: &[u8]) -> Vec<Option<IpAddr>> {
+pub(crate) fn forwarded_for(value: &[u8]) -> Vec<Option<IpAddr>> {
     let mut last = VecDeque::with_capacity(MAX_HOPS);
     let mut keep = |element| {
         if last.len() == MAX_HOPS {
