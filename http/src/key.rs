@@ -238,7 +238,8 @@ impl KeyExtractor for Global {
 /// every trusted proxy: the first address that is not one is the client.
 /// An entry that is not an address (`unknown`, an obfuscated identifier,
 /// garbage) stops the walk, and the request is keyed by the trusted proxy
-/// that reported it, which a client cannot choose. The walk reads at most
+/// that reported it, which a client cannot choose (an address with an
+/// obfuscated port, `192.0.2.43:_p1`, is an address). The walk reads at most
 /// the last 32 entries (of all the header's lines together): a request
 /// that passed more trusted proxies than that is keyed by the last one
 /// read. A client can write any number of entries before its proxy's;
@@ -463,17 +464,41 @@ fn canonical(address: IpAddr) -> IpAddr {
     }
 }
 
-/// An address as proxies write it: bare, with a port, or an IPv6 address
-/// in brackets with or without one.
+/// An address as proxies write it: bare, or as RFC 7239's `node` (an IPv4
+/// address, or an IPv6 address in brackets, either with a port after a
+/// colon). The port may be obfuscated (section 6.3: `_hidden`); the
+/// address is the node's all the same.
 fn parse_node(node: &str) -> Option<IpAddr> {
     if let Ok(address) = node.parse::<IpAddr>() {
         return Some(address);
     }
-    if let Ok(socket) = node.parse::<SocketAddr>() {
-        return Some(socket.ip());
+    let (address, port) = if let Some(bracketed) = node.strip_prefix('[') {
+        let (inner, rest) = bracketed.split_once(']')?;
+        let port = if rest.is_empty() {
+            None
+        } else {
+            Some(rest.strip_prefix(':')?)
+        };
+        (IpAddr::V6(inner.parse::<Ipv6Addr>().ok()?), port)
+    } else {
+        let (name, port) = node.rsplit_once(':')?;
+        (IpAddr::V4(name.parse::<Ipv4Addr>().ok()?), Some(port))
+    };
+    port.is_none_or(is_node_port).then_some(address)
+}
+
+/// RFC 7239's `node-port`: one to five digits, or an obfuscated port (`_`
+/// and at least one letter, digit, `.`, `_` or `-`).
+fn is_node_port(port: &str) -> bool {
+    match port.as_bytes().split_first() {
+        Some((b'_', rest)) => {
+            !rest.is_empty()
+                && rest
+                    .iter()
+                    .all(|&byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'))
+        }
+        _ => (1..=5).contains(&port.len()) && port.bytes().all(|byte| byte.is_ascii_digit()),
     }
-    let inner = node.strip_prefix('[')?.strip_suffix(']')?;
-    inner.parse::<Ipv6Addr>().ok().map(IpAddr::V6)
 }
 
 /// The most entries of a forwarding header read, from its last back: a
@@ -856,6 +881,41 @@ mod tests {
             forwarded_for(b"for=\xff\xfe;by=\"\xfd\", for=198.51.100.9"),
             [Some("198.51.100.9".parse().unwrap()), None]
         );
+    }
+
+    /// Found by the `forwarding_round_trip` fuzz target: an address with
+    /// an obfuscated port (RFC 7239 section 6.3) was read as no address,
+    /// so a walk stopped at it, and every client of that proxy shared one
+    /// key.
+    #[test]
+    fn an_obfuscated_port_names_its_address() {
+        assert_eq!(
+            forwarded_for(br#"FOR="\8\1\.\8\1\.\8\1\.\8\1\:\_\a\a\a\a\a\a\a\a",FOR=unknown"#),
+            [None, Some("81.81.81.81".parse().unwrap())]
+        );
+        for (node, address) in [
+            ("192.0.2.60:_hidden", Some("192.0.2.60")),
+            ("[2001:db8::17]:_x.y-Z_9", Some("2001:db8::17")),
+            ("192.0.2.60:00080", Some("192.0.2.60")),
+            // One to five digits, as RFC 7239 writes ports.
+            ("192.0.2.60:99999", Some("192.0.2.60")),
+            ("192.0.2.60:123456", None),
+            ("192.0.2.60:", None),
+            ("192.0.2.60:_", None),
+            ("192.0.2.60:_a b", None),
+            ("192.0.2.60:8O", None),
+            ("[2001:db8::17]:", None),
+            ("[2001:db8::17]x", None),
+            ("[192.0.2.60]", None),
+            ("[192.0.2.60]:80", None),
+            ("_hidden:80", None),
+        ] {
+            assert_eq!(
+                parse_node(node),
+                address.map(|address| address.parse().unwrap()),
+                "{node}"
+            );
+        }
     }
 
     #[test]
