@@ -7,7 +7,6 @@
 
 mod header;
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
@@ -238,11 +237,14 @@ impl KeyExtractor for Global {
 /// every trusted proxy: the first address that is not one is the client.
 /// An entry that is not an address (`unknown`, an obfuscated identifier,
 /// garbage) stops the walk, and the request is keyed by the trusted proxy
-/// that reported it, which a client cannot choose. The walk reads at most
-/// the last 32 entries (of all the header's lines together): a request
-/// that passed more trusted proxies than that is keyed by the last one
-/// read. A client can write any number of entries before its proxy's;
-/// they are scanned, never parsed nor held.
+/// that reported it, which a client cannot choose (an address with an
+/// obfuscated port, `192.0.2.43:_p1`, is an address). `Forwarded` is split
+/// into its elements from the end, so that what a client wrote before the
+/// proxies' elements (an unclosed quote) cannot change how theirs read.
+/// The walk reads at most the last 32 entries (of all the header's lines
+/// together): a request that passed more trusted proxies than that is
+/// keyed by the last one read. A client can write any number of entries
+/// before its proxy's; they are at most scanned, never parsed nor held.
 ///
 /// # What it stores
 ///
@@ -463,28 +465,52 @@ fn canonical(address: IpAddr) -> IpAddr {
     }
 }
 
-/// An address as proxies write it: bare, with a port, or an IPv6 address
-/// in brackets with or without one.
+/// An address as proxies write it: bare, or as RFC 7239's `node` (an IPv4
+/// address, or an IPv6 address in brackets, either with a port after a
+/// colon). The port may be obfuscated (section 6.3: `_hidden`); the
+/// address is the node's all the same.
 fn parse_node(node: &str) -> Option<IpAddr> {
     if let Ok(address) = node.parse::<IpAddr>() {
         return Some(address);
     }
-    if let Ok(socket) = node.parse::<SocketAddr>() {
-        return Some(socket.ip());
+    let (address, port) = if let Some(bracketed) = node.strip_prefix('[') {
+        let (inner, rest) = bracketed.split_once(']')?;
+        let port = if rest.is_empty() {
+            None
+        } else {
+            Some(rest.strip_prefix(':')?)
+        };
+        (IpAddr::V6(inner.parse::<Ipv6Addr>().ok()?), port)
+    } else {
+        let (name, port) = node.rsplit_once(':')?;
+        (IpAddr::V4(name.parse::<Ipv4Addr>().ok()?), Some(port))
+    };
+    port.is_none_or(is_node_port).then_some(address)
+}
+
+/// RFC 7239's `node-port`: one to five digits, or an obfuscated port (`_`
+/// and at least one letter, digit, `.`, `_` or `-`).
+fn is_node_port(port: &str) -> bool {
+    match port.as_bytes().split_first() {
+        Some((b'_', rest)) => {
+            !rest.is_empty()
+                && rest
+                    .iter()
+                    .all(|&byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'))
+        }
+        _ => (1..=5).contains(&port.len()) && port.bytes().all(|byte| byte.is_ascii_digit()),
     }
-    let inner = node.strip_prefix('[')?.strip_suffix(']')?;
-    inner.parse::<Ipv6Addr>().ok().map(IpAddr::V6)
 }
 
 /// The most entries of a forwarding header read, from its last back: a
 /// request that comes through more trusted proxies than this is keyed by
 /// the last one read. A client can write hundreds of thousands of entries
 /// before its proxy's; they are scanned, never held.
-const MAX_HOPS: usize = 32;
+pub(crate) const MAX_HOPS: usize = 32;
 
 /// The nodes of an `X-Forwarded-For` value's last [`MAX_HOPS`] entries, from
 /// the last back: `None` for an entry that is not an address.
-fn x_forwarded_for(value: &[u8]) -> Vec<Option<IpAddr>> {
+pub(crate) fn x_forwarded_for(value: &[u8]) -> Vec<Option<IpAddr>> {
     value
         .rsplit(|&byte| byte == b',')
         .take(MAX_HOPS)
@@ -499,23 +525,60 @@ fn x_forwarded_for(value: &[u8]) -> Vec<Option<IpAddr>> {
 /// The `for=` nodes of a `Forwarded` value's last [`MAX_HOPS`] elements,
 /// from the last back: `None` for an element without one, or whose node is
 /// not an address (`unknown`, an obfuscated `_identifier`, bytes that are
-/// not text). A value whose quotes do not close (a client's, to swallow
-/// the elements proxies append after it) is split at every comma instead,
-/// so the appended elements still parse.
-fn forwarded_for(value: &[u8]) -> Vec<Option<IpAddr>> {
-    let mut last = VecDeque::with_capacity(MAX_HOPS);
-    let mut keep = |element| {
-        if last.len() == MAX_HOPS {
-            last.pop_front();
+/// not text).
+///
+/// The elements are split from the end ([`elements_from_end`]), so that
+/// the elements proxies appended are read exactly as they wrote them,
+/// whatever a client wrote before them: an unclosed quote, bytes that are
+/// not text, or a quoted string that the proxies' own quoted strings
+/// would close.
+pub(crate) fn forwarded_for(value: &[u8]) -> Vec<Option<IpAddr>> {
+    elements_from_end(value)
+        .take(MAX_HOPS)
+        .map(for_node)
+        .collect()
+}
+
+/// A `Forwarded` value's elements, from the last back: split at each comma
+/// outside a quoted string, read from the end.
+///
+/// Read from the end, a well-formed element is delimited exactly: a `"`
+/// met outside a quoted string closes one, and inside one, a `"` after an
+/// odd number of backslashes is escaped, any other opens it (in a
+/// well-formed value an opening quote follows `=`, never a backslash).
+/// Read from the start, a client's unclosed quote would swallow the
+/// elements appended after it, and its quote would pair with theirs,
+/// putting their quoted commas outside and their separators inside a
+/// quoted string (a quoted `host` holding `, for=` and an address would
+/// then read as an element). What a client wrote is reached only after
+/// every element appended after it; a quote of its own that does not
+/// close from the end ends the last element read at the value's start.
+fn elements_from_end(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = Some(value);
+    std::iter::from_fn(move || {
+        let current = rest?;
+        let mut quoted = false;
+        for index in (0..current.len()).rev() {
+            match current[index] {
+                b'"' if !quoted => quoted = true,
+                b'"' => {
+                    let backslashes = current[..index]
+                        .iter()
+                        .rev()
+                        .take_while(|&&byte| byte == b'\\')
+                        .count();
+                    quoted = backslashes % 2 == 1;
+                }
+                b',' if !quoted => {
+                    rest = Some(&current[..index]);
+                    return Some(&current[index + 1..]);
+                }
+                _ => {}
+            }
         }
-        last.push_back(element);
-    };
-    if quotes_close(value) {
-        split_unquoted(value, b',').for_each(&mut keep);
-    } else {
-        value.split(|&byte| byte == b',').for_each(&mut keep);
-    }
-    last.into_iter().rev().map(for_node).collect()
+        rest = None;
+        Some(current)
+    })
 }
 
 /// The address of a `Forwarded` element's `for=` node, if it has one that
@@ -534,21 +597,6 @@ fn for_node(element: &[u8]) -> Option<IpAddr> {
         };
         parse_node(std::str::from_utf8(&node).ok()?)
     })
-}
-
-/// Whether every quoted string in `value` closes.
-fn quotes_close(value: &[u8]) -> bool {
-    let mut quoted = false;
-    let mut escaped = false;
-    for &byte in value {
-        match byte {
-            _ if escaped => escaped = false,
-            b'\\' if quoted => escaped = true,
-            b'"' => quoted = !quoted,
-            _ => {}
-        }
-    }
-    !quoted
 }
 
 /// Splits `value` at each `separator` (an ASCII byte, so never inside a
@@ -855,6 +903,87 @@ mod tests {
         assert_eq!(
             forwarded_for(b"for=\xff\xfe;by=\"\xfd\", for=198.51.100.9"),
             [Some("198.51.100.9".parse().unwrap()), None]
+        );
+    }
+
+    /// Found by the `forwarding_round_trip` fuzz target: an address with
+    /// an obfuscated port (RFC 7239 section 6.3) was read as no address,
+    /// so a walk stopped at it, and every client of that proxy shared one
+    /// key.
+    #[test]
+    fn an_obfuscated_port_names_its_address() {
+        assert_eq!(
+            forwarded_for(br#"FOR="\8\1\.\8\1\.\8\1\.\8\1\:\_\a\a\a\a\a\a\a\a",FOR=unknown"#),
+            [None, Some("81.81.81.81".parse().unwrap())]
+        );
+        for (node, address) in [
+            ("192.0.2.60:_hidden", Some("192.0.2.60")),
+            ("[2001:db8::17]:_x.y-Z_9", Some("2001:db8::17")),
+            ("192.0.2.60:00080", Some("192.0.2.60")),
+            // One to five digits, as RFC 7239 writes ports.
+            ("192.0.2.60:99999", Some("192.0.2.60")),
+            ("192.0.2.60:123456", None),
+            ("192.0.2.60:", None),
+            ("192.0.2.60:_", None),
+            ("192.0.2.60:_a b", None),
+            ("192.0.2.60:8O", None),
+            ("[2001:db8::17]:", None),
+            ("[2001:db8::17]x", None),
+            ("[192.0.2.60]", None),
+            ("[192.0.2.60]:80", None),
+            ("_hidden:80", None),
+        ] {
+            assert_eq!(
+                parse_node(node),
+                address.map(|address| address.parse().unwrap()),
+                "{node}"
+            );
+        }
+    }
+
+    /// Found by the `forwarding_round_trip` fuzz target: read from the
+    /// start, a client's unclosed quote paired with the first quote the
+    /// proxies wrote after it, and the commas they quoted (here escaped
+    /// ones, in a parameter's value) split their elements: both nodes
+    /// were lost.
+    #[test]
+    fn a_clients_quote_does_not_pair_with_the_proxies_quotes() {
+        let mapped = |v4: &str| {
+            Some(IpAddr::V6(
+                v4.parse::<std::net::Ipv4Addr>().unwrap().to_ipv6_mapped(),
+            ))
+        };
+        assert_eq!(
+            forwarded_for(
+                b"\xa0\xa0\xa0\xa0\xa0\xa0\"\x00\x00\x00 , for=\"[::ffff:10.4.255.255]:65535\"\t,\thost=\"\\\xa0\\\xff\\\xfa\";|||=\"\\\xa0\\\xa0\\\xa0\\\xff\\,\\,\\,\";for=\"[::ffff:160.160.160.160]:9762\""
+            ),
+            [mapped("160.160.160.160"), mapped("10.4.255.255"), None]
+        );
+    }
+
+    /// What the fuzz target's finding allowed: a client that sends an
+    /// unclosed quote, and a `Host` that a proxy writes in its element's
+    /// `host` parameter, chose its own key.
+    #[test]
+    fn a_client_cannot_choose_its_key_through_a_quoted_host() {
+        let peer = PeerIp::new().trust_forwarded(["10.0.0.0/8".parse().unwrap()]);
+        // The client's line, `"`, and its proxy's element appended to it,
+        // with the client's `Host` (`a, for=203.0.113.66;x="`) quoted.
+        let mut request = http::Request::get("/")
+            .header(
+                "forwarded",
+                r#"", for=198.51.100.7;host="a, for=203.0.113.66;x=\"""#,
+            )
+            .body(())
+            .unwrap();
+        request
+            .extensions_mut()
+            .insert("10.0.0.2:443".parse::<SocketAddr>().unwrap());
+        assert_eq!(
+            peer.extract(&RequestHead::of(&request))
+                .unwrap()
+                .to_string(),
+            "198.51.100.7/32"
         );
     }
 

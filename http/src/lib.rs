@@ -55,6 +55,9 @@
 #![allow(clippy::module_name_repetitions)]
 
 mod fields;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod grpc;
 mod head;
 mod key;

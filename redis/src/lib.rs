@@ -14,6 +14,9 @@
 mod connection;
 mod error;
 mod failure;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod key;
 mod limiter;
 mod local;
