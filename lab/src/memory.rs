@@ -406,8 +406,8 @@ pub fn peak_table(full: bool) {
             flood.peak,
         );
         println!(
-            "{:<38} (admitted {}, StoreFull {})",
-            "", flood.admitted, flood.full
+            "{:<38} (admitted {}, StoreFull {}, Reclaiming {})",
+            "", flood.admitted, flood.full, flood.refused
         );
     }
     println!(
