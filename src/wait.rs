@@ -84,6 +84,13 @@ const QUEUE_SHARDS: usize = 8;
 /// entries cost less than reallocating for them again and again.
 const MIN_ROOM: usize = 8;
 
+/// The room to shrink to when `len` entries use a quarter of `capacity` or
+/// less (halving then keeps the cost amortised), or `None`.
+fn shrunk_room(len: usize, capacity: usize) -> Option<usize> {
+    let held = len.max(MIN_ROOM);
+    (capacity > 4 * held).then_some(2 * held)
+}
+
 /// The queues of the keys that have pending reservations, found by the
 /// key's hash. A key's queue exists while it has pending reservations and
 /// is removed with its last.
@@ -281,9 +288,8 @@ fn remove_locked<K>(shard: &mut Shard<K>, queue: &Arc<Queue<K>>) {
             shard.remove(&queue.hash);
             // As a queue does: the shard's room follows the keys waiting
             // now, not the most that ever waited at once.
-            let waiting = shard.len().max(MIN_ROOM);
-            if shard.capacity() > 4 * waiting {
-                shard.shrink_to(2 * waiting);
+            if let Some(room) = shrunk_room(shard.len(), shard.capacity()) {
+                shard.shrink_to(room);
             }
         }
     }
@@ -320,10 +326,15 @@ impl QueueState {
     /// quarter of it: the queue's memory follows the reservations held, not
     /// the most it ever held (halving keeps the cost amortised).
     fn shrink(&mut self) {
-        let held = self.pending.len().max(MIN_ROOM);
-        if self.pending.capacity() > 4 * held {
-            self.pending.shrink_to(2 * held);
+        if let Some(room) = shrunk_room(self.pending.len(), self.pending.capacity()) {
+            self.pending.shrink_to(room);
         }
+    }
+
+    /// Entry `index` leaves, alone.
+    fn remove(&mut self, index: usize) {
+        self.pending.remove(index);
+        self.shrink();
     }
 }
 
@@ -398,8 +409,7 @@ impl<K> Ticket<K> {
         // canary leaves it queued, as the first version did until it
         // reached the front).
         if !canary::planted(Canary::CancelKeepsEntry) {
-            state.pending.remove(index);
-            state.shrink();
+            state.remove(index);
         }
         drop(state);
         // Woken once the schedule is whole and the lock released: a waker is
@@ -424,8 +434,7 @@ impl<K> Ticket<K> {
     pub(crate) fn forget(&self) {
         let mut state = lock(&self.queue.state);
         if let Some(index) = state.index(self.id) {
-            state.pending.remove(index);
-            state.shrink();
+            state.remove(index);
         }
     }
 

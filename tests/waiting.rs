@@ -403,6 +403,17 @@ impl tollgate::clock::Clock for Fragile {
     }
 }
 
+/// 10 a second in bursts of 1 on `fragile`'s clock, key "k" drained at 1 s:
+/// the next reservation's slot is an interval away.
+fn drained_on(fragile: &Fragile) -> RateLimiter<String, tollgate::algorithm::Gcra, Fragile> {
+    fragile.clock.set(Duration::from_secs(1));
+    let limiter = Builder::new(Quota::per_second(10).unwrap().with_burst(1).unwrap())
+        .clock(fragile.clone())
+        .build();
+    assert!(limiter.check("k").unwrap().is_allowed());
+    limiter
+}
+
 /// A waker whose `wake` panics: an executor's, and so user code.
 fn panicking_waker() -> std::task::Waker {
     struct Panics;
@@ -426,11 +437,7 @@ async fn a_waker_that_panics_leaves_the_schedule_whole() {
     use std::task::{Context, Poll};
 
     let fragile = Fragile::default();
-    fragile.clock.set(Duration::from_secs(1));
-    let limiter = Builder::new(Quota::per_second(10).unwrap().with_burst(1).unwrap())
-        .clock(fragile.clone())
-        .build::<String>();
-    assert!(limiter.check("k").unwrap().is_allowed());
+    let limiter = drained_on(&fragile);
     let max_wait = Duration::from_secs(10);
     let first = limiter.reserve_n("k", 1, max_wait).unwrap();
     let mut second = limiter.reserve_n("k", 1, max_wait).unwrap();
@@ -464,11 +471,7 @@ async fn a_waker_that_panics_leaves_the_schedule_whole() {
 #[test]
 fn a_reservation_dropped_while_the_clock_panics_leaves_its_queue() {
     let fragile = Fragile::default();
-    fragile.clock.set(Duration::from_secs(1));
-    let limiter = Builder::new(Quota::per_second(10).unwrap().with_burst(1).unwrap())
-        .clock(fragile.clone())
-        .build::<String>();
-    assert!(limiter.check("k").unwrap().is_allowed());
+    let limiter = drained_on(&fragile);
     let pending = limiter.reserve_n("k", 1, Duration::from_secs(10)).unwrap();
     assert_eq!(limiter.waiting_reservations(), 1);
     fragile
