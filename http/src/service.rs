@@ -41,7 +41,13 @@ pub enum OnUnavailable {
     /// problem and `Retry-After: 1` (gRPC: `UNAVAILABLE`). The default.
     #[default]
     Refuse,
-    /// Let the request through, unlimited by that rule.
+    /// Let the request through, unlimited by that rule. This covers every
+    /// [`Failure::Unavailable`](crate::Failure::Unavailable), in-process
+    /// rules' included: a new key their lock-free store refuses while a
+    /// check stalled inside it holds back reclamation
+    /// ([`CheckError::Reclaiming`](tollgate::CheckError::Reclaiming)) then
+    /// passes uncounted for as long as the stall lasts. Choose it to ride
+    /// out a backend's outage only where that is acceptable.
     Allow,
 }
 
