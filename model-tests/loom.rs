@@ -2,13 +2,19 @@
 //! preemption bound set per model, with canaries (deliberately broken
 //! variants that loom must catch at the same bound).
 //!
-//! Run: `RUSTFLAGS="--cfg crossbeam_loom" cargo test --release --features
-//! loom --test loom` (the cfg makes crossbeam-epoch and crossbeam-utils use
-//! loom's primitives, so that the lock-free table runs under loom as it is).
-//! Each model prints how many executions loom explored (`--nocapture` shows
-//! them); notes/07-model-checking.md records them with their times.
+//! Run: `cargo loom` (an alias in `.cargo/config.toml`), or
+//! `cargo test --features loom`, which hands over to it
+//! (`model-tests/cargo_loom.rs`). The models need crossbeam built with
+//! `--cfg crossbeam_loom` (crossbeam-epoch and crossbeam-utils use loom's
+//! primitives only then, so that the lock-free table runs under loom as it
+//! is), a flag no Cargo feature or profile can set, and a release build, in
+//! a target directory of their own so that the flag does not rebuild the
+//! ordinary one: the alias spells that out, and `cargo loom <filter>` runs
+//! some of them. Each model prints how many executions loom explored
+//! (`cargo loom -- --nocapture` shows them); notes/07-model-checking.md
+//! records them with their times.
 
-#![cfg(feature = "loom")]
+#![cfg(all(feature = "loom", crossbeam_loom))]
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, DefaultHasher};

@@ -1,5 +1,11 @@
-//! Rate limiters whose hot paths are lock-free, whose atomic protocols are
-//! model-checked, and whose performance claims are numbers anyone can re-run.
+//! Rate limiters that decide exactly, on hot paths without locks, with
+//! memory bounded at every instant.
+//!
+//! Five algorithms sit behind one contract, each one's arithmetic written
+//! once as a pure function; every store applies it, and one conformance
+//! suite holds them all to the same properties. Limits shared across
+//! processes live in the companion crates [`tollgate-redis`] and, in front
+//! of a server, [`tollgate-http`].
 //!
 //! # Quick start
 //!
@@ -24,25 +30,147 @@
 //! # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
 //! ```
 //!
-//! # Layers
+//! # Choosing the parts
 //!
-//! * [`clock`]: where time comes from ([`Clock`](clock::Clock), nanoseconds
-//!   as `u64`).
-//! * [`algorithm`]: five algorithms as pure functions of (state, now, cost).
-//! * [`cell`]: one key's state under a discipline: a compare-and-swap word
-//!   ([`Atomic`](cell::Atomic)) or a mutex ([`Locked`](cell::Locked)), and
-//!   which algorithm gets which.
-//! * [`store`]: how keys find their state.
-//! * [`RateLimiter`] and [`DirectLimiter`]: the façade, built by [`Builder`].
+//! [`RateLimiter::keyed`] and [`DirectLimiter::direct`] give the defaults;
+//! a [`Builder`] chooses each part, and its types keep a keyed-only part (a
+//! store, a key cap) off a direct limiter at compile time.
+//!
+//! **Keyed or direct.** A [`RateLimiter<K>`](RateLimiter) keeps one budget
+//! per key (a client address, an API key, a user id); a [`DirectLimiter`]
+//! keeps one budget for everything (an upstream's rate), in one atomic
+//! word.
+//!
+//! **The algorithm** ([`algorithm`]). The default, [`Gcra`](algorithm::Gcra),
+//! is exact, keeps one timestamp a key and denies without writing; choose
+//! another for its semantics:
+//!
+//! | algorithm | state a key | admits in any window of the quota's length |
+//! |---|---|---|
+//! | [`Gcra`](algorithm::Gcra) (default) | one timestamp | the burst, then one per interval |
+//! | [`TokenBucket`](algorithm::TokenBucket) | a deficit and a time | the same, as a bucket that refills |
+//! | [`SlidingWindowLog`](algorithm::SlidingWindowLog) | a timestamp an admission | exactly the limit |
+//! | [`SlidingWindowCounter`](algorithm::SlidingWindowCounter) | a window and two counts | about the limit: the previous window's count, weighted |
+//! | [`FixedWindow`](algorithm::FixedWindow) | a window and a count | up to twice the limit across a boundary |
+//!
+//! **The store** ([`store`]), keyed limiters only. The default,
+//! [`LockFree`](store::LockFree), is a sharded open-addressing table: a
+//! check on a known key takes no lock, and memory is reclaimed as the table
+//! grows. [`Sharded`](store::Sharded) and [`GlobalMutex`](store::GlobalMutex)
+//! are mutex maps (the baselines the lock-free store is measured against),
+//! and [`PerKey`](store::PerKey) keeps each key's state behind its own
+//! `Arc`.
+//!
+//! **The key cap.** Keys are attacker-chosen: [`Builder::max_keys`] bounds
+//! how many a store holds, evicting keys whose state decides as a fresh
+//! key's would first, and [`WhenFull`](store::WhenFull) says what a new key
+//! past the cap gets (an error, or a fresh key's decision, untracked).
+//! Idle keys are also evicted as a store grows, and on demand with
+//! [`RateLimiter::evict_idle`]; no background thread is needed.
+//!
+//! ```
+//! use std::num::NonZeroUsize;
+//! use tollgate::algorithm::SlidingWindowLog;
+//! use tollgate::store::{Sharded, WhenFull};
+//! use tollgate::{Builder, CheckError, Quota};
+//!
+//! # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let logins = Builder::new(Quota::per_hour(5)?)
+//!     .algorithm::<SlidingWindowLog>() // never 6 in any hour
+//!     .store(Sharded::default())
+//!     .max_keys(NonZeroUsize::new(100_000).unwrap(), WhenFull::Reject)
+//!     .build::<u64>();
+//! match logins.check(&42) {
+//!     Ok(decision) => assert!(decision.is_allowed()),
+//!     Err(CheckError::StoreFull { .. }) => { /* shed the new client */ }
+//!     Err(other) => return Err(other.into()),
+//! }
+//! # Ok(())
+//! # }
+//! # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
+//! ```
+//!
+//! **The clock** ([`clock`]). [`MonotonicClock`](clock::MonotonicClock)
+//! (std's `Instant`) by default; `TscClock` (feature `tsc`) reads the CPU's
+//! time-stamp counter in a few nanoseconds; [`CoarseClock`](clock::CoarseClock)
+//! reads a cached value a background thread refreshes;
+//! [`ManualClock`](clock::ManualClock) moves only when told, for tests:
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::clock::ManualClock;
+//! use tollgate::{Builder, Quota};
+//!
+//! # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let clock = ManualClock::new();
+//! let limiter = Builder::new(Quota::per_second(3)?)
+//!     .clock(clock.clone())
+//!     .build_direct();
+//! for _ in 0..3 {
+//!     assert!(limiter.check()?.is_allowed());
+//! }
+//! let denied = limiter.check()?;
+//! // Exact, rounded up to the nanosecond: a retry then succeeds.
+//! assert_eq!(denied.retry_after(), Duration::from_nanos(333_333_334));
+//! clock.advance(denied.retry_after());
+//! assert!(limiter.check()?.is_allowed());
+//! # Ok(())
+//! # }
+//! # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
+//! ```
+//!
+//! # Waiting
+//!
+//! With the `tokio` feature, `until_ready` waits for a GCRA limiter's next
+//! slot instead of denying: waiters are served in arrival order with no
+//! polling, and a wait dropped before its slot gives the slot back (see
+//! [`wait`]). Without tokio, [`RateLimiter::reserve_n`] reserves a slot and
+//! says when it comes.
+//!
+//! # Several limits on one request
+//!
+//! [`RateLimiter::check_n_receipt`] admits and returns a receipt, and
+//! [`RateLimiter::refund`] gives the units back if nothing was admitted on
+//! the key since: check a per-user limit, then a per-route one, and refund
+//! the first when the second denies.
+//!
+//! # Beyond one process, and in front of a server
+//!
+//! Three instances of a service, each with its own limiter of 100, admit
+//! 300. [`tollgate-redis`] shares one count per key through Redis
+//! (standalone or Cluster), with the same [`Decision`]: one script holds
+//! the five algorithms, and for GCRA an exact deny cache and leases decide
+//! most checks locally without ever admitting more than Redis alone would
+//! ([`remote`] is their local half). [`tollgate-http`] is a tower layer for
+//! axum, hyper and tonic over either: key extraction (peer address,
+//! trusted proxies, headers), the IETF `RateLimit` fields, `Retry-After`,
+//! problem details and gRPC status.
 //!
 //! # The contract
 //!
 //! Every check returns a [`Decision`] or, for a cost no wait could admit, a
 //! [`CheckError`]. A denial consumes nothing; `retry_after` is exact and
 //! rounded up; `retry_after <= reset_after`; a clock reading older than a
-//! key's state never admits more than a newer one. `notes/00-contract.md` in
-//! the repository argues each rule.
+//! key's state never admits more than a newer one. A panic in a key's
+//! `Hash`, `Eq`, `Borrow` or `Clone` reaches only the call that ran it:
+//! every other key decides exactly as before.
+//!
+//! # Features
+//!
+//! All off by default, so that a user who does not ask compiles none of
+//! their dependencies:
+//!
+//! * `tsc`: `clock::TscClock`, on quanta;
+//! * `tokio`: `until_ready` and `clock::TokioClock`, on tokio's timer;
+//! * `loom`, `shuttle`: the model checks' builds (`cargo loom`); a library
+//!   built with either works only inside its model checker.
+//!
+//! [`tollgate-redis`]: https://docs.rs/tollgate-redis
+//! [`tollgate-http`]: https://docs.rs/tollgate-http
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_op_in_unsafe_fn, missing_docs, missing_debug_implementations)]
 // Unsafe code lives in two modules only (the lock-free table and the store
 // that reclaims it), each allowing it locally; every block states its safety
