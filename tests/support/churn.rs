@@ -89,7 +89,7 @@ impl Peak {
     }
 }
 
-/// [`waves`](crate::waves::waves) (40 of them) on `store` with `threads` threads, GCRA at one
+/// [`waves`](crate::waves::waves()) (40 of them) on `store` with `threads` threads, GCRA at one
 /// request a second (a burst of 1: a one-off key has rested a second after
 /// its request, so each wave's growth sweeps evict the last wave's).
 pub fn churn_peak<S: StoreKind<u64, Gcra>>(store: S, threads: u64) -> Peak {
@@ -149,7 +149,7 @@ pub struct Flood {
     pub refused: usize,
 }
 
-/// [`flood`](crate::waves::flood) of `keys` keys with `threads` threads on `store` capped at
+/// [`flood`](crate::waves::flood()) of `keys` keys with `threads` threads on `store` capped at
 /// `cap` keys (rejecting), GCRA at 10 a second: a key is idle 100 ms after
 /// its request, so at 2 µs a key about 50 000 are live at once.
 pub fn flood_peak<S: StoreKind<u64, Gcra>>(store: S, threads: u64, keys: u64, cap: u64) -> Flood {
