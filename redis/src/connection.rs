@@ -103,8 +103,8 @@ impl Connection {
         self.options.call_timeout
     }
 
-    /// Returns whether this is a Cluster connection: keys on several masters, each
-    /// with its own clock.
+    /// Returns whether this is a Cluster connection: keys on several
+    /// masters, each with its own clock.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.inner, Inner::Cluster(_))
     }
@@ -230,9 +230,10 @@ pub(crate) enum CallError {
     Failed(RedisError),
 }
 
-/// Returns whether an error means Redis could not decide now, though the same call
-/// may succeed later (the failure policy applies), as opposed to an error
-/// that every retry would meet (a configuration error, returned as it is).
+/// Returns whether an error means Redis could not decide now, though the
+/// same call may succeed later (the failure policy applies), as opposed to
+/// an error that every retry would meet (a configuration error, returned
+/// as it is).
 ///
 /// Out of reach: no connection or no reply; a server loading its data, busy
 /// with a script, read-only (a replica after a failover), without its

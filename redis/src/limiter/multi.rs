@@ -74,8 +74,9 @@ impl Decisions {
 /// IP address) in one script call, all or nothing: either every limit
 /// admits and each is charged its cost, or nothing is charged.
 ///
-/// The limiters must share one hash tag ([`Builder::hash_tag`](crate::Builder::hash_tag)),
-/// so that Redis Cluster keeps their keys in one slot, and one
+/// The limiters must share one hash tag
+/// ([`Builder::hash_tag`](crate::Builder::hash_tag)), so that Redis
+/// Cluster keeps their keys in one slot, and one
 /// [`Connection`](crate::Connection) (clones of one handle). Each limit is
 /// decided at its own limiter's time (the server's, or its clock's).
 ///
