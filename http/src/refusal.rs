@@ -22,7 +22,7 @@ use crate::passed::{Fields, Passed, RuleDecision};
 pub(crate) enum Refusal {
     /// A rule denied it.
     Denied(RuleDecision),
-    /// Rule `.0` gave no decision.
+    /// A rule, by its index, gave no decision.
     Failed(usize, Failure),
     /// A rule found no key in it.
     NoKey(KeyError),
