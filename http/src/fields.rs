@@ -6,7 +6,13 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use http::HeaderName;
 use tollgate::{Decision, Quota};
+
+/// The `RateLimit-Policy` field.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// The `RateLimit` field.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
 /// The problem type of a denial (the draft's registration).
 pub(crate) const QUOTA_EXCEEDED: &str =

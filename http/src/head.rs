@@ -29,7 +29,7 @@ pub struct RequestHead<'a> {
 }
 
 impl<'a> RequestHead<'a> {
-    /// The head of `request`.
+    /// Views the head of `request`.
     pub fn of<B>(request: &'a Request<B>) -> Self {
         Self {
             method: request.method(),
@@ -40,31 +40,32 @@ impl<'a> RequestHead<'a> {
         }
     }
 
-    /// The request's method.
+    /// Returns the request's method.
     #[must_use]
     pub fn method(&self) -> &'a Method {
         self.method
     }
 
-    /// The request's target.
+    /// Returns the request's target.
     #[must_use]
     pub fn uri(&self) -> &'a Uri {
         self.uri
     }
 
-    /// The request's HTTP version.
+    /// Returns the request's HTTP version.
     #[must_use]
     pub fn version(&self) -> Version {
         self.version
     }
 
-    /// The request's headers.
+    /// Returns the request's headers.
     #[must_use]
     pub fn headers(&self) -> &'a HeaderMap {
         self.headers
     }
 
-    /// The request's extensions (where servers record the peer's address).
+    /// Returns the request's extensions (where servers record the peer's
+    /// address).
     #[must_use]
     pub fn extensions(&self) -> &'a Extensions {
         self.extensions

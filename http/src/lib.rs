@@ -47,32 +47,38 @@
 //! # }
 //! ```
 //!
-//! `notes/11-http.md` in the repository argues the key extractors and the
-//! proxy trust model, and the mapping from a decision to each field.
+//! The repository's design notes argue the key extractors and the proxy
+//! trust model, and the mapping from a decision to each field.
 
 #![deny(missing_docs, missing_debug_implementations, unsafe_code)]
 #![warn(clippy::pedantic)]
 #![allow(clippy::module_name_repetitions)]
 
+mod body;
 mod fields;
+mod future;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod grpc;
 mod head;
 mod key;
+mod layer;
 mod limit;
+mod passed;
+mod refusal;
 mod rule;
 mod service;
 
+pub use body::LimitBody;
+pub use fields::{RATELIMIT, RATELIMIT_POLICY};
+pub use future::ResponseFuture;
 pub use head::RequestHead;
 pub use key::{
     Global, GlobalKey, Header, HeaderKey, IpKey, IpNet, IpNetError, KeyError, KeyExtractor, KeyFn,
     PeerIp, PrefixError,
 };
+pub use layer::{Builder, OnUnavailable, RateLimitLayer};
 pub use limit::{Checked, Failure, Limit, NoReceipt};
 pub use rule::{NameError, Rule};
-pub use service::{
-    Builder, LimitBody, OnUnavailable, RATELIMIT, RATELIMIT_POLICY, RateLimit, RateLimitLayer,
-    ResponseFuture,
-};
+pub use service::RateLimit;

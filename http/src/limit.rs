@@ -2,7 +2,6 @@
 //! limiters and (feature `redis`) the Redis backend.
 
 use std::error::Error;
-use std::fmt;
 use std::future::{Future, ready};
 
 use tollgate::algorithm::{Algorithm, Receipt};
@@ -41,9 +40,9 @@ pub trait Limit<K: ?Sized>: Send + Sync + 'static {
     /// that cannot.
     type Receipt: Send + Sync + 'static;
 
-    /// The quota the limiter enforces: what `RateLimit-Policy` advertises
-    /// for the decisions it makes by it (the rule writes that item once).
-    /// A decision made by another quota says so in
+    /// Returns the quota the limiter enforces: what `RateLimit-Policy`
+    /// advertises for the decisions it makes by it (the rule writes that
+    /// item once). A decision made by another quota says so in
     /// [`Checked::quota`].
     fn quota(&self) -> Quota;
 
@@ -96,13 +95,18 @@ pub struct Checked<R> {
 pub enum NoReceipt {}
 
 /// Why a limiter gave no decision.
-#[derive(Debug)]
+///
+/// Its message names its cause (the backend's error included), which
+/// `source` does not return again.
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Failure {
     /// The cost is above the burst (or zero): no wait could admit it.
+    #[error(transparent)]
     Cost(CheckError),
     /// A new key found the limiter's key cap reached
     /// ([`WhenFull::Reject`](tollgate::store::WhenFull::Reject)).
+    #[error("the limiter tracks its maximum of {max_keys} keys; a new key was rejected")]
     Full {
         /// The cap.
         max_keys: usize,
@@ -112,32 +116,8 @@ pub enum Failure {
     /// error; or an in-process store could not hold a new key now
     /// ([`CheckError::Reclaiming`]: a check stalled inside it holds back
     /// reclamation).
+    #[error("the limiter's backend is unavailable: {0}")]
     Unavailable(Box<dyn Error + Send + Sync>),
-}
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Failure::Cost(error) => fmt::Display::fmt(error, f),
-            Failure::Full { max_keys } => write!(
-                f,
-                "the limiter tracks its maximum of {max_keys} keys; a new key was rejected"
-            ),
-            Failure::Unavailable(error) => {
-                write!(f, "the limiter's backend is unavailable: {error}")
-            }
-        }
-    }
-}
-
-impl Error for Failure {
-    fn source(&self) -> Option<&(dyn Error + 'static)> {
-        match self {
-            Failure::Cost(error) => Some(error),
-            Failure::Full { .. } => None,
-            Failure::Unavailable(error) => Some(&**error),
-        }
-    }
 }
 
 impl From<CheckError> for Failure {
@@ -153,7 +133,7 @@ impl From<CheckError> for Failure {
     }
 }
 
-/// Decided in process, at once. GCRA admissions come with a receipt (see
+/// Decides in process, at once. GCRA admissions come with a receipt (see
 /// [`Algorithm::receipt`]), so a request a later rule refuses is charged
 /// nothing here.
 impl<K, A, C, S> Limit<K> for RateLimiter<K, A, C, S>
@@ -193,8 +173,8 @@ where
     }
 }
 
-/// An in-process check's outcome, decided by `quota`, as the layer reads
-/// it.
+/// Reads an in-process check's outcome, decided by `quota`, as the layer
+/// does.
 #[inline]
 fn checked<R>(
     outcome: Result<(Decision, Option<R>), CheckError>,
@@ -209,7 +189,7 @@ fn checked<R>(
         .map_err(Failure::from)
 }
 
-/// One budget for every request: the key is ignored.
+/// Holds every request to one budget: the key is ignored.
 impl<K, A, C, P> Limit<K> for DirectLimiter<A, C, P>
 where
     K: ?Sized,
@@ -257,7 +237,7 @@ mod redis {
 
     use super::{Checked, Failure, Limit, NoReceipt};
 
-    /// Every check is one round trip; the limiter's own
+    /// Decides every check in one round trip; the limiter's own
     /// [`OnFailure`](tollgate_redis::OnFailure) policy decides first when
     /// Redis cannot, and only its `Error` policy reaches the layer, as
     /// [`Failure::Unavailable`]. A decision carries the quota that made it
@@ -298,8 +278,8 @@ mod redis {
     }
 }
 
-/// A shared limiter (the same budget behind several layers, or a layer and
-/// a handler).
+/// Shares one limiter (the same budget behind several layers, or a layer
+/// and a handler).
 impl<K, L> Limit<K> for std::sync::Arc<L>
 where
     K: ?Sized,

@@ -74,23 +74,12 @@ pub struct Rule {
 }
 
 /// A policy name that cannot go in a structured field.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a policy name must be non-empty printable ASCII (a structured-field String): {0:?}")]
 pub struct NameError(String);
 
-impl fmt::Display for NameError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "a policy name must be non-empty printable ASCII (a structured-field String): {:?}",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for NameError {}
-
 impl Rule {
-    /// A limit named `name` (the policy's name in `RateLimit-Policy`,
+    /// Makes a limit named `name` (the policy's name in `RateLimit-Policy`,
     /// `RateLimit` and the problem's `violated-policies`): each request's
     /// key is found by `key`, and checked against `limiter` with a cost of
     /// one.
@@ -144,15 +133,15 @@ impl Rule {
         self
     }
 
-    /// The policy's name.
+    /// Returns the policy's name.
     #[must_use]
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// This rule's `RateLimit-Policy` item for a decision made by `quota`:
-    /// the one made once for the limiter's own, else one made now (a
-    /// backend's fallback decided).
+    /// Returns this rule's `RateLimit-Policy` item for a decision made by
+    /// `quota`: the one made once for the limiter's own, else one made now
+    /// (a backend's fallback decided).
     pub(crate) fn policy(&self, quota: &Quota) -> Option<HeaderValue> {
         if *quota == self.quota {
             Some(self.policy.clone())
@@ -161,12 +150,12 @@ impl Rule {
         }
     }
 
-    /// This rule's pieces of a denial's problem body.
+    /// Returns this rule's pieces of a denial's problem body.
     pub(crate) fn json(&self) -> &RuleJson {
         &self.json
     }
 
-    /// What checking `request` against this rule starts; `refundable`:
+    /// Starts checking `request` against this rule; `refundable`:
     /// whether an admission must come with what gives it back (a later
     /// rule may refuse the request).
     pub(crate) fn start(&self, request: &RequestHead<'_>, refundable: bool) -> Step {
@@ -192,7 +181,7 @@ impl fmt::Debug for Rule {
     }
 }
 
-/// The `RateLimit-Policy` item of the policy `name` enforcing `quota`;
+/// Makes the `RateLimit-Policy` item of the policy `name` enforcing `quota`;
 /// `None` only for a name that is not printable ASCII, which a rule checks
 /// first.
 fn policy_value(name: &str, quota: &Quota) -> Option<HeaderValue> {
@@ -244,7 +233,7 @@ where
     }
 }
 
-/// The decision and its quota, and when asked for, what gives its
+/// Returns the decision and its quota, and when asked for, what gives its
 /// admission back.
 fn with_refund<K, L>(
     limiter: &Arc<L>,

@@ -497,9 +497,9 @@ async fn what_a_client_writes_before_the_proxy_cannot_spoil_the_proxys_entry() {
         assert_eq!(admitted, 1, "{client_address}");
     }
     // Nor can an unclosed quote pair with the proxy's quotes, so that a
-    // `Host` the proxy quotes into its element names the key (found by
-    // fuzzing, notes/13-fuzzing.md): one client, a new address in each
-    // request's `Host`, one unit in all (three before the fix).
+    // `Host` the proxy quotes into its element names the key: one client,
+    // a new address in each request's `Host`, one unit in all (a key per
+    // request, were the quotes paired).
     let mut admitted = 0;
     for spoofed in ["203.0.113.1", "203.0.113.2", "203.0.113.3"] {
         let value = format!(r#"", for=198.51.100.9;host="a, for={spoofed};x=\"""#);

@@ -38,14 +38,14 @@ impl Default for Options {
 }
 
 impl Options {
-    /// The defaults, with another per-call timeout.
+    /// Returns these options with another per-call timeout.
     #[must_use]
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = timeout;
         self
     }
 
-    /// The defaults, with another breaker threshold and cooldown.
+    /// Returns these options with another breaker threshold and cooldown.
     #[must_use]
     pub fn breaker(mut self, failures_to_open: u32, cooldown: Duration) -> Self {
         self.failures_to_open = failures_to_open;
@@ -60,7 +60,7 @@ impl Options {
 /// redirections. Its limiters share its timeouts and circuit breaker.
 ///
 /// A command is never sent twice: a check whose reply is lost is reported
-/// as failed, not retried (at most once; notes/10).
+/// as failed, not retried (at most once, as the design notes argue).
 ///
 /// TLS comes with the `rediss://` scheme and this crate's `tls-rustls`
 /// feature (rustls then needs a crypto provider: its `ring` or `aws-lc-rs`
@@ -98,13 +98,13 @@ enum Inner {
 }
 
 impl Connection {
-    /// The longest a call waits for its reply.
+    /// Returns the longest a call waits for its reply.
     pub(crate) fn call_timeout(&self) -> Duration {
         self.options.call_timeout
     }
 
-    /// Whether this is a Cluster connection: keys on several masters, each
-    /// with its own clock.
+    /// Returns whether this is a Cluster connection: keys on several
+    /// masters, each with its own clock.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.inner, Inner::Cluster(_))
     }
@@ -189,7 +189,7 @@ impl Connection {
         &self.breaker
     }
 
-    /// Whether `other` is a clone of this handle.
+    /// Returns whether `other` is a clone of this handle.
     pub(crate) fn same_as(&self, other: &Connection) -> bool {
         Arc::ptr_eq(&self.breaker, &other.breaker)
     }
@@ -204,35 +204,36 @@ impl Connection {
 
     /// Waits for `reply` (one call, which may send more than one command)
     /// within the call timeout. An error that says Redis is out of reach is
-    /// [`Call::Unavailable`]; any other error reply is returned as it is.
+    /// [`CallError::Unavailable`]; any other error reply is returned as it is.
     pub(crate) async fn within<T>(
         &self,
         reply: impl Future<Output = RedisResult<T>>,
-    ) -> Result<T, Call> {
+    ) -> Result<T, CallError> {
         match tokio::time::timeout(self.options.call_timeout, reply).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) if out_of_reach(&error, matches!(self.inner, Inner::Cluster(_))) => {
-                Err(Call::Unavailable(Unavailable::Redis(error)))
+                Err(CallError::Unavailable(Unavailable::Redis(error)))
             }
-            Ok(Err(error)) => Err(Call::Failed(error)),
-            Err(_) => Err(Call::Unavailable(Unavailable::Timeout(
+            Ok(Err(error)) => Err(CallError::Failed(error)),
+            Err(_) => Err(CallError::Unavailable(Unavailable::Timeout(
                 self.options.call_timeout,
             ))),
         }
     }
 }
 
-/// A call that returned no value.
-pub(crate) enum Call {
+/// Why a call returned no value.
+pub(crate) enum CallError {
     /// Redis could not be asked or did not answer.
     Unavailable(Unavailable),
     /// Redis answered with an error.
     Failed(RedisError),
 }
 
-/// Whether an error means Redis could not decide now, though the same call
-/// may succeed later (the failure policy applies), as opposed to an error
-/// that every retry would meet (a configuration error, returned as it is).
+/// Returns whether an error means Redis could not decide now, though the
+/// same call may succeed later (the failure policy applies), as opposed to
+/// an error that every retry would meet (a configuration error, returned
+/// as it is).
 ///
 /// Out of reach: no connection or no reply; a server loading its data, busy
 /// with a script, read-only (a replica after a failover), without its

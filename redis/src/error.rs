@@ -1,6 +1,9 @@
 //! What a check or a configuration can fail with.
 
 use tollgate::CheckError;
+use tollgate::wait::WaitError;
+
+use crate::connection::CallError;
 
 /// A limiter that cannot be built, naming the bad setting.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -57,7 +60,7 @@ pub enum ConfigError {
     Local(tollgate::remote::RemoteError),
     /// A [`Mode`](crate::Mode) other than `Exact` on a Redis Cluster with
     /// the server's clock, and no declared skew between the masters'
-    /// clocks ([`RedisBuilder::cluster_clock_skew`](crate::RedisBuilder::cluster_clock_skew)).
+    /// clocks ([`Builder::cluster_clock_skew`](crate::Builder::cluster_clock_skew)).
     #[error(
         "deciding locally on a Cluster with the servers' clocks needs the most they differ \
          (cluster_clock_skew), or a client clock"
@@ -93,17 +96,24 @@ pub enum Error {
     #[error("the rate-limit script failed: {0}")]
     Script(redis::RedisError),
     /// A reservation's slot is further than the most the caller would wait
-    /// ([`RedisLimiter::reserve_n`](crate::RedisLimiter::reserve_n)).
-    /// Nothing was reserved.
-    #[error("the request would wait {wait:?}, more than its maximum of {max_wait:?}")]
-    TooLong {
-        /// How long it would have waited.
-        wait: std::time::Duration,
-        /// The most it accepted.
-        max_wait: std::time::Duration,
-    },
+    /// ([`RedisLimiter::reserve_n`](crate::RedisLimiter::reserve_n)):
+    /// [`WaitError::TooLong`], the in-process limiters' error. Nothing was
+    /// reserved. (An invalid cost is [`Error::Check`], as for a check.)
+    #[error(transparent)]
+    Wait(WaitError),
     /// The script's reply was not a well-formed decision (a bug, or keys in
     /// the limiter's namespace written by something else).
     #[error("malformed reply from the rate-limit script: {0}")]
     Reply(String),
+}
+
+/// Sorts a call Redis did not answer with a value: unavailable (the
+/// failure policy's to answer, where there is one), or failed.
+impl From<CallError> for Error {
+    fn from(error: CallError) -> Self {
+        match error {
+            CallError::Unavailable(cause) => Error::Unavailable(cause),
+            CallError::Failed(error) => Error::Script(error),
+        }
+    }
 }

@@ -110,7 +110,8 @@ impl Breaker {
         }
     }
 
-    /// How long the breaker stays open, if it is, without claiming a probe.
+    /// Returns how long the breaker stays open, if it is, without claiming
+    /// a probe.
     pub(crate) fn admit_peek(&self) -> Option<Duration> {
         let open_until_ns = self.open_until_ns.load(Ordering::Relaxed);
         let now_ns = self.now_ns();
@@ -193,8 +194,8 @@ impl<A: Scripted> Fallback<A> {
         self.policy
     }
 
-    /// The policy's decision for a check (or a `peek`) Redis did not
-    /// decide, with the quota that made it, or the error to return.
+    /// Returns the policy's decision for a check (or a `peek`) Redis did
+    /// not decide, with the quota that made it, or the error to return.
     /// `open_for` is how long the breaker keeps Redis out of reach (zero
     /// when it is closed).
     pub(crate) fn decide(
@@ -270,7 +271,7 @@ pub struct Enforced {
 pub enum Unavailable {
     /// The call failed: connection refused or reset, authentication
     /// refused, or an error reply.
-    #[error("{0}")]
+    #[error(transparent)]
     Redis(#[from] redis::RedisError),
     /// No reply within the per-call timeout. The script may still have run
     /// (the notes argue what that means for counting).

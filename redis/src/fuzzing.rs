@@ -1,17 +1,16 @@
-//! The crate's key encoding for its fuzz targets (`fuzz/` in the
-//! repository), behind the `fuzzing` feature: not part of the API and under
-//! no semver promise.
+//! The crate's key encoding for the repository's fuzz targets, behind the
+//! `fuzzing` feature: not part of the API and under no semver promise.
 
 use crate::error::ConfigError;
 use crate::script::{ScriptLimit, Scripted};
 
-/// A limiter's place in the key space, as `RedisBuilder::build` makes it,
+/// A limiter's place in the key space, as `Builder::build` makes it,
 /// but from any span and burst (the builder derives them from a quota).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Namespace(crate::key::Namespace);
 
 impl Namespace {
-    /// The namespace of a limiter of algorithm `A` named `name`, with
+    /// Makes the namespace of a limiter of algorithm `A` named `name`, with
     /// `span_us` and `burst` as the script takes them.
     ///
     /// # Errors
@@ -33,13 +32,13 @@ impl Namespace {
         crate::key::Namespace::new(prefix, name, &limit, tag).map(Self)
     }
 
-    /// The Redis key of the user key `key`.
+    /// Returns the Redis key of the user key `key`.
     #[must_use]
     pub fn key(&self, key: &[u8]) -> Vec<u8> {
         self.0.key(key)
     }
 
-    /// The `SCAN` pattern of every key of this namespace.
+    /// Returns the `SCAN` pattern of every key of this namespace.
     #[must_use]
     pub fn pattern(&self) -> Vec<u8> {
         self.0.pattern()

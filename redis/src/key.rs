@@ -76,7 +76,7 @@ impl Namespace {
         })
     }
 
-    /// The Redis key for `key`.
+    /// Returns the Redis key for `key`.
     pub(crate) fn key(&self, key: &[u8]) -> Vec<u8> {
         let mut encoded = Vec::with_capacity(self.prefix.len() + 10 + self.scope.len() + key.len());
         encoded.extend_from_slice(&self.prefix);
@@ -100,12 +100,13 @@ impl Namespace {
         encoded
     }
 
-    /// The fixed hash tag, if any.
+    /// Returns the fixed hash tag, if any.
     pub(crate) fn tag(&self) -> Option<&str> {
         self.tag.as_deref()
     }
 
-    /// The glob pattern matching every key of this limiter, for `SCAN`.
+    /// Returns the glob pattern matching every key of this limiter, for
+    /// `SCAN`.
     pub(crate) fn pattern(&self) -> Vec<u8> {
         let mut pattern = Vec::new();
         let escape = |pattern: &mut Vec<u8>, bytes: &[u8]| {

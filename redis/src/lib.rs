@@ -4,8 +4,8 @@
 //! [`RedisLimiter`] decides each check in one round trip, with one
 //! server-side script holding all five of tollgate's algorithms in integer
 //! microseconds ([`SCRIPT`]); it returns the same [`Decision`](tollgate::Decision)
-//! and the same cost errors as the in-process limiters. `notes/10-distributed.md`
-//! in the repository argues the arithmetic, the clock and the key encoding.
+//! and the same cost errors as the in-process limiters. The repository's
+//! design notes argue the arithmetic, the clock and the key encoding.
 
 #![deny(missing_docs, missing_debug_implementations, unsafe_code)]
 #![warn(clippy::pedantic)]
@@ -25,6 +25,6 @@ mod script;
 pub use connection::{Connection, Options};
 pub use error::{ConfigError, Error};
 pub use failure::{Enforced, OnFailure, Unavailable};
-pub use limiter::{Decisions, RedisBuilder, RedisLimiter, RedisReservation, Request, check_all};
+pub use limiter::{Builder, Decisions, RedisLimiter, RedisReservation, Request, check_all};
 pub use local::Mode;
 pub use script::{END_OF_TIME_US, MAX_SPAN_US, SCRIPT, Scripted};

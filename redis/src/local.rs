@@ -1,6 +1,7 @@
 //! How much a GCRA limiter decides without Redis: every check on Redis
 //! (exact), denials cached exactly, or leases of Redis's budget spent
-//! locally (`tollgate::remote` holds the local half; notes/12).
+//! locally (`tollgate::remote` holds the local half; the design notes
+//! argue the bounds).
 
 use std::fmt;
 use std::num::NonZeroUsize;
@@ -8,19 +9,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::clock::Clock;
-use tollgate::remote::{
-    GiveBack, LeaseReply, LeaseRequest, Leases, LocalView, RemoteClock, RemoteQuota,
-};
+use tollgate::remote::{Leases, LocalView, RemoteClock, RemoteQuota};
 
 #[cfg(doc)]
 use crate::RedisLimiter;
-use crate::error::{ConfigError, Error};
+use crate::error::ConfigError;
 
 /// How much a limiter decides locally. GCRA only (a denial writes nothing
 /// and other instances only move a key's arrival time later, which is what
 /// makes local knowledge stay true). On a Redis Cluster deciding on its
 /// masters' own clocks, a mode other than `Exact` needs the most those
-/// clocks differ ([`RedisBuilder::cluster_clock_skew`](crate::RedisBuilder::cluster_clock_skew)).
+/// clocks differ ([`Builder::cluster_clock_skew`](crate::Builder::cluster_clock_skew)).
 ///
 /// ```no_run
 /// use tollgate::Quota;
@@ -81,8 +80,8 @@ impl Mode {
     /// What [`Mode::Exact`] promises.
     pub(crate) const EXACT_BOUND: &'static str = "exact: every check decided by Redis";
 
-    /// What this mode promises for `quota`, in words (the limiter's `Debug`
-    /// prints it).
+    /// Says what this mode promises for `quota`, in words (the limiter's
+    /// `Debug` prints it).
     pub(crate) fn bound(self, quota: &RemoteQuota) -> String {
         let rate = format!("{} + ⌊W / {} µs⌋", quota.burst(), quota.interval_us());
         match self {
@@ -119,7 +118,7 @@ pub(crate) struct Hybrid {
 }
 
 impl Hybrid {
-    /// The local half for `mode` (a deny cache for [`Mode::Exact`] too,
+    /// Makes the local half for `mode` (a deny cache for [`Mode::Exact`] too,
     /// which is never built), its instants read from `clock`, the remote
     /// deciding on `remote`.
     pub(crate) fn new(
@@ -138,70 +137,6 @@ impl Hybrid {
             .map_err(ConfigError::Local)?;
         Ok(Self { view, quota, mode })
     }
-}
-
-/// The arguments of a lease call after the key: mode "4", now, interval,
-/// burst, cost, units wanted, the TAT and units given back, the grace.
-pub(crate) fn lease_arguments(
-    command: &mut redis::Cmd,
-    now_us: Option<u64>,
-    quota: &RemoteQuota,
-    request: &LeaseRequest,
-    grace_ms: u64,
-) {
-    command.arg("4");
-    match now_us {
-        Some(us) => command.arg(us),
-        None => command.arg(""),
-    };
-    command
-        .arg(quota.interval_us())
-        .arg(quota.burst())
-        .arg(request.cost)
-        .arg(request.want);
-    match request.give_back {
-        Some(GiveBack { end_us, units }) => command.arg(end_us).arg(units),
-        None => command.arg("").arg(0),
-    };
-    command.arg(grace_ms);
-}
-
-/// The eight integers of a lease call's reply.
-pub(crate) fn lease_reply(reply: &[i64], request: &LeaseRequest) -> Result<LeaseReply, Error> {
-    let malformed = || Error::Reply(format!("{reply:?}"));
-    let &[
-        allowed,
-        remaining,
-        retry_us,
-        reset_us,
-        granted,
-        end_us,
-        now_us,
-        returned,
-    ] = reply
-    else {
-        return Err(malformed());
-    };
-    let whole = |value: i64| u64::try_from(value).map_err(|_| malformed());
-    let small = |value: i64| u32::try_from(value).map_err(|_| malformed());
-    let reply = LeaseReply {
-        allowed: match allowed {
-            0 => false,
-            1 => true,
-            _ => return Err(malformed()),
-        },
-        remaining: small(remaining)?,
-        retry_us: whole(retry_us)?,
-        reset_us: whole(reset_us)?,
-        granted: small(granted)?,
-        end_us: whole(end_us)?,
-        now_us: whole(now_us)?,
-        returned: small(returned)?,
-    };
-    if reply.allowed != (reply.retry_us == 0) || reply.granted > request.want {
-        return Err(malformed());
-    }
-    Ok(reply)
 }
 
 /// The local clock beside a server's `TIME`: nanoseconds of
@@ -240,6 +175,6 @@ impl Clock for BootClock {
 }
 
 /// Elsewhere, the monotonic clock (which on some systems stops while the
-/// system is suspended: notes/12).
+/// system is suspended, as the design notes discuss).
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 pub(crate) type BootClock = tollgate::clock::MonotonicClock;

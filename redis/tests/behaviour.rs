@@ -664,7 +664,7 @@ fn reservations_in_order(kind: Kind) {
             held.push(reservation);
         }
         match first.reserve_n("k", 1, Duration::from_millis(100)).await {
-            Err(Error::TooLong { wait, max_wait }) => {
+            Err(Error::Wait(tollgate::wait::WaitError::TooLong { wait, max_wait })) => {
                 assert_eq!((wait, max_wait), (SLOT * 11, Duration::from_millis(100)));
             }
             other => panic!("{other:?}"),

@@ -158,7 +158,7 @@ where
     // The clock is the trace's time plus the real time elapsed since the
     // case began: keys expire on the server's clock, and a client clock
     // that stood still while real time passed would see them vanish before
-    // they would be fresh on it (RedisBuilder::clock). Both limiters read
+    // they would be fresh on it (Builder::clock). Both limiters read
     // the same instant at every step.
     let began = Instant::now();
     let mut trace_us = START_US as i64;

@@ -1,4 +1,4 @@
-//! The three-instance break (issue 9): three OS processes, each with its own
+//! The three-instance break: three OS processes, each with its own
 //! in-process limiter of 100 per window, driven by one load generator that
 //! spreads 1 000 requests for one key across them, as a round-robin load
 //! balancer would: 300 are admitted, three times the limit. The same three

@@ -137,7 +137,7 @@ impl KeyExtractor for Header {
 pub struct HeaderKey(Box<[u8]>);
 
 impl HeaderKey {
-    /// The value's bytes.
+    /// Returns the value's bytes.
     #[must_use]
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
@@ -150,7 +150,7 @@ impl AsRef<[u8]> for HeaderKey {
     }
 }
 
-/// A copy of `bytes`, of any length (the bound is [`Header`]'s, on what
+/// Copies `bytes`, of any length (the bound is [`Header`]'s, on what
 /// clients send).
 impl From<&[u8]> for HeaderKey {
     fn from(bytes: &[u8]) -> Self {

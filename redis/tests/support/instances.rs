@@ -1,7 +1,6 @@
-//! The three-instance break's parts (issue 9): `tollgate-instance`
-//! processes and the load generator that spreads one user's requests over
-//! them round-robin, as a load balancer would. The test and the lab share
-//! them.
+//! The three-instance break's parts: `tollgate-instance` processes and the
+//! load generator that spreads one user's requests over them round-robin,
+//! as a load balancer would. The test and the lab share them.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, TcpStream};

@@ -1,0 +1,279 @@
+//! What goes over the wire: the script's keys and arguments for each kind
+//! of call, the call itself (`EVALSHA`, then `EVAL` when the server lacks
+//! the script), and the integers of its replies read back. The script's
+//! own header (`lua/limits.lua`) documents the same layout from its side.
+
+use redis::ErrorKind;
+use tollgate::Decision;
+use tollgate::remote::{GiveBack, LeaseReply, LeaseRequest, RemoteQuota};
+
+use super::time::Now;
+use crate::connection::{CallError, Connection};
+use crate::error::Error;
+use crate::failure::{Admission, Unavailable};
+use crate::script::ScriptLimit;
+
+/// The script's source and SHA-1.
+#[derive(Debug)]
+pub(super) struct Script {
+    pub(super) source: String,
+    pub(super) sha: String,
+}
+
+/// What a call asks of the script.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Op {
+    Check,
+    Peek,
+    /// Reserve (one GCRA limit), waiting at most this many microseconds.
+    Reserve(u64),
+}
+
+/// One call of the script: its keys and arguments, written straight into
+/// the command (the `EVAL` fallback writes them again).
+pub(super) struct Call<'a> {
+    op: Op,
+    limits: Vec<Entry<'a>>,
+}
+
+/// One limit of a call.
+pub(super) struct Entry<'a> {
+    pub(super) key: Vec<u8>,
+    pub(super) limit: ScriptLimit,
+    pub(super) cost: u32,
+    pub(super) now: &'a Now,
+    pub(super) grace_ms: u64,
+}
+
+impl<'a> Call<'a> {
+    pub(super) fn new(op: Op) -> Self {
+        Self {
+            op,
+            limits: Vec::new(),
+        }
+    }
+
+    pub(super) fn push(&mut self, limit: Entry<'a>) {
+        self.limits.push(limit);
+    }
+
+    /// Writes `EVALSHA` or `EVAL` (`name`) of `body`, with the keys and
+    /// arguments.
+    fn command(&self, name: &str, body: &str) -> redis::Cmd {
+        let mut command = redis::cmd(name);
+        command.arg(body).arg(self.limits.len());
+        for limit in &self.limits {
+            command.arg(&limit.key);
+        }
+        command.arg(match self.op {
+            Op::Check => "0",
+            Op::Peek => "1",
+            Op::Reserve(_) => "2",
+        });
+        for Entry {
+            limit,
+            cost,
+            now,
+            grace_ms,
+            ..
+        } in &self.limits
+        {
+            time_argument(&mut command, now);
+            command
+                .arg(limit.code)
+                .arg(cost)
+                .arg(limit.span_us)
+                .arg(limit.burst)
+                .arg(grace_ms);
+        }
+        if let Op::Reserve(max_wait_us) = self.op {
+            command.arg(max_wait_us);
+        }
+        command
+    }
+
+    /// Runs the call (see [`evaluate`]).
+    pub(super) async fn send(
+        &self,
+        connection: &Connection,
+        script: &Script,
+    ) -> Result<Vec<i64>, CallError> {
+        evaluate(connection, script, |name, body| self.command(name, body)).await
+    }
+}
+
+/// Writes a call's time: microseconds, or `""` for the server's `TIME`.
+fn time_argument(command: &mut redis::Cmd, now: &Now) {
+    match now.us {
+        Some(us) => command.arg(us),
+        None => command.arg(""),
+    };
+}
+
+/// Writes the arguments of a lease call after the key: mode "4", now,
+/// interval, burst, cost, units wanted, the TAT and units given back, the
+/// grace.
+pub(super) fn lease_arguments(
+    command: &mut redis::Cmd,
+    now: &Now,
+    quota: &RemoteQuota,
+    request: &LeaseRequest,
+    grace_ms: u64,
+) {
+    command.arg("4");
+    time_argument(command, now);
+    command
+        .arg(quota.interval_us())
+        .arg(quota.burst())
+        .arg(request.cost)
+        .arg(request.want);
+    match request.give_back {
+        Some(GiveBack { end_us, units }) => command.arg(end_us).arg(units),
+        None => command.arg("").arg(0),
+    };
+    command.arg(grace_ms);
+}
+
+/// Writes the arguments of a refund after the key: mode "3", the TAT the
+/// reservation wrote, the TAT to restore, now, the tolerance.
+pub(super) fn refund_arguments(
+    command: &mut redis::Cmd,
+    written_us: u64,
+    restored_us: u64,
+    now: &Now,
+    tolerance_us: u64,
+) {
+    command.arg("3").arg(written_us).arg(restored_us);
+    time_argument(command, now);
+    command.arg(tolerance_us);
+}
+
+/// Runs the script with the command `command(name, body)` builds
+/// (`EVALSHA` with the SHA-1, or `EVAL` with the source when the server
+/// has not got it, both within one call timeout), unless the connection's
+/// breaker is open, and tells the breaker how it went.
+pub(super) async fn evaluate(
+    connection: &Connection,
+    script: &Script,
+    command: impl Fn(&str, &str) -> redis::Cmd,
+) -> Result<Vec<i64>, CallError> {
+    let breaker = connection.breaker();
+    if let Admission::Skip(open_for) = breaker.admit() {
+        return Err(CallError::Unavailable(Unavailable::BreakerOpen(open_for)));
+    }
+    let result = connection
+        .within(async {
+            match connection.send(&command("EVALSHA", &script.sha)).await {
+                Err(error) if error.kind() == ErrorKind::NoScriptError => {
+                    connection.send(&command("EVAL", &script.source)).await
+                }
+                other => other,
+            }
+        })
+        .await;
+    match &result {
+        Ok(_) => breaker.succeeded(),
+        Err(CallError::Unavailable(_)) => breaker.failed(),
+        Err(CallError::Failed(_)) => {}
+    }
+    result
+}
+
+/// The four integers the script replies for each limit: allowed (1 or 0),
+/// remaining, and the retry and reset waits in microseconds.
+#[derive(Clone, Copy)]
+pub(super) struct Counts {
+    pub(super) allowed: bool,
+    pub(super) remaining: u32,
+    pub(super) retry_us: u64,
+    pub(super) reset_us: u64,
+}
+
+impl Counts {
+    /// Reads one limit's four integers; `None` unless there are exactly
+    /// four, each in its type's range.
+    fn parse(reply: &[i64]) -> Option<Counts> {
+        let &[allowed, remaining, retry_us, reset_us] = reply else {
+            return None;
+        };
+        Some(Counts {
+            allowed: allowed == 1,
+            remaining: u32::try_from(remaining).ok()?,
+            retry_us: u64::try_from(retry_us).ok()?,
+            reset_us: u64::try_from(reset_us).ok()?,
+        })
+    }
+
+    /// Returns the decision these counts make for a limit of `limit`
+    /// decided at `now`; `None` when they contradict themselves (admitted
+    /// with a wait, or denied without one).
+    pub(super) fn decision(&self, limit: u32, now: &Now) -> Option<Decision> {
+        if self.allowed != (self.retry_us == 0) {
+            return None;
+        }
+        Decision::from_parts(
+            limit,
+            self.remaining,
+            now.after(self.retry_us),
+            now.after(self.reset_us),
+        )
+    }
+}
+
+/// Reads the decision in one limit's four integers of the script's reply.
+pub(super) fn decision(reply: &[i64], limit: u32, now: &Now) -> Result<Decision, Error> {
+    Counts::parse(reply)
+        .and_then(|counts| counts.decision(limit, now))
+        .ok_or_else(|| malformed(reply))
+}
+
+/// Reads a reservation's reply: the limit's four integers, then the TAT
+/// written (0 when denied).
+pub(super) fn reserved(reply: &[i64]) -> Result<(Counts, u64), Error> {
+    reply
+        .split_last()
+        .and_then(|(&tat_us, counts)| Some((Counts::parse(counts)?, u64::try_from(tat_us).ok()?)))
+        .ok_or_else(|| malformed(reply))
+}
+
+/// Reads the eight integers of a lease call's reply.
+pub(super) fn lease_reply(reply: &[i64], request: &LeaseRequest) -> Result<LeaseReply, Error> {
+    let &[
+        allowed,
+        remaining,
+        retry_us,
+        reset_us,
+        granted,
+        end_us,
+        now_us,
+        returned,
+    ] = reply
+    else {
+        return Err(malformed(reply));
+    };
+    let whole = |value: i64| u64::try_from(value).map_err(|_| malformed(reply));
+    let small = |value: i64| u32::try_from(value).map_err(|_| malformed(reply));
+    let lease = LeaseReply {
+        allowed: match allowed {
+            0 => false,
+            1 => true,
+            _ => return Err(malformed(reply)),
+        },
+        remaining: small(remaining)?,
+        retry_us: whole(retry_us)?,
+        reset_us: whole(reset_us)?,
+        granted: small(granted)?,
+        end_us: whole(end_us)?,
+        now_us: whole(now_us)?,
+        returned: small(returned)?,
+    };
+    if lease.allowed != (lease.retry_us == 0) || lease.granted > request.want {
+        return Err(malformed(reply));
+    }
+    Ok(lease)
+}
+
+/// Returns the error for a reply that is not what the call asked for.
+pub(super) fn malformed(reply: &[i64]) -> Error {
+    Error::Reply(format!("{reply:?}"))
+}
