@@ -50,6 +50,7 @@
 //! The repository's design notes argue the key extractors and the proxy
 //! trust model, and the mapping from a decision to each field.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs, missing_debug_implementations, unsafe_code)]
 #![warn(clippy::pedantic)]
 #![allow(clippy::module_name_repetitions)]
@@ -82,3 +83,9 @@ pub use layer::{Builder, OnUnavailable, RateLimitLayer};
 pub use limit::{Checked, Failure, Limit, NoReceipt};
 pub use rule::{NameError, Rule};
 pub use service::RateLimit;
+
+// The README's example is a doctest too (compiled, not run: it needs a
+// server).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -7,6 +7,7 @@
 //! and the same cost errors as the in-process limiters. The repository's
 //! design notes argue the arithmetic, the clock and the key encoding.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs, missing_debug_implementations, unsafe_code)]
 #![warn(clippy::pedantic)]
 #![allow(clippy::module_name_repetitions)]
@@ -28,3 +29,9 @@ pub use failure::{Enforced, OnFailure, Unavailable};
 pub use limiter::{Builder, Decisions, RedisLimiter, RedisReservation, Request, check_all};
 pub use local::Mode;
 pub use script::{END_OF_TIME_US, MAX_SPAN_US, SCRIPT, Scripted};
+
+// The README's example is a doctest too (compiled, not run: it needs a
+// server).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
