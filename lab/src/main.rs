@@ -34,7 +34,12 @@
 //!   cache and leases).
 //! - `--help`: these flags.
 //!
-//! The report ends with each section's wall time.
+//! The report ends with each section's wall time. On the 2-core AMD EPYC VM
+//! (as `/proc/cpuinfo` names it), with other builds sharing its two cores
+//! (load average 4 to 5), a quick run took 90 s, its performance section
+//! 15 s; with `--diagnostics`, 157 s and 63 s. Both without the two Redis
+//! sections that need `tollgate-instance` (`cargo build --release -p
+//! tollgate-redis`), which a run skips, saying so, when it is missing.
 
 /// Appends a line to a `String` report, as `println!` prints one.
 macro_rules! say {
@@ -143,15 +148,20 @@ impl Times {
         value
     }
 
-    fn print(&self, started: std::time::Instant) {
+    /// "name 1.0 s, name 2.0 s" for the sections timed so far.
+    fn so_far(&self) -> String {
         let sections: Vec<String> = self
             .0
             .iter()
             .map(|(name, time)| format!("{name} {:.1} s", time.as_secs_f64()))
             .collect();
+        sections.join(", ")
+    }
+
+    fn print(&self, started: std::time::Instant) {
         println!(
             "Wall time: {}; total {:.1} s",
-            sections.join(", "),
+            self.so_far(),
             started.elapsed().as_secs_f64()
         );
     }
@@ -273,6 +283,11 @@ fn main() {
     });
     let mut summary = String::new();
     report::summary(&mut summary, Some(&results), &sweep, &growth);
+    say!(
+        summary,
+        "Wall time of the sections below: {}. HTTP and Redis follow them.\n",
+        times.so_far()
+    );
     print!("{summary}{sections}");
     times.time("HTTP", || serving::run(&serving));
     times.time("Redis", || distributed::run(&distributed));

@@ -71,8 +71,8 @@ pub fn summary(out: &mut String, results: Option<&Results>, sweep: &[SweepRow], 
             name: format!(
                 "B/key, {}, worst of {}–{} keys",
                 row.store,
-                thousands(Growth::FROM),
-                thousands(Growth::TO)
+                short_count(Growth::FROM as f64),
+                short_count(Growth::TO as f64)
             ),
             measured: format!("{:.2} B", row.worst.0),
             interval: "exact".to_owned(),
@@ -136,6 +136,15 @@ pub fn summary(out: &mut String, results: Option<&Results>, sweep: &[SweepRow], 
         .filter(|line| line.verdict == Verdict::Met)
         .count();
     say!(out, "\n{met} of {} targets met.\n", lines.len());
+}
+
+/// A key count in thousands or millions: "100 k", "2 M".
+fn short_count(keys: f64) -> String {
+    if keys >= 1e6 {
+        format!("{} M", tick(keys / 1e6))
+    } else {
+        format!("{} k", tick(keys / 1e3))
+    }
 }
 
 /// `n` with a space between groups of three digits.
@@ -432,7 +441,7 @@ where
             || series[..index]
                 .iter()
                 .any(|earlier| coincide(earlier, line));
-        let style = line.colour.stroke_width(if dashed { 3 } else { 2 });
+        let style = line.colour.stroke_width(2);
         // The points a little apart, so that intervals at one x stay apart.
         let place = |x_value: f64| x_value + offset(index);
         let points: Vec<(f64, f64)> = line
@@ -442,7 +451,7 @@ where
             .map(|&(x_value, y, _, _)| (place(x_value), y))
             .collect();
         if dashed {
-            chart.draw_series(DashedLineSeries::new(points.clone(), 9, 5, style))?;
+            chart.draw_series(DashedLineSeries::new(points.clone(), 8, 7, style))?;
         } else {
             chart.draw_series(LineSeries::new(points.clone(), style))?;
         }
@@ -482,7 +491,7 @@ where
         let y = 48 + 26 * row as i32;
         let (dashed, style) = styles[index];
         if dashed {
-            legend.draw(&DashedPathElement::new([(6, y), (40, y)], 9, 5, style))?;
+            legend.draw(&DashedPathElement::new([(6, y), (40, y)], 8, 7, style))?;
         } else {
             legend.draw(&PathElement::new([(6, y), (40, y)], style))?;
         }
@@ -1020,13 +1029,7 @@ fn bytes_per_key(path: &Path, sweep: &[SweepRow]) -> Plotted {
     let keys = XAxis {
         desc: "keys (log scale)",
         ticks,
-        label: |keys| {
-            if *keys >= 1e6 {
-                format!("{} M", tick(keys / 1e6))
-            } else {
-                format!("{} k", tick(keys / 1e3))
-            }
-        },
+        label: |keys| short_count(*keys),
         dodge: 0.0,
     };
     line_chart(
