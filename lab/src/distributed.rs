@@ -1,4 +1,4 @@
-//! The distributed sections (issue 9), on a `redis-server` the lab starts
+//! The distributed sections, on a `redis-server` the lab starts
 //! itself on a free loopback port: the three-instance break with real
 //! processes, checks per second against redis_rate's GCRA and a plain `SET`
 //! through one client, and Redis's memory per key.

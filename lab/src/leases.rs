@@ -1,4 +1,4 @@
-//! Deciding locally (issue 11, notes/12): three `tollgate-instance`
+//! Deciding locally (notes/12): three `tollgate-instance`
 //! processes on one real Redis, in each mode: the three-instance break
 //! again, round trips per check on a hot key, admissions against the
 //! limit over the run, the local check's cost against the in-process

@@ -1,17 +1,56 @@
-//! tollgate's lab: runs the experiments behind the README's tables, prints
-//! them, judges the targets and draws the plots.
+//! tollgate's lab: runs the experiments behind the README's tables, judges
+//! the targets, prints the report and draws the plots.
 //!
-//! `cargo run --release -p tollgate-lab` (quick: under 3 minutes on 2 cores)
-//! or `cargo run --release -p tollgate-lab -- --full` (longer cells, the whole
-//! memory sweep); `--out DIR` chooses where the SVG plots go (default
-//! `lab-output`); `--distributed` runs only the Redis sections, which every
-//! run ends with when it can start a `redis-server`, `--leases` only their
-//! last (deciding locally: the deny cache and leases), `--http` only the
-//! section on the HTTP layer (against tower_governor), and `--perf` only the
-//! in-process performance section (its targets without the memory ones),
-//! `--growth` only the table of memory at every key count while a store
-//! grows, and `--peers` only the memory table of the stores on other maps
-//! (issue 13; their speed rows are in the performance tables).
+//! ```sh
+//! cargo run --release -p tollgate-lab                 # quick
+//! cargo run --release -p tollgate-lab -- --full       # longer cells, the whole memory sweep
+//! ```
+//!
+//! The report opens with a summary: each judged target, its measured ratio
+//! or size with the 95 % interval, and MET or MISSED (met only if the whole
+//! interval clears the target). The sections follow: correctness, memory,
+//! performance, the HTTP layer, and Redis when a `redis-server` starts.
+//!
+//! Flags:
+//!
+//! - `--full`: longer cells, more rounds and pairs, the whole memory sweep
+//!   (100 000 to 2 000 000 keys).
+//! - `--diagnostics`: also the tables and rows that explain the headline
+//!   figures: every store × algorithm, the candidate maps, the stores on
+//!   other maps, the performance rows of hashers, guards and layouts, the
+//!   tables by clock, by key count, by algorithm and on one hot key, the
+//!   pieces of a keyed check, the ratios shown but not judged, and their
+//!   plots.
+//! - `--out DIR`: where the SVG plots go (default `lab-output`).
+//! - `--perf`: only the in-process performance section (its targets
+//!   without the memory ones).
+//! - `--growth`: only the table of memory at every key count while a store
+//!   grows (and its two targets).
+//! - `--peers`: only the memory table of the stores on other maps, and its
+//!   plot.
+//! - `--http`: only the section on the HTTP layer (against tower_governor).
+//! - `--distributed`: only the Redis sections.
+//! - `--leases`: only the last Redis section (deciding locally: the deny
+//!   cache and leases).
+//! - `--help`: these flags.
+//!
+//! The report ends with each section's wall time. On the 2-core AMD EPYC VM
+//! (as `/proc/cpuinfo` names it), with other builds sharing its two cores
+//! (load average 4 to 5), a quick run took 90 s, its performance section
+//! 15 s; with `--diagnostics`, 157 s and 63 s. Both without the two Redis
+//! sections that need `tollgate-instance` (`cargo build --release -p
+//! tollgate-redis`), which a run skips, saying so, when it is missing.
+
+/// Appends a line to a `String` report, as `println!` prints one.
+macro_rules! say {
+    ($out:expr) => {
+        $out.push('\n')
+    };
+    ($out:expr, $($arg:tt)+) => {{
+        use std::fmt::Write as _;
+        writeln!($out, $($arg)+).expect("a String takes any text");
+    }};
+}
 
 #[path = "../../tests/support/churn.rs"]
 mod churn;
@@ -76,8 +115,61 @@ macro_rules! for_each_algorithm {
     }};
 }
 
+const USAGE: &str = "\
+usage: tollgate-lab [--full] [--diagnostics] [--out DIR]
+                    [--perf | --growth | --peers | --http | --distributed | --leases]
+
+  (no flag)      the quick report: the summary of the judged targets, then
+                 correctness, memory, performance, HTTP and Redis
+  --full         longer cells, more rounds and pairs, the whole memory sweep
+  --diagnostics  also the tables, rows, ratios and plots that explain the
+                 headline figures
+  --out DIR      where the SVG plots go (default lab-output)
+  --perf         only the in-process performance section
+  --growth       only the table of memory while a store grows
+  --peers        only the memory table of the stores on other maps
+  --http         only the section on the HTTP layer
+  --distributed  only the Redis sections
+  --leases       only the last Redis section (deciding locally)";
+
+/// Each section's wall time, printed at the end.
+#[derive(Default)]
+struct Times(Vec<(&'static str, std::time::Duration)>);
+
+impl Times {
+    /// Runs `section`, noting its wall time under `name`.
+    fn time<T>(&mut self, name: &'static str, section: impl FnOnce() -> T) -> T {
+        if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            eprintln!("tollgate-lab: {name}…");
+        }
+        let started = std::time::Instant::now();
+        let value = section();
+        self.0.push((name, started.elapsed()));
+        value
+    }
+
+    /// "name 1.0 s, name 2.0 s" for the sections timed so far.
+    fn so_far(&self) -> String {
+        let sections: Vec<String> = self
+            .0
+            .iter()
+            .map(|(name, time)| format!("{name} {:.1} s", time.as_secs_f64()))
+            .collect();
+        sections.join(", ")
+    }
+
+    fn print(&self, started: std::time::Instant) {
+        println!(
+            "Wall time: {}; total {:.1} s",
+            self.so_far(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+}
+
 fn main() {
     let mut full = false;
+    let mut diagnostics = false;
     let mut only_distributed = false;
     let mut only_http = false;
     let mut only_leases = false;
@@ -89,6 +181,7 @@ fn main() {
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--full" => full = true,
+            "--diagnostics" => diagnostics = true,
             "--distributed" => only_distributed = true,
             "--http" => only_http = true,
             "--leases" => only_leases = true,
@@ -104,9 +197,15 @@ fn main() {
         }
     }
     let started = std::time::Instant::now();
+    let mut times = Times::default();
     println!(
-        "tollgate lab ({} mode)\n",
-        if full { "full" } else { "quick" }
+        "tollgate lab ({} mode, {})\n",
+        if full { "full" } else { "quick" },
+        if diagnostics {
+            "with diagnostics"
+        } else {
+            "headline only: --diagnostics adds the tables that explain it"
+        }
     );
     let distributed = distributed::Budget {
         per_cell: std::time::Duration::from_millis(if full { 300 } else { 100 }),
@@ -121,78 +220,139 @@ fn main() {
         rounds: if full { 12 } else { 6 },
         pairs: if full { 30 } else { 10 },
         blocks: if full { 5 } else { 2 },
+        diagnostics,
     };
     let serving = serving::Budget {
         per_cell: std::time::Duration::from_millis(if full { 200 } else { 60 }),
         rounds: if full { 20 } else { 10 },
     };
+    let peer_rounds = if full { 5 } else { 3 };
     if only_growth {
-        memory::growth_table();
-        println!("Total time: {:.0?}", started.elapsed());
+        let mut section = String::new();
+        let growth = times.time("memory", || memory::growth_table(&mut section));
+        let mut summary = String::new();
+        report::summary(&mut summary, None, &[], &growth);
+        print!("{summary}{section}");
+        times.print(started);
         return;
     }
-    let peer_rounds = if full { 5 } else { 3 };
     if only_peers {
-        let peers = memory::peer_table(peer_rounds);
+        let mut section = String::new();
+        let peers = times.time("memory", || memory::peer_table(&mut section, peer_rounds));
+        print!("{section}");
         match report::peer_plot(&peers, &out) {
-            Ok(Some(file)) => println!("Plot written to {}", file.display()),
+            Ok(Some(file)) => println!("Plot written to {}\n", file.display()),
             Ok(None) => {}
             Err(error) => eprintln!("could not write the plot to {}: {error}", out.display()),
         }
-        println!("Total time: {:.0?}", started.elapsed());
+        times.print(started);
         return;
     }
     if only_perf {
-        performance(&perf, &[], &[], &[], &out);
-        println!("Total time: {:.0?}", started.elapsed());
+        let mut section = String::new();
+        let results = times.time("performance", || {
+            performance(&mut section, &perf, &[], &[], &out)
+        });
+        let mut summary = String::new();
+        report::summary(&mut summary, Some(&results), &[], &[]);
+        print!("{summary}{section}");
+        times.print(started);
         return;
     }
     if only_distributed || only_http || only_leases {
         if only_http {
-            serving::run(&serving);
+            times.time("HTTP", || serving::run(&serving));
         }
         if only_distributed {
-            distributed::run(&distributed);
+            times.time("Redis", || distributed::run(&distributed));
         } else if only_leases {
-            distributed::run_leases(&distributed.leases);
+            times.time("Redis", || distributed::run_leases(&distributed.leases));
         }
-        println!("Total time: {:.0?}", started.elapsed());
+        times.print(started);
         return;
     }
-    println!("# Correctness (ManualClock: exact, machine-independent)\n");
-    boundary_table();
-    retry_after_table();
-    sustained_table();
-    println!("# Memory (counting allocator)\n");
-    memory::algorithm_table();
+    // The in-process sections are written into `sections` and printed after
+    // the summary of their targets.
+    let mut sections = String::new();
+    let (sweep, growth, peers) = times.time("correctness and memory", || {
+        correctness(&mut sections);
+        memory(&mut sections, full, diagnostics, peer_rounds)
+    });
+    let results = times.time("performance", || {
+        performance(&mut sections, &perf, &sweep, &peers, &out)
+    });
+    let mut summary = String::new();
+    report::summary(&mut summary, Some(&results), &sweep, &growth);
+    say!(
+        summary,
+        "Wall time of the sections below: {}. HTTP and Redis follow them.\n",
+        times.so_far()
+    );
+    print!("{summary}{sections}");
+    times.time("HTTP", || serving::run(&serving));
+    times.time("Redis", || distributed::run(&distributed));
+    times.print(started);
+}
+
+/// The correctness section: exact, on a `ManualClock`.
+fn correctness(out: &mut String) {
+    say!(
+        out,
+        "# Correctness (ManualClock: exact, machine-independent)\n"
+    );
+    boundary_table(out);
+    retry_after_table(out);
+    sustained_table(out);
+}
+
+/// The memory section: the tables its targets read (the store sweep, the
+/// growth table) and the peaks while keys churn, with diagnostics every
+/// store × algorithm, the candidate maps and the stores on other maps.
+/// Returns the sweep's rows, the growth table's and the peer table's.
+fn memory(
+    out: &mut String,
+    full: bool,
+    diagnostics: bool,
+    peer_rounds: usize,
+) -> (
+    Vec<memory::SweepRow>,
+    Vec<memory::Growth>,
+    Vec<memory::PeerRow>,
+) {
+    say!(out, "# Memory (counting allocator)\n");
+    memory::algorithm_table(out);
     let counts: &[u64] = if full {
         &[100_000, 200_000, 500_000, 1_000_000, 2_000_000]
     } else {
         &[100_000, 1_000_000]
     };
-    let sweep = memory::store_sweep(counts);
-    memory::matrix(if full { counts } else { &[100_000] });
-    memory::candidate_maps();
-    memory::peak_table(full);
-    let peers = memory::peer_table(peer_rounds);
-    let growth = memory::growth_table();
-    performance(&perf, &sweep, &growth, &peers, &out);
-    serving::run(&serving);
-    distributed::run(&distributed);
-    println!("\nTotal time: {:.0?}", started.elapsed());
+    let sweep = memory::store_sweep(out, counts);
+    let mut peers = Vec::new();
+    if diagnostics {
+        memory::matrix(out, if full { counts } else { &[100_000] });
+        memory::candidate_maps(out);
+    }
+    memory::peak_table(out, full);
+    if diagnostics {
+        peers = memory::peer_table(out, peer_rounds);
+    }
+    let growth = memory::growth_table(out);
+    (sweep, growth, peers)
 }
 
-/// The performance section, its targets (with the memory of `sweep` and
-/// `growth`) and the plots (with the peer stores' of `peers`).
+/// The performance section and the plots (with the memory of `sweep` and
+/// the peer stores' of `peers`); returns its results, whose judged ratios
+/// the summary reads.
 fn performance(
+    out: &mut String,
     budget: &perf::Budget,
     sweep: &[memory::SweepRow],
-    growth: &[memory::Growth],
     peers: &[memory::PeerRow],
-    out: &std::path::Path,
-) {
-    println!("# Performance (wall clock: compare within one run)\n");
-    println!(
+    dir: &std::path::Path,
+) -> perf::Results {
+    say!(out, "# Performance (wall clock: compare within one run)\n");
+    say!(
+        out,
         "{} rounds of {:?} a cell, {} pairs a judged ratio, {}\n",
         budget.rounds,
         budget.slice,
@@ -200,54 +360,69 @@ fn performance(
         parallel::pinning()
     );
     let results = perf::run(budget);
-    report::print(&results);
-    report::targets(&results, sweep, growth);
-    match report::plots(&results, sweep, peers, out) {
+    report::print(out, &results);
+    match report::plots(Some(&results), sweep, peers, dir) {
         Ok(files) => {
-            println!("Plots written to {}:", out.display());
+            say!(out, "Plots written to {}:", dir.display());
             for file in files {
-                println!("  {}", file.display());
+                say!(out, "  {}", file.display());
             }
+            say!(out);
         }
-        Err(error) => eprintln!("could not write the plots to {}: {error}", out.display()),
+        Err(error) => eprintln!("could not write the plots to {}: {error}", dir.display()),
     }
+    results
 }
 
 fn usage(problem: &str) -> ! {
-    if !problem.is_empty() {
-        eprintln!("tollgate-lab: {problem}");
+    if problem.is_empty() {
+        println!("{USAGE}");
+        std::process::exit(0);
     }
-    eprintln!(
-        "usage: tollgate-lab [--full] [--distributed] [--http] [--leases] [--perf] [--growth] [--peers] [--out DIR]"
-    );
-    std::process::exit(if problem.is_empty() { 0 } else { 2 });
+    eprintln!("tollgate-lab: {problem}\n{USAGE}");
+    std::process::exit(2);
 }
 
-fn boundary_table() {
-    println!("## Boundary burst: 100 per minute, drain at 59.999 s and at 60.000 s");
-    println!(
-        "{:<24} {:>18} {:>18}",
-        "algorithm", "with anchor at 0", "without anchor"
+fn boundary_table(out: &mut String) {
+    say!(
+        out,
+        "## Boundary burst: 100 per minute, drain at 59.999 s and at 60.000 s"
     );
-    for_each_algorithm!(|name, A| println!(
+    say!(
+        out,
+        "{:<24} {:>18} {:>18}",
+        "algorithm",
+        "with anchor at 0",
+        "without anchor"
+    );
+    for_each_algorithm!(|name, A| say!(
+        out,
         "{:<24} {:>18} {:>18}",
         name,
         scenarios::boundary_burst::<A>(true),
         scenarios::boundary_burst::<A>(false)
     ));
-    println!("(admitted inside the 1 ms span; the limit is 100)\n");
+    say!(out, "(admitted inside the 1 ms span; the limit is 100)\n");
 }
 
-fn retry_after_table() {
-    println!("## Retry-After at 3 per second, after draining at t = 0");
-    println!(
+fn retry_after_table(out: &mut String) {
+    say!(
+        out,
+        "## Retry-After at 3 per second, after draining at t = 0"
+    );
+    say!(
+        out,
         "{:<24} {:>16} {:>14} {:>14}",
-        "algorithm", "retry_after ns", "1 ns early", "on time"
+        "algorithm",
+        "retry_after ns",
+        "1 ns early",
+        "on time"
     );
     let verdict = |admitted: bool| if admitted { "admitted" } else { "denied" };
     for_each_algorithm!(|name, A| {
         let (retry_after, early, on_time) = scenarios::retry_after_at_3_per_second::<A>();
-        println!(
+        say!(
+            out,
             "{:<24} {:>16} {:>14} {:>14}",
             name,
             retry_after.as_nanos(),
@@ -255,22 +430,33 @@ fn retry_after_table() {
             verdict(on_time)
         );
     });
-    println!(
+    say!(
+        out,
         "(the exact wait is 333 333 333.3 ns; truncating it to 333 333 333 would be denied)\n"
     );
 }
 
-fn sustained_table() {
-    println!("## Hammered every 1 ms for 60 s: 10 per second, burst 5");
-    println!(
-        "{:<24} {:>10} {:>22}",
-        "algorithm", "admitted", "burst + rate × 60 s"
+fn sustained_table(out: &mut String) {
+    say!(
+        out,
+        "## Hammered every 1 ms for 60 s: 10 per second, burst 5"
     );
-    for_each_algorithm!(|name, A| println!(
+    say!(
+        out,
+        "{:<24} {:>10} {:>22}",
+        "algorithm",
+        "admitted",
+        "burst + rate × 60 s"
+    );
+    for_each_algorithm!(|name, A| say!(
+        out,
         "{:<24} {:>10} {:>22}",
         name,
         scenarios::hammered::<A>(60),
         5 + 10 * 60
     ));
-    println!("(window algorithms count per 500 ms window; see notes/03-algorithms.md)\n");
+    say!(
+        out,
+        "(window algorithms count per 500 ms window; see notes/03-algorithms.md)\n"
+    );
 }

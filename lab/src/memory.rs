@@ -129,18 +129,24 @@ fn quota() -> Quota {
 
 /// Bytes of state per key for each algorithm on the global-mutex store, and
 /// the sliding log at its limit.
-pub fn algorithm_table() {
+pub fn algorithm_table(out: &mut String) {
     const KEYS: u64 = 100_000;
-    println!(
+    say!(
+        out,
         "## Memory per key by algorithm: {KEYS} u64 keys, one request each, global-mutex store"
     );
-    println!(
+    say!(
+        out,
         "{:<24} {:>12} {:>16} {:>12}",
-        "algorithm", "state bytes", "retained B/key", "allocs/key"
+        "algorithm",
+        "state bytes",
+        "retained B/key",
+        "allocs/key"
     );
     crate::for_each_algorithm!(|name, A| {
         let (bytes, allocations) = tollgate_u64::<A, _>(quota(), GlobalMutex, KEYS, 1);
-        println!(
+        say!(
+            out,
             "{:<24} {:>12} {:>16.1} {:>12.2}",
             name,
             std::mem::size_of::<<A as Algorithm>::State>(),
@@ -148,23 +154,30 @@ pub fn algorithm_table() {
             allocations
         );
     });
-    println!(
+    say!(
+        out,
         "(state bytes: the per-key state inline; retained: everything the map holds, keys included)\n"
     );
 
     const LOG_KEYS: u64 = 10_000;
-    println!("## Sliding window log at its limit: {LOG_KEYS} keys, each drained to the limit");
-    println!(
+    say!(
+        out,
+        "## Sliding window log at its limit: {LOG_KEYS} keys, each drained to the limit"
+    );
+    say!(
+        out,
         "{:<10} {:>16} {:>12}",
-        "limit", "retained B/key", "allocs/key"
+        "limit",
+        "retained B/key",
+        "allocs/key"
     );
     for limit in [10, 100, 1_000] {
         let quota = Quota::new(limit, Duration::from_secs(60)).expect("valid");
         let (bytes, allocations) =
             tollgate_u64::<SlidingWindowLog, _>(quota, GlobalMutex, LOG_KEYS, limit);
-        println!("{limit:<10} {bytes:>16.1} {allocations:>12.2}");
+        say!(out, "{limit:<10} {bytes:>16.1} {allocations:>12.2}");
     }
-    println!("(8 bytes per timestamp, at most `limit` per key)\n");
+    say!(out, "(8 bytes per timestamp, at most `limit` per key)\n");
 }
 
 /// One key count of the store sweep: retained B/key per store.
@@ -181,9 +194,13 @@ pub struct SweepRow {
 
 /// Retained bytes per key by store, against governor, over `counts`; also
 /// 100 000 string keys. Returns the u64 rows.
-pub fn store_sweep(counts: &[u64]) -> Vec<SweepRow> {
-    println!("## Memory per key by store: u64 keys, one request each (B/key retained)");
-    println!(
+pub fn store_sweep(out: &mut String, counts: &[u64]) -> Vec<SweepRow> {
+    say!(
+        out,
+        "## Memory per key by store: u64 keys, one request each (B/key retained)"
+    );
+    say!(
+        out,
         "{:>9} {:>9} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>6}",
         "keys",
         "governor",
@@ -195,9 +212,18 @@ pub fn store_sweep(counts: &[u64]) -> Vec<SweepRow> {
         "global",
         "floor"
     );
-    println!(
+    say!(
+        out,
         "{:>9} {:>9} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>6}",
-        "", "keyed", "GCRA", "fixed win.", "tok.bucket", "GCRA", "GCRA", "GCRA", ""
+        "",
+        "keyed",
+        "GCRA",
+        "fixed win.",
+        "tok.bucket",
+        "GCRA",
+        "GCRA",
+        "GCRA",
+        ""
     );
     let rows: Vec<SweepRow> = counts
         .iter()
@@ -224,7 +250,8 @@ pub fn store_sweep(counts: &[u64]) -> Vec<SweepRow> {
                 sharded_gcra: tollgate_u64::<Gcra, _>(quota(), Sharded::default(), keys, 1).0,
                 global_gcra: tollgate_u64::<Gcra, _>(quota(), GlobalMutex, keys, 1).0,
             };
-            println!(
+            say!(
+                out,
                 "{:>9} {:>9.1} {:>10.1} {:>10.1} {:>10.1} {:>9.1} {:>9.1} {:>9.1} {:>6}",
                 keys,
                 row.governor,
@@ -240,7 +267,8 @@ pub fn store_sweep(counts: &[u64]) -> Vec<SweepRow> {
         })
         .collect();
     const STRING_KEYS: u64 = 100_000;
-    println!(
+    say!(
+        out,
         "{:>9} {:>9.1} {:>10.1} {:>10} {:>10} {:>9.1} {:>9.1} {:>9} {:>6}",
         "100k str",
         governor_strings(STRING_KEYS),
@@ -252,7 +280,8 @@ pub fn store_sweep(counts: &[u64]) -> Vec<SweepRow> {
         "",
         "",
     );
-    println!(
+    say!(
+        out,
         "(floor: a u64 key and an 8-byte state; string keys are \"client-<n>\", their heap included)\n"
     );
     rows
@@ -260,14 +289,24 @@ pub fn store_sweep(counts: &[u64]) -> Vec<SweepRow> {
 
 /// Every store × every algorithm: retained B/key after one request per key,
 /// at each of `counts`.
-pub fn matrix(counts: &[u64]) {
-    println!("## Memory per key, every store × algorithm (B/key retained, u64 keys)");
-    println!(
+pub fn matrix(out: &mut String, counts: &[u64]) {
+    say!(
+        out,
+        "## Memory per key, every store × algorithm (B/key retained, u64 keys)"
+    );
+    say!(
+        out,
         "{:>9} {:<24} {:>10} {:>10} {:>10} {:>10}",
-        "keys", "algorithm", "lock-free", "per-key", "sharded", "global"
+        "keys",
+        "algorithm",
+        "lock-free",
+        "per-key",
+        "sharded",
+        "global"
     );
     for &keys in counts {
-        crate::for_each_algorithm!(|name, A| println!(
+        crate::for_each_algorithm!(|name, A| say!(
+            out,
             "{:>9} {:<24} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
             keys,
             name,
@@ -277,16 +316,19 @@ pub fn matrix(counts: &[u64]) {
             tollgate_u64::<A, _>(quota(), GlobalMutex, keys, 1).0,
         ));
     }
-    println!();
+    say!(out);
 }
 
 /// The lock-free maps considered for the default store, holding `u64 →
 /// AtomicU64` (the cell of GCRA) with no limiter around them, beside the
 /// table tollgate built and governor's store.
-pub fn candidate_maps() {
+pub fn candidate_maps(out: &mut String) {
     use std::sync::atomic::AtomicU64;
     const KEYS: u64 = 1_000_000;
-    println!("## Candidate maps: {KEYS} u64 keys → AtomicU64, retained B/key");
+    say!(
+        out,
+        "## Candidate maps: {KEYS} u64 keys → AtomicU64, retained B/key"
+    );
     let rows: [(&str, f64); 6] = [
         (
             "dashmap (governor's keyed store)",
@@ -343,9 +385,9 @@ pub fn candidate_maps() {
         ("floor (key + 8 B)", 16.0),
     ];
     for (name, bytes) in rows {
-        println!("{name:<36} {bytes:>8.1}");
+        say!(out, "{name:<36} {bytes:>8.1}");
     }
-    println!();
+    say!(out);
 }
 
 /// The heap's peak while keys churn, measured at every allocation with no
@@ -353,14 +395,24 @@ pub fn candidate_maps() {
 /// keys the run held. The churn: 40 waves, each of 5 000 one-off keys then
 /// two checks of 5 000 steady keys, 2 s apart. The flood: 2 000 000 keys
 /// against a cap of 100 000 (the quick mode floods 500 000).
-pub fn peak_table(full: bool) {
-    println!("## Memory while keys churn: heap peak against the settled live table");
-    println!(
-        "{:<38} {:>8} {:>12} {:>12} {:>8} {:>7}",
-        "workload, store", "threads", "peak B", "settled B", "keys", "ratio"
+pub fn peak_table(out: &mut String, full: bool) {
+    say!(
+        out,
+        "## Memory while keys churn: heap peak against the settled live table"
     );
-    let row = |name: &str, threads: u64, peak: churn::Peak| {
-        println!(
+    say!(
+        out,
+        "{:<38} {:>8} {:>12} {:>12} {:>8} {:>7}",
+        "workload, store",
+        "threads",
+        "peak B",
+        "settled B",
+        "keys",
+        "ratio"
+    );
+    let row = |out: &mut String, name: &str, threads: u64, peak: churn::Peak| {
+        say!(
+            out,
             "{:<38} {:>8} {:>12} {:>12} {:>8} {:>6.2}x",
             name,
             threads,
@@ -372,26 +424,31 @@ pub fn peak_table(full: bool) {
     };
     for threads in [1, 2] {
         row(
+            out,
             "churn, lock-free (1 shard)",
             threads,
             churn::churn_peak(LockFree::new(1), threads),
         );
         row(
+            out,
             "churn, lock-free",
             threads,
             churn::churn_peak(LockFree::default(), threads),
         );
         row(
+            out,
             "churn, sharded",
             threads,
             churn::churn_peak(Sharded::default(), threads),
         );
         row(
+            out,
             "churn, global mutex",
             threads,
             churn::churn_peak(GlobalMutex, threads),
         );
         row(
+            out,
             "churn, per-key",
             threads,
             churn::churn_peak(PerKey::new(), threads),
@@ -401,16 +458,22 @@ pub fn peak_table(full: bool) {
     for threads in [1, 2] {
         let flood = churn::flood_peak(LockFree::default(), threads, flood_keys, 100_000);
         row(
+            out,
             &format!("flood {flood_keys} vs cap 100 000, lock-free"),
             threads,
             flood.peak,
         );
-        println!(
+        say!(
+            out,
             "{:<38} (admitted {}, StoreFull {}, Reclaiming {})",
-            "", flood.admitted, flood.full, flood.refused
+            "",
+            flood.admitted,
+            flood.full,
+            flood.refused
         );
     }
-    println!(
+    say!(
+        out,
         "(settled: after `evict_idle()`, which frees the tables growth replaced; the \
          memory tables above are settled the same way)\n"
     );
@@ -506,21 +569,30 @@ fn tollgate_growth<S: StoreKind<u64, Gcra>>(name: &'static str, store: S) -> Gro
 
 /// GCRA on the lock-free store (default shards; 4, the default on one
 /// core; and one shard: no stagger), on the stores on papaya, `scc` and
-/// flurry (`tollgate-peers`, issue 13), and governor's keyed limiter, u64 keys of one request
-/// each, growing from 1 to `Growth::TO` keys on one thread. Nothing is
+/// flurry (`tollgate-peers`), and governor's keyed limiter, u64 keys of one
+/// request each, growing from 1 to `Growth::TO` keys on one thread. Nothing is
 /// settled between inserts: a replaced table still awaiting its grace
 /// period counts, so the worst figure bounds the settled one from above.
-pub fn growth_table() -> Vec<Growth> {
-    println!("## Memory at every key count while growing: u64 keys, one request each, one thread");
-    println!(
+pub fn growth_table(out: &mut String) -> Vec<Growth> {
+    say!(
+        out,
+        "## Memory at every key count while growing: u64 keys, one request each, one thread"
+    );
+    say!(
+        out,
         "(heap after each insert from {} to {} keys; peak: the most live inside one insert ÷ \
          the heap after it)",
         Growth::FROM,
         Growth::TO
     );
-    println!(
+    say!(
+        out,
         "{:<30} {:>18} {:>18} {:>18} {:>10}",
-        "store", "worst B/key (at)", "best B/key (at)", "peak ratio (at)", "ns/insert"
+        "store",
+        "worst B/key (at)",
+        "best B/key (at)",
+        "peak ratio (at)",
+        "ns/insert"
     );
     let rows = vec![
         tollgate_growth("lock-free GCRA", LockFree::default()),
@@ -538,7 +610,8 @@ pub fn growth_table() -> Vec<Growth> {
         ),
     ];
     for row in &rows {
-        println!(
+        say!(
+            out,
             "{:<30} {:>9.2} ({:>7}) {:>9.2} ({:>7}) {:>9.2}x ({:>7}) {:>10.1}",
             row.store,
             row.worst.0,
@@ -550,7 +623,7 @@ pub fn growth_table() -> Vec<Growth> {
             row.ns_per_insert
         );
     }
-    println!();
+    say!(out);
     rows
 }
 
@@ -594,17 +667,18 @@ fn peer_sample<S: StoreKind<u64, Gcra>>(store: &S) -> PeerSample {
 const EVICTED: u64 = 100_000;
 
 /// The purpose-built table against the stores on papaya, `scc::HashIndex`
-/// and flurry (`tollgate-peers`, issue 13), GCRA on u64 keys: bytes a key
+/// and flurry (`tollgate-peers`), GCRA on u64 keys: bytes a key
 /// settled at 100 000 and 1 000 000 keys, the heap's peak while keys churn
 /// against the settled live table (1 and 2 threads), and what an
 /// `evict_idle` costs a key, all keys idle and half of them. `rounds`
 /// rounds, each measuring every store once, the stores in a rotated order.
 /// (The peak inside growth is in the growth table; the speed rows are in the
 /// performance tables.)
-pub fn peer_table(rounds: usize) -> Vec<PeerRow> {
-    println!(
-        "## The purpose-built table against general-purpose maps: GCRA, u64 keys (issue 13; \
-         median of {rounds} rounds, and their range)"
+pub fn peer_table(out: &mut String, rounds: usize) -> Vec<PeerRow> {
+    say!(
+        out,
+        "## The purpose-built table against general-purpose maps: GCRA, u64 keys (median of \
+         {rounds} rounds, and their range)"
     );
     let stores: [PeerStore; 4] = [
         ("lock-free", Box::new(|| peer_sample(&LockFree::default()))),
@@ -636,7 +710,8 @@ pub fn peer_table(rounds: usize) -> Vec<PeerRow> {
             }
         })
         .collect();
-    println!(
+    say!(
+        out,
         "{:<16} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19}",
         "store",
         "B/key 100 000",
@@ -651,7 +726,8 @@ pub fn peer_table(rounds: usize) -> Vec<PeerRow> {
         |estimate: &Estimate| estimate.show(2),
     );
     for row in &rows {
-        println!(
+        say!(
+            out,
             "{:<16} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19}",
             row.store,
             cell(&row.bytes[0]),
@@ -662,7 +738,8 @@ pub fn peer_table(rounds: usize) -> Vec<PeerRow> {
             cell(&row.evict[1])
         );
     }
-    println!(
+    say!(
+        out,
         "(settled as the memory tables above; the churn as in the peak table; eviction: ns a \
          key of the store (idle or not) of one `evict_idle` over {EVICTED} keys, all idle or \
          every other one, one thread; the lock-free store frees inside the call, through its \

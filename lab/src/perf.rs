@@ -1,6 +1,14 @@
-//! The performance section: every workload of `benches/support/workloads.rs`
+//! The performance section: the workloads of `benches/support/workloads.rs`
 //! at 1, 2 and 4 threads (4 oversubscribes this 2-core machine), as
 //! aggregate throughput, and the ratios the lab judges.
+//!
+//! By default it measures the headline: the rows of the two tables that the
+//! judged ratios and the headline plots read (denying on a drained hot key,
+//! admitting on 65 536 distinct keys) and the judged ratios. With
+//! `--diagnostics` it measures every workload: the rows that explain a
+//! figure (hashers, guards, layouts, the stores on other maps), the tables
+//! by clock, by key count, by algorithm and on one hot key, the pieces of a
+//! keyed check, and the ratios shown but not judged.
 //!
 //! How it holds still on a noisy 2-core VM:
 //!
@@ -42,6 +50,8 @@ pub struct Budget {
     /// neighbours), so that the interval covers what one process's
     /// placement does to a ratio, not only the noise within it.
     pub blocks: usize,
+    /// Every row, table and ratio, not only the headline's.
+    pub diagnostics: bool,
 }
 
 /// One workload's aggregate ns per operation at 1, 2 and 4 threads.
@@ -92,29 +102,93 @@ pub struct Judged {
     pub target: Target,
 }
 
-impl Judged {
-    /// "met", "MISSED" or "shown": met only if the whole interval meets
-    /// the target.
-    pub fn verdict(&self) -> &'static str {
-        match self.target {
-            Target::AtLeast(target) if self.ratio.low >= target => "met",
-            Target::AtMost(target) if self.ratio.high <= target => "met",
-            Target::Shown => "shown",
-            _ => "MISSED",
+/// What a judged ratio's interval says of its target.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The whole interval meets the target.
+    Met,
+    /// The interval straddles the target: judged missed.
+    Straddles,
+    /// The whole interval misses the target.
+    Missed,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Met => "MET",
+            Verdict::Straddles => "MISSED (straddles)",
+            Verdict::Missed => "MISSED",
         }
     }
 }
 
-/// Every table of the section, and the judged ratios.
+impl Judged {
+    /// Met only if the whole interval meets the target; `None` for a ratio
+    /// shown, not judged.
+    pub fn verdict(&self) -> Option<Verdict> {
+        let (inside, straddling) = match self.target {
+            Target::AtLeast(target) => (self.ratio.low >= target, self.ratio.high >= target),
+            Target::AtMost(target) => (self.ratio.high <= target, self.ratio.low <= target),
+            Target::Shown => return None,
+        };
+        Some(if inside {
+            Verdict::Met
+        } else if straddling {
+            Verdict::Straddles
+        } else {
+            Verdict::Missed
+        })
+    }
+}
+
+/// Every table of the section, and the judged ratios: the diagnostic
+/// tables and pieces only with `Budget::diagnostics`.
 pub struct Results {
+    /// Denying on a drained hot key.
     pub deny: Table,
-    pub deny_with_clock: Table,
-    pub distinct: Vec<(u64, Table)>,
-    pub by_algorithm: Table,
-    pub hot: Table,
+    pub deny_with_clock: Option<Table>,
+    /// Admitting on 16 and on 1 024 distinct keys.
+    pub fewer_keys: Vec<Table>,
+    /// Admitting on 65 536 distinct keys.
+    pub distinct: Table,
+    pub by_algorithm: Option<Table>,
+    pub hot: Option<Table>,
     /// One of each piece of a keyed check, ns, on one thread.
     pub pieces: Vec<(&'static str, f64)>,
+    /// The judged ratios, then (with diagnostics) the ones shown.
     pub judged: Vec<Judged>,
+    /// Whether the diagnostic rows, tables and ratios were measured.
+    pub diagnostics: bool,
+}
+
+/// The rows of the deny table that the headline reads: the judged ratios'
+/// and the plots'.
+const HEADLINE_DENY: [&str; 8] = [
+    "fixed window",
+    "token bucket",
+    "sliding log",
+    "sliding counter",
+    "GCRA",
+    "GCRA, foldhash",
+    "governor keyed",
+    "GCRA direct",
+];
+
+/// The rows of the 65 536-key table that the headline reads.
+const HEADLINE_DISTINCT: [&str; 6] = [
+    "global mutex",
+    "sharded",
+    "per-key",
+    "lock-free",
+    "lock-free, foldhash",
+    "governor keyed",
+];
+
+/// `makers` without the rows not named in `headline`.
+fn headline_only(mut makers: Makers, headline: &[&str]) -> Makers {
+    makers.retain(|(name, _)| headline.contains(name));
+    makers
 }
 
 /// The number of operations per thread that make one run of `op` on
@@ -543,25 +617,68 @@ struct Case<'a> {
 }
 
 /// The ratios the lab judges, each from its own pairs at 2 threads (the
-/// scaling ratio: 2 threads against 1).
-fn cases<'a>(deny: &'a Makers, distinct: &'a Makers) -> Vec<Case<'a>> {
+/// scaling ratio: 2 threads against 1), and with `diagnostics` the ones it
+/// shows.
+fn cases<'a>(deny: &'a Makers, distinct: &'a Makers, diagnostics: bool) -> Vec<Case<'a>> {
     let at = |make, threads| Side { make, threads };
     let two = |op| at(op, 2);
-    let cases: Vec<(&'static str, Side<'a>, Side<'a>, Target, bool)> = vec![
+    let judged: Vec<(&'static str, Side<'a>, Side<'a>, Target, bool)> = vec![
         (
-            "keyed GCRA deny × governor keyed (throughput)",
+            "keyed GCRA deny × governor keyed",
             two(op(deny, "GCRA")),
             two(op(deny, "governor keyed")),
             Target::AtLeast(4.0),
             true,
         ),
         (
-            "keyed GCRA deny ÷ direct GCRA deny (cost)",
+            "keyed GCRA deny ÷ direct GCRA deny",
             two(op(deny, "GCRA")),
             two(op(deny, "GCRA direct")),
             Target::AtMost(2.0),
             false,
         ),
+        (
+            "keyed GCRA deny, 2 threads × 1 thread",
+            two(op(deny, "GCRA")),
+            at(op(deny, "GCRA"), 1),
+            Target::AtLeast(1.6),
+            true,
+        ),
+        (
+            "keyed GCRA deny, seeded foldhash × governor keyed",
+            two(op(deny, "GCRA, foldhash")),
+            two(op(deny, "governor keyed")),
+            Target::AtLeast(4.0),
+            true,
+        ),
+        (
+            "GCRA admit, 65 536 keys × governor keyed",
+            two(op(distinct, "lock-free")),
+            two(op(distinct, "governor keyed")),
+            Target::AtLeast(2.0),
+            true,
+        ),
+        (
+            "GCRA admit, 65 536 keys, foldhash × governor keyed",
+            two(op(distinct, "lock-free, foldhash")),
+            two(op(distinct, "governor keyed")),
+            Target::AtLeast(2.0),
+            true,
+        ),
+        (
+            "GCRA admit, 65 536 keys × global mutex",
+            two(op(distinct, "lock-free")),
+            two(op(distinct, "global mutex")),
+            Target::AtLeast(4.0),
+            true,
+        ),
+    ];
+    if !diagnostics {
+        return into_cases(judged);
+    }
+    // The diagnostic rows exist only with diagnostics: these resolve them.
+    let mut cases = judged;
+    cases.extend(vec![
         (
             "  GCRA cell in a read-only HashMap ÷ direct (cost)",
             two(op(deny, "GCRA cell in a HashMap")),
@@ -654,35 +771,7 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers) -> Vec<Case<'a>> {
             false,
         ),
         (
-            "keyed GCRA deny: 2 threads × 1 thread (throughput)",
-            two(op(deny, "GCRA")),
-            at(op(deny, "GCRA"), 1),
-            Target::AtLeast(1.6),
-            true,
-        ),
-        (
-            "  the same deny, seeded foldhash: × governor keyed",
-            two(op(deny, "GCRA, foldhash")),
-            two(op(deny, "governor keyed")),
-            Target::AtLeast(4.0),
-            true,
-        ),
-        (
-            "GCRA admit, 65 536 keys × governor keyed",
-            two(op(distinct, "lock-free")),
-            two(op(distinct, "governor keyed")),
-            Target::AtLeast(2.0),
-            true,
-        ),
-        (
-            "  the same admit, seeded foldhash: × governor keyed",
-            two(op(distinct, "lock-free, foldhash")),
-            two(op(distinct, "governor keyed")),
-            Target::AtLeast(2.0),
-            true,
-        ),
-        (
-            "  the same admit in a held guard: × governor keyed",
+            "GCRA admit, 65 536 keys, in a held guard × governor keyed",
             two(op(distinct, "lock-free in a held guard")),
             two(op(distinct, "governor keyed")),
             Target::Shown,
@@ -694,13 +783,6 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers) -> Vec<Case<'a>> {
             two(op(distinct, "lock-free in a held guard")),
             Target::Shown,
             false,
-        ),
-        (
-            "GCRA admit, 65 536 keys × global mutex",
-            two(op(distinct, "lock-free")),
-            two(op(distinct, "global mutex")),
-            Target::AtLeast(4.0),
-            true,
         ),
         (
             "GCRA admit, 65 536 keys: one table each × shared",
@@ -737,9 +819,9 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers) -> Vec<Case<'a>> {
             Target::Shown,
             true,
         ),
-    ];
-    // Issue 13: the lock-free table against the stores on other maps, on
-    // the drained hot key and on 65 536 distinct keys.
+    ]);
+    // The lock-free table against the stores on other maps, on the drained
+    // hot key and on 65 536 distinct keys.
     let peers = ["papaya", "scc::HashIndex", "flurry"];
     let deny_peers = [
         (
@@ -760,7 +842,6 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers) -> Vec<Case<'a>> {
         "lock-free admit, 65 536 keys × scc::HashIndex store (throughput)",
         "lock-free admit, 65 536 keys × flurry store (throughput)",
     ];
-    let mut cases = cases;
     for ((deny_name, deny_row), (admit_name, peer)) in deny_peers
         .into_iter()
         .zip(admit_peers.into_iter().zip(peers))
@@ -780,6 +861,11 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers) -> Vec<Case<'a>> {
             true,
         ));
     }
+    into_cases(cases)
+}
+
+/// The cases of `(name, subject, baseline, target, throughput)`.
+fn into_cases<'a>(cases: Vec<(&'static str, Side<'a>, Side<'a>, Target, bool)>) -> Vec<Case<'a>> {
     cases
         .into_iter()
         .map(|(name, subject, baseline, target, throughput)| Case {
@@ -819,32 +905,57 @@ fn judge_block(cases: &mut [Case<'_>], budget: &Budget, block: usize, bar: &Prog
 /// VM's two vCPUs can change how they share their host's cores between
 /// one minute and the next), not only at its end.
 pub fn run(budget: &Budget) -> Results {
-    let (deny_makers, clock_makers) = (deny_ops(), clock_ops());
+    let diagnostics = budget.diagnostics;
+    let (mut deny_makers, clock_makers) = (deny_ops(), clock_ops());
     let (few, some) = (distinct_ops(16), distinct_ops(1_024));
     let mut widest = distinct_ops(65_536);
     widest.extend(held_guard_ops(65_536));
+    if !diagnostics {
+        deny_makers = headline_only(deny_makers, &HEADLINE_DENY);
+        widest = headline_only(widest, &HEADLINE_DISTINCT);
+    }
     let (algorithm_makers, hot_makers) = (algorithm_ops(), hot_ops());
-    let specs: [(&str, &Makers); 7] = [
+    // Each table's title, rows, and whether it is a diagnostic.
+    let all: [(&str, &Makers, bool); 7] = [
         (
             "Deny on a drained hot key (default store, TSC clock)",
             &deny_makers,
+            false,
         ),
-        ("GCRA deny on a drained hot key, by clock", &clock_makers),
-        ("GCRA admitting on 16 distinct keys, by store", &few),
-        ("GCRA admitting on 1024 distinct keys, by store", &some),
-        ("GCRA admitting on 65536 distinct keys, by store", &widest),
+        (
+            "GCRA deny on a drained hot key, by clock",
+            &clock_makers,
+            true,
+        ),
+        ("GCRA admitting on 16 distinct keys, by store", &few, true),
+        (
+            "GCRA admitting on 1024 distinct keys, by store",
+            &some,
+            true,
+        ),
+        (
+            "GCRA admitting on 65536 distinct keys, by store",
+            &widest,
+            false,
+        ),
         (
             "Admitting on 65536 distinct keys, by algorithm (default store; 10 000/s in bursts \
              of 1 000, which the sliding counter packs)",
             &algorithm_makers,
+            true,
         ),
-        ("GCRA admitting on one hot key, by store", &hot_makers),
+        ("GCRA admitting on one hot key, by store", &hot_makers, true),
     ];
+    let specs: Vec<(&str, &Makers)> = all
+        .iter()
+        .filter(|(_, _, diagnostic)| diagnostics || !diagnostic)
+        .map(|&(title, makers, _)| (title, makers))
+        .collect();
     let blocks = budget.blocks.max(1);
     let bar = ProgressBar::new((specs.len() * budget.rounds + blocks) as u64).with_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} {elapsed} {msg}").expect("template"),
     );
-    let mut cases = cases(&deny_makers, &widest);
+    let mut cases = cases(&deny_makers, &widest, diagnostics);
     let mut tables = Vec::new();
     let mut judged_blocks = 0;
     for (index, (title, makers)) in specs.iter().enumerate() {
@@ -871,28 +982,46 @@ pub fn run(budget: &Budget) -> Results {
             }
         })
         .collect();
-    let pieces = components();
     let mut tables = tables.into_iter();
-    let mut next = || tables.next().expect("seven tables");
-    let (deny, deny_with_clock) = (next(), next());
-    let distinct = vec![(16, next()), (1_024, next()), (65_536, next())];
-    let (by_algorithm, hot) = (next(), next());
-    Results {
-        deny,
-        deny_with_clock,
-        distinct,
-        by_algorithm,
-        hot,
-        pieces,
-        judged,
+    let mut next = || tables.next().expect("a table for each spec");
+    if diagnostics {
+        let (deny, deny_with_clock) = (next(), Some(next()));
+        let fewer_keys = vec![next(), next()];
+        let distinct = next();
+        let (by_algorithm, hot) = (Some(next()), Some(next()));
+        Results {
+            deny,
+            deny_with_clock,
+            fewer_keys,
+            distinct,
+            by_algorithm,
+            hot,
+            pieces: components(),
+            judged,
+            diagnostics,
+        }
+    } else {
+        let (deny, distinct) = (next(), next());
+        Results {
+            deny,
+            deny_with_clock: None,
+            fewer_keys: Vec::new(),
+            distinct,
+            by_algorithm: None,
+            hot: None,
+            pieces: Vec::new(),
+            judged,
+            diagnostics,
+        }
     }
 }
 
 /// Prints a table: each cell's median ns/op with its interval, per thread
 /// count, and the 2-thread ratio of medians against `baseline`.
-pub fn print_table(table: &Table, baseline: Option<&str>) {
-    println!("## {}", table.title);
-    println!(
+pub fn print_table(out: &mut String, table: &Table, baseline: Option<&str>) {
+    say!(out, "## {}", table.title);
+    say!(
+        out,
         "{:<24} {:>20} {:>20} {:>20} {}",
         "",
         "ns 1t (95% CI)",
@@ -908,7 +1037,8 @@ pub fn print_table(table: &Table, baseline: Option<&str>) {
         let versus = baseline.map_or(String::new(), |name| {
             format!("{:>10.2}", table.row(name).ns[1].median / row.ns[1].median)
         });
-        println!(
+        say!(
+            out,
             "{:<24} {:>20} {:>20} {:>20} {}",
             row.name,
             cell(&row.ns[0]),
@@ -918,10 +1048,11 @@ pub fn print_table(table: &Table, baseline: Option<&str>) {
         );
     }
     let first = &table.rows[0].ns[0];
-    println!(
+    say!(
+        out,
         "(aggregate ns per operation over all threads, median of {} interleaved rounds, \
-         interval of {:.1} %; × is a ratio of medians, judged ratios are paired below; \
-         * 4 threads oversubscribe 2 cores)\n",
+         interval of {:.1} %; × is a ratio of medians, the judged ratios come from pairs \
+         (the summary); * 4 threads oversubscribe 2 cores)\n",
         first.samples,
         first.coverage * 100.0
     );

@@ -1,247 +1,572 @@
-//! The performance tables, the targets judged in the same run, and the plots
+//! The summary of the judged targets, the performance tables, and the plots
 //! (drawn with plotters as SVG: the viewer draws the text, so no font is
 //! loaded).
 
 use std::path::{Path, PathBuf};
 
-use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::coord::ranged1d::{AsRangedCoord, DefaultFormatting, KeyPointHint, Ranged};
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::memory::{Growth, PeerRow, SweepRow};
-use crate::perf::{Judged, Results, THREADS, Table, Target, print_table};
+use crate::perf::{Judged, Results, THREADS, Table, Target, Verdict, print_table};
 use crate::stats::median_ci;
 
-/// The issue's bytes-per-key target for u64 keys with GCRA (issue 12).
+/// The bytes-per-key target for u64 keys with GCRA on the default store.
 const BYTES_PER_KEY_TARGET: f64 = 20.0;
-/// Issue 12: the heap's peak while a store grows, at most 1.5× the heap
+/// The heap's peak while a store grows, at most this many times the heap
 /// after the insert that grew it.
 const PEAK_GROWTH_TARGET: f64 = 1.5;
 
-/// Prints every performance table, each against governor where it has a row.
-pub fn print(results: &Results) {
-    print_table(&results.deny, Some("governor keyed"));
-    print_table(&results.deny_with_clock, None);
-    for (_, table) in &results.distinct {
-        print_table(table, Some("governor keyed"));
-    }
-    print_table(&results.by_algorithm, None);
-    print_table(&results.hot, Some("governor keyed"));
-    println!(
-        "## The pieces of a keyed check, one at a time on one pinned thread (beyond an empty \
-         step's cost)"
-    );
-    for (name, ns) in &results.pieces {
-        println!("{name:<34} {ns:>7.2} ns");
-    }
-    println!();
+/// One line of the summary.
+struct Headline {
+    name: String,
+    measured: String,
+    interval: String,
+    target: String,
+    verdict: Verdict,
 }
 
-/// The issue's targets: each judged ratio from its own pairs, then memory.
-pub fn targets(results: &Results, sweep: &[SweepRow], growth: &[Growth]) {
-    if crate::parallel::cpu_count() < 2 {
-        println!(
-            "WARNING: this process may run on fewer than 2 CPUs (taskset?): the 2-thread \
-             ratios below share one core and judge nothing."
-        );
-    }
-    let pairs = results
-        .judged
-        .first()
-        .map_or(0, |judged| judged.ratio.samples);
-    println!(
-        "## Targets (2 threads on 2 cores; each ratio the median of {pairs} paired runs, \
-         with its 95 % interval: met only if the whole interval meets the target)"
-    );
-    for judged in &results.judged {
-        let target = match judged.target {
-            Target::AtLeast(target) => format!("≥ {target}×"),
-            Target::AtMost(target) => format!("≤ {target}×"),
-            Target::Shown => String::new(),
+/// The summary the report opens with: every judged target (the ratios of
+/// `results`, the memory of `sweep` and `growth`, whichever ran) against
+/// its target, with its verdict, and the rule that gives it.
+pub fn summary(out: &mut String, results: Option<&Results>, sweep: &[SweepRow], growth: &[Growth]) {
+    let mut lines = Vec::new();
+    let judged: Vec<&Judged> = results
+        .map(|results| {
+            results
+                .judged
+                .iter()
+                .filter(|judged| judged.verdict().is_some())
+                .collect()
+        })
+        .unwrap_or_default();
+    for judged in &judged {
+        let (target, verdict) = match (judged.target, judged.verdict()) {
+            (Target::AtLeast(target), Some(verdict)) => (format!("≥ {target}×"), verdict),
+            (Target::AtMost(target), Some(verdict)) => (format!("≤ {target}×"), verdict),
+            _ => continue,
         };
-        println!(
-            "{:<54} {:>6.3}× ({:.3}–{:.3}) {:>7}  {}",
-            judged.name,
-            judged.ratio.median,
-            judged.ratio.low,
-            judged.ratio.high,
+        lines.push(Headline {
+            name: judged.name.to_owned(),
+            measured: format!("{:.2}×", judged.ratio.median),
+            interval: format!("{:.2}–{:.2}", judged.ratio.low, judged.ratio.high),
             target,
-            judged.verdict()
-        );
+            verdict,
+        });
     }
-    let verdict = |met: bool| if met { "met" } else { "MISSED" };
+    let exact = |met: bool| if met { Verdict::Met } else { Verdict::Missed };
     for row in sweep {
-        println!(
-            "{:<54} {:>7.3} B (target ≤ {BYTES_PER_KEY_TARGET} B; governor {:.3} B)  {}",
-            format!("bytes/key, lock-free GCRA, {} keys", row.keys),
-            row.lock_free_gcra,
-            row.governor,
-            verdict(row.lock_free_gcra <= BYTES_PER_KEY_TARGET)
-        );
+        lines.push(Headline {
+            name: format!("B/key, lock-free GCRA, {} keys", thousands(row.keys)),
+            measured: format!("{:.2} B", row.lock_free_gcra),
+            interval: "exact".to_owned(),
+            target: format!("≤ {BYTES_PER_KEY_TARGET} B"),
+            verdict: exact(row.lock_free_gcra <= BYTES_PER_KEY_TARGET),
+        });
     }
-    let governor = growth.iter().find(|row| row.store == "governor keyed");
-    if let (Some(row), Some(governor)) = (growth.first(), governor) {
-        println!(
-            "{:<54} {:>7.3} B (target ≤ {BYTES_PER_KEY_TARGET} B; governor {:.3}–{:.3} B)  {}",
-            format!(
-                "bytes/key, {}, worst of {}..{} keys",
+    if let Some(row) = growth.first() {
+        lines.push(Headline {
+            name: format!(
+                "B/key, {}, worst of {}–{} keys",
                 row.store,
-                Growth::FROM,
-                Growth::TO
+                short_count(Growth::FROM as f64),
+                short_count(Growth::TO as f64)
             ),
-            row.worst.0,
-            governor.best.0,
-            governor.worst.0,
-            verdict(row.worst.0 <= BYTES_PER_KEY_TARGET)
-        );
-        println!(
-            "{:<54} {:>7.3}× (target ≤ {PEAK_GROWTH_TARGET}×)  {}",
-            format!("peak during growth ÷ after, {}, 1 thread", row.store),
-            row.peak.0,
-            verdict(row.peak.0 <= PEAK_GROWTH_TARGET)
+            measured: format!("{:.2} B", row.worst.0),
+            interval: "exact".to_owned(),
+            target: format!("≤ {BYTES_PER_KEY_TARGET} B"),
+            verdict: exact(row.worst.0 <= BYTES_PER_KEY_TARGET),
+        });
+        lines.push(Headline {
+            name: format!("heap peak in growth ÷ after, {}", row.store),
+            measured: format!("{:.2}×", row.peak.0),
+            interval: "exact".to_owned(),
+            target: format!("≤ {PEAK_GROWTH_TARGET}×"),
+            verdict: exact(row.peak.0 <= PEAK_GROWTH_TARGET),
+        });
+    }
+    say!(out, "# Summary: the judged targets\n");
+    if results.is_some() && crate::parallel::cpu_count() < 2 {
+        say!(
+            out,
+            "WARNING: this process may run on fewer than 2 CPUs (taskset?): the 2-thread \
+             ratios below share one core and judge nothing.\n"
         );
     }
-    println!();
+    if let Some(pairs) = judged.first().map(|judged| judged.ratio.samples) {
+        say!(
+            out,
+            "Ratios: 2 threads on 2 cores, the median of {pairs} paired runs and its 95 % \
+             interval\n(A × B: A's throughput over B's; A ÷ B: A's cost over B's). A ratio is \
+             MET only if its\nwhole interval clears the target (≥ t: the lower bound is at \
+             least t; ≤ t: the upper\nbound is at most t); one whose interval straddles the \
+             target is MISSED (straddles)."
+        );
+    }
+    if !sweep.is_empty() || !growth.is_empty() {
+        say!(
+            out,
+            "Memory: exact bytes from the counting allocator, one measurement each."
+        );
+    }
+    say!(out);
+    say!(
+        out,
+        "{:<50} {:>9}  {:<11}  {:<7}  verdict",
+        "",
+        "measured",
+        "95 % int.",
+        "target"
+    );
+    for line in &lines {
+        say!(
+            out,
+            "{:<50} {:>9}  {:<11}  {:<7}  {}",
+            line.name,
+            line.measured,
+            line.interval,
+            line.target,
+            line.verdict.as_str()
+        );
+    }
+    let met = lines
+        .iter()
+        .filter(|line| line.verdict == Verdict::Met)
+        .count();
+    say!(out, "\n{met} of {} targets met.\n", lines.len());
 }
 
-/// One line of a chart: points with optional intervals `(x, y, low, high)`.
+/// A key count in thousands or millions: "100 k", "2 M".
+fn short_count(keys: f64) -> String {
+    if keys >= 1e6 {
+        format!("{} M", tick(keys / 1e6))
+    } else {
+        format!("{} k", tick(keys / 1e3))
+    }
+}
+
+/// `n` with a space between groups of three digits.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut grouped = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index).is_multiple_of(3) {
+            grouped.push(' ');
+        }
+        grouped.push(digit);
+    }
+    grouped
+}
+
+/// Prints every performance table, each against governor where it has a
+/// row, the pieces of a keyed check and the ratios shown, not judged (the
+/// last two with diagnostics only).
+pub fn print(out: &mut String, results: &Results) {
+    print_table(out, &results.deny, Some("governor keyed"));
+    if let Some(table) = &results.deny_with_clock {
+        print_table(out, table, None);
+    }
+    for table in &results.fewer_keys {
+        print_table(out, table, Some("governor keyed"));
+    }
+    print_table(out, &results.distinct, Some("governor keyed"));
+    if let Some(table) = &results.by_algorithm {
+        print_table(out, table, None);
+    }
+    if let Some(table) = &results.hot {
+        print_table(out, table, Some("governor keyed"));
+    }
+    if !results.pieces.is_empty() {
+        say!(
+            out,
+            "## The pieces of a keyed check, one at a time on one pinned thread (beyond an \
+             empty step's cost)"
+        );
+        for (name, ns) in &results.pieces {
+            say!(out, "{name:<34} {ns:>7.2} ns");
+        }
+        say!(out);
+    }
+    let shown: Vec<&Judged> = results
+        .judged
+        .iter()
+        .filter(|judged| judged.verdict().is_none())
+        .collect();
+    if let Some(first) = shown.first() {
+        say!(
+            out,
+            "## Ratios shown, not judged (2 threads unless named; the median of {} paired \
+             runs and its 95 % interval)",
+            first.ratio.samples
+        );
+        for judged in shown {
+            say!(
+                out,
+                "{:<76} {:>6.3}× ({:.3}–{:.3})",
+                judged.name.trim_start(),
+                judged.ratio.median,
+                judged.ratio.low,
+                judged.ratio.high
+            );
+        }
+        say!(out);
+    }
+}
+
+/// The Okabe–Ito palette (colour-blind safe) without its yellow, too pale
+/// on white; black is kept for the baseline.
+const PALETTE: [RGBColor; 6] = [
+    RGBColor(0, 114, 178),   // blue
+    RGBColor(213, 94, 0),    // vermillion
+    RGBColor(0, 158, 115),   // bluish green
+    RGBColor(230, 159, 0),   // orange
+    RGBColor(204, 121, 167), // reddish purple
+    RGBColor(86, 180, 233),  // sky blue
+];
+/// The baseline's colour (governor's rows): drawn dashed.
+const BASELINE: RGBColor = RGBColor(0, 0, 0);
+/// The reference lines' (a target, a floor).
+const REFERENCE: RGBColor = RGBColor(110, 110, 110);
+const FONT: &str = "sans-serif";
+
+/// One line of a chart: points with intervals `(x, y, low, high)`.
 struct Series {
     name: String,
     points: Vec<(f64, f64, f64, f64)>,
+    colour: RGBColor,
+    /// Drawn dashed: the baseline, or a line that lies on one drawn
+    /// before it.
+    dashed: bool,
 }
 
-/// Throughput series of a table: Mop/s per thread count, with intervals.
-fn throughput(table: &Table) -> Vec<Series> {
-    table
-        .rows
-        .iter()
-        .map(|row| Series {
-            name: row.name.to_owned(),
-            points: THREADS
+/// Whether all four numbers of a point are finite (an interval with a
+/// bound of 0 ns has an infinite reciprocal, which no axis can place).
+fn finite(point: &(f64, f64, f64, f64)) -> bool {
+    point.0.is_finite() && point.1.is_finite() && point.2.is_finite() && point.3.is_finite()
+}
+
+/// The rows of `table` named in `rows` (row name, legend label), as
+/// throughput series (Mop/s per thread count, with intervals), in that
+/// order; rows absent from the table are left out. governor's keyed row
+/// is the baseline: black and dashed.
+fn throughput(table: &Table, rows: &[(&str, &str)]) -> Vec<Series> {
+    let mut colours = PALETTE.iter().copied().cycle();
+    rows.iter()
+        .filter_map(|&(name, label)| {
+            table
+                .rows
                 .iter()
-                .enumerate()
-                .map(|(column, &threads)| {
-                    let mops = row.mops(column);
-                    #[allow(clippy::cast_precision_loss)]
-                    (threads as f64, mops.median, mops.low, mops.high)
-                })
-                .collect(),
+                .find(|row| row.name == name)
+                .zip(Some(label))
         })
-        .collect()
-}
-
-type Plotted = Result<(), Box<dyn std::error::Error>>;
-
-/// Draws `series` on `x_range` × `0..max y`, with error bars where a point
-/// has an interval.
-fn line_chart<X>(
-    path: &Path,
-    title: &str,
-    labels: (&str, &str),
-    x_range: X,
-    series: &[Series],
-) -> Plotted
-where
-    X: AsRangedCoord<Value = f64>,
-    X::CoordDescType: ValueFormatter<f64>,
-{
-    // Only finite values are drawn (an interval with a bound of 0 ns has an
-    // infinite reciprocal, and plotters cannot place ticks up to it).
-    let finite = |point: &&(f64, f64, f64, f64)| {
-        point.0.is_finite() && point.1.is_finite() && point.2.is_finite() && point.3.is_finite()
-    };
-    let top = series
-        .iter()
-        .flat_map(|line| line.points.iter().filter(finite).map(|point| point.3))
-        .fold(1.0_f64, f64::max)
-        * 1.1;
-    let root = SVGBackend::new(path, (760, 460)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(56)
-        .build_cartesian_2d(x_range, 0.0..top)?;
-    chart
-        .configure_mesh()
-        .x_desc(labels.0)
-        .y_desc(labels.1)
-        .draw()?;
-    for (index, line) in series.iter().enumerate() {
-        let colour = Palette99::pick(index).to_rgba();
-        chart
-            .draw_series(LineSeries::new(
-                line.points
+        .map(|(row, label)| {
+            let baseline = row.name == "governor keyed";
+            Series {
+                name: label.to_owned(),
+                points: THREADS
                     .iter()
-                    .filter(finite)
-                    .map(|&(x, y, _, _)| (x, y)),
-                colour.stroke_width(2),
-            ))?
-            .label(line.name.as_str())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], colour.stroke_width(2)));
-        chart.draw_series(
-            line.points
-                .iter()
-                .filter(finite)
-                .filter(|point| point.2 < point.3)
-                .map(|&(x, y, low, high)| {
-                    ErrorBar::new_vertical(x, low, y, high, colour.filled(), 6)
-                }),
-        )?;
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
-    root.present()?;
-    Ok(())
-}
-
-/// One row of a ratio chart: its label, the ratio and its interval.
-type RatioRow = (String, f64, f64, f64);
-
-/// Each judged ratio over its target (1: the target; an "at most" target
-/// inverted, so that right of 1 is met for all), with its interval.
-fn over_targets(judged: &[Judged]) -> Vec<RatioRow> {
-    judged
-        .iter()
-        .filter_map(|judged| {
-            let (name, ratio) = (judged.name.trim_start().to_owned(), judged.ratio);
-            match judged.target {
-                Target::AtLeast(target) => Some((
-                    name,
-                    ratio.median / target,
-                    ratio.low / target,
-                    ratio.high / target,
-                )),
-                Target::AtMost(target) => Some((
-                    name,
-                    target / ratio.median,
-                    target / ratio.high,
-                    target / ratio.low,
-                )),
-                Target::Shown => None,
+                    .enumerate()
+                    .map(|(column, &threads)| {
+                        let mops = row.mops(column);
+                        #[allow(clippy::cast_precision_loss)]
+                        (threads as f64, mops.median, mops.low, mops.high)
+                    })
+                    .collect(),
+                colour: if baseline {
+                    BASELINE
+                } else {
+                    colours.next().expect("a cycle")
+                },
+                dashed: baseline,
             }
         })
         .collect()
 }
 
-/// The ratios shown but not judged (the A/A control, the read path's
-/// pieces, the table against the peer stores), as measured.
+/// Whether two series have the same x and, at every point, values within
+/// 1 % of each other (so that one line hides the other).
+fn coincide(a: &Series, b: &Series) -> bool {
+    a.points.len() == b.points.len()
+        && a.points
+            .iter()
+            .zip(&b.points)
+            .all(|(p, q)| p.0 == q.0 && (p.1 - q.1).abs() <= 0.01 * p.1.abs().max(q.1.abs()))
+}
+
+/// A horizontal reference line, drawn grey and dotted with its label.
+struct Reference {
+    label: String,
+    y: f64,
+}
+
+type Plotted = Result<(), Box<dyn std::error::Error>>;
+
+/// An axis with its ticks at given values (plotters' `WithKeyPoints`, whose
+/// labels its mesh cannot format on an f64 axis).
+struct Ticked<R> {
+    inner: R,
+    ticks: Vec<f64>,
+}
+
+impl<R: Ranged<ValueType = f64>> Ranged for Ticked<R> {
+    type ValueType = f64;
+    type FormatOption = DefaultFormatting;
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.inner.range()
+    }
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        self.inner.map(value, limit)
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        if hint.weight().allow_light_points() {
+            Vec::new()
+        } else {
+            self.ticks.clone()
+        }
+    }
+
+    fn axis_pixel_range(&self, limit: (i32, i32)) -> std::ops::Range<i32> {
+        self.inner.axis_pixel_range(limit)
+    }
+}
+
+/// `range` with its ticks at `ticks`.
+fn ticked<X>(range: X, ticks: Vec<f64>) -> Ticked<X::CoordDescType>
+where
+    X: AsRangedCoord<Value = f64>,
+    X::CoordDescType: Ranged<ValueType = f64>,
+{
+    Ticked {
+        inner: range.into(),
+        ticks,
+    }
+}
+
+/// A line chart's x axis: its ticks, how a tick reads, and how far apart
+/// (in x units) the series' points at one x are drawn, so that their
+/// intervals do not overlap.
+struct XAxis {
+    desc: &'static str,
+    ticks: Vec<f64>,
+    label: fn(&f64) -> String,
+    dodge: f64,
+}
+
+/// Draws `series` (at most about six) on `x_range` × `0..max y`, each point
+/// with its interval, `references` as labelled dotted lines, and the
+/// legend to the right of the plot, in the order of the lines' last
+/// points, top to bottom.
+fn line_chart<X>(
+    path: &Path,
+    title: &str,
+    x_range: X,
+    x: &XAxis,
+    y_desc: &str,
+    series: &[Series],
+    references: &[Reference],
+) -> Plotted
+where
+    X: AsRangedCoord<Value = f64>,
+    X::CoordDescType: Ranged<ValueType = f64>,
+{
+    if series.is_empty() {
+        return Err("no series to draw".into());
+    }
+    let top = series
+        .iter()
+        .flat_map(|line| {
+            line.points
+                .iter()
+                .filter(|point| finite(point))
+                .map(|point| point.3)
+        })
+        .chain(references.iter().map(|line| line.y))
+        .fold(1.0_f64, f64::max)
+        * 1.08;
+    let root = SVGBackend::new(path, (980, 500)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(title, (FONT, 19))?;
+    let (plot, legend) = root.split_horizontally(730);
+    let mut chart = ChartBuilder::on(&plot)
+        .margin(12)
+        .x_label_area_size(46)
+        .y_label_area_size(64)
+        .build_cartesian_2d(ticked(x_range, x.ticks.clone()), 0.0..top)?;
+    let y_label = |y: &f64| {
+        if top > 20.0 {
+            format!("{y:.0}")
+        } else {
+            format!("{y:.1}")
+        }
+    };
+    chart
+        .configure_mesh()
+        .light_line_style(WHITE)
+        .bold_line_style(RGBColor(225, 225, 225))
+        .x_desc(x.desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&x.label)
+        .y_label_formatter(&y_label)
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 15))
+        .draw()?;
+    for reference in references {
+        let (left, right) = (chart.x_range().start, chart.x_range().end);
+        chart.draw_series(DashedLineSeries::new(
+            [(left, reference.y), (right, reference.y)],
+            2,
+            4,
+            REFERENCE.stroke_width(1),
+        ))?;
+        chart.draw_series(std::iter::once(Text::new(
+            reference.label.clone(),
+            (left, reference.y),
+            (FONT, 13)
+                .into_font()
+                .color(&REFERENCE)
+                .pos(Pos::new(HPos::Left, VPos::Bottom)),
+        )))?;
+    }
+    let count = series.len();
+    #[allow(clippy::cast_precision_loss)]
+    let offset = |index: usize| (index as f64 - (count - 1) as f64 / 2.0) * x.dodge;
+    let mut styles = Vec::new();
+    for (index, line) in series.iter().enumerate() {
+        let dashed = line.dashed
+            || series[..index]
+                .iter()
+                .any(|earlier| coincide(earlier, line));
+        let style = line.colour.stroke_width(2);
+        // The points a little apart, so that intervals at one x stay apart.
+        let place = |x_value: f64| x_value + offset(index);
+        let points: Vec<(f64, f64)> = line
+            .points
+            .iter()
+            .filter(|point| finite(point))
+            .map(|&(x_value, y, _, _)| (place(x_value), y))
+            .collect();
+        if dashed {
+            chart.draw_series(DashedLineSeries::new(points.clone(), 8, 7, style))?;
+        } else {
+            chart.draw_series(LineSeries::new(points.clone(), style))?;
+        }
+        chart.draw_series(
+            line.points
+                .iter()
+                .filter(|point| finite(point) && point.2 < point.3)
+                .map(|&(x_value, y, low, high)| {
+                    ErrorBar::new_vertical(place(x_value), low, y, high, line.colour.filled(), 8)
+                }),
+        )?;
+        chart.draw_series(
+            points
+                .iter()
+                .map(|&point| Circle::new(point, 3, line.colour.filled())),
+        )?;
+        styles.push((dashed, style));
+    }
+    // The legend: one entry a series, in the order of their last points.
+    let mut order: Vec<usize> = (0..count).collect();
+    let last = |index: usize| {
+        series[index]
+            .points
+            .iter()
+            .rev()
+            .find(|point| finite(point))
+            .map_or(f64::NEG_INFINITY, |point| point.1)
+    };
+    order.sort_by(|&a, &b| last(b).total_cmp(&last(a)));
+    legend.draw(&Text::new(
+        "top to bottom: as the lines end",
+        (4, 16),
+        (FONT, 12).into_font().color(&REFERENCE),
+    ))?;
+    for (row, &index) in order.iter().enumerate() {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
+        let y = 48 + 26 * row as i32;
+        let (dashed, style) = styles[index];
+        if dashed {
+            legend.draw(&DashedPathElement::new([(6, y), (40, y)], 8, 7, style))?;
+        } else {
+            legend.draw(&PathElement::new([(6, y), (40, y)], style))?;
+        }
+        legend.draw(&Circle::new((23, y), 3, series[index].colour.filled()))?;
+        legend.draw(&Text::new(
+            series[index].name.clone(),
+            (48, y - 8),
+            (FONT, 15),
+        ))?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+/// One row of a ratio chart: its label, the ratio and its interval, and
+/// the colour of its point.
+struct RatioRow {
+    label: String,
+    ratio: f64,
+    low: f64,
+    high: f64,
+    colour: RGBColor,
+}
+
+/// Each judged ratio over its target (1: the target; an "at most" target
+/// inverted, so that right of 1 is met for all), with its interval, and
+/// its verdict in its label and colour.
+fn over_targets(judged: &[Judged]) -> Vec<RatioRow> {
+    judged
+        .iter()
+        .filter_map(|judged| {
+            let verdict = judged.verdict()?;
+            let ratio = judged.ratio;
+            let (median, low, high, target) = match judged.target {
+                Target::AtLeast(target) => (
+                    ratio.median / target,
+                    ratio.low / target,
+                    ratio.high / target,
+                    format!("≥ {target}"),
+                ),
+                Target::AtMost(target) => (
+                    target / ratio.median,
+                    target / ratio.high,
+                    target / ratio.low,
+                    format!("≤ {target}"),
+                ),
+                Target::Shown => return None,
+            };
+            Some(RatioRow {
+                label: format!("{} (target {target}): {}", judged.name, verdict.as_str()),
+                ratio: median,
+                low,
+                high,
+                colour: if verdict == Verdict::Met {
+                    PALETTE[2]
+                } else {
+                    PALETTE[1]
+                },
+            })
+        })
+        .collect()
+}
+
+/// The ratios shown but not judged (the A/A controls, the read path's
+/// pieces, the layouts, the peer stores), as measured.
 fn shown(judged: &[Judged]) -> Vec<RatioRow> {
     judged
         .iter()
-        .filter(|judged| matches!(judged.target, Target::Shown))
-        .map(|judged| {
-            let ratio = judged.ratio;
-            (
-                judged.name.trim_start().to_owned(),
-                ratio.median,
-                ratio.low,
-                ratio.high,
-            )
+        .filter(|judged| judged.verdict().is_none())
+        .map(|judged| RatioRow {
+            label: judged.name.trim_start().to_owned(),
+            ratio: judged.ratio.median,
+            low: judged.ratio.low,
+            high: judged.ratio.high,
+            colour: PALETTE[0],
         })
         .collect()
 }
@@ -249,8 +574,8 @@ fn shown(judged: &[Judged]) -> Vec<RatioRow> {
 /// Each of the peer stores' figures over the purpose-built table's (above
 /// 1: the table needs less): the median of the rounds' ratios (a round of
 /// a store over the same round of the table) and their order-statistics
-/// interval (their range below 6 rounds). Only ratios of positive, finite
-/// figures.
+/// interval (their range below 6 rounds), a colour a store. Only ratios
+/// of positive, finite figures.
 fn over_table(peers: &[PeerRow]) -> Vec<RatioRow> {
     const AXES: [(&str, usize); 5] = [
         ("B/key, 100 000 keys", 0),
@@ -265,7 +590,8 @@ fn over_table(peers: &[PeerRow]) -> Vec<RatioRow> {
     peers
         .iter()
         .filter(|row| row.store != table.store)
-        .flat_map(|other| {
+        .zip(PALETTE.iter().copied().cycle())
+        .flat_map(|(other, colour)| {
             AXES.iter().filter_map(move |&(axis, at)| {
                 let mut ratios: Vec<f64> = other
                     .rounds
@@ -276,110 +602,380 @@ fn over_table(peers: &[PeerRow]) -> Vec<RatioRow> {
                     .collect();
                 (ratios.len() == table.rounds.len()).then(|| {
                     let ratio = median_ci(&mut ratios);
-                    (
-                        format!("{}: {axis}", other.store),
-                        ratio.median,
-                        ratio.low,
-                        ratio.high,
-                    )
+                    RatioRow {
+                        label: format!("{}: {axis}", other.store),
+                        ratio: ratio.median,
+                        low: ratio.low,
+                        high: ratio.high,
+                        colour,
+                    }
                 })
             })
         })
         .collect()
 }
 
-/// Draws `rows`, one a line top to bottom, each a point with its interval
-/// on `x_range`, and a red line at 1.
-fn ratio_chart<X>(path: &Path, title: &str, x_desc: &str, x_range: X, rows: &[RatioRow]) -> Plotted
-where
-    X: AsRangedCoord<Value = f64>,
-    X::CoordDescType: ValueFormatter<f64>,
-{
+/// Whether a row's ratio and bounds are positive and finite: a ratio with
+/// a bound of 0 ns has none, and a log axis cannot place 0.
+fn drawable(row: &RatioRow) -> bool {
+    [row.ratio, row.low, row.high]
+        .iter()
+        .all(|value| value.is_finite() && *value > 0.0)
+}
+
+/// How a ratio chart's x axis runs.
+enum Scale {
+    Linear,
+    Log,
+}
+
+/// Draws `rows`, one a line top to bottom, each a point with its interval,
+/// labelled on the left, and a dark line at 1.
+fn ratio_chart(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    scale: &Scale,
+    rows: &[RatioRow],
+) -> Plotted {
     let rows: Vec<&RatioRow> = rows.iter().filter(|row| drawable(row)).collect();
     if rows.is_empty() {
         return Err("no finite ratio to draw".into());
     }
     let count = rows.len();
+    let (lowest, highest) = rows.iter().fold((1.0_f64, 1.0_f64), |(low, high), row| {
+        (low.min(row.low), high.max(row.high))
+    });
+    let longest = rows
+        .iter()
+        .map(|row| row.label.chars().count())
+        .max()
+        .unwrap_or(0);
     #[allow(clippy::cast_possible_truncation)]
-    let height = 60 + 44 * count as u32;
-    let root = SVGBackend::new(path, (1_160, height)).into_drawing_area();
+    let (label_width, height) = (
+        (longest as u32 * 13 / 2 + 24).clamp(120, 700),
+        110 + 34 * count as u32,
+    );
+    let root = SVGBackend::new(path, (label_width + 660, height)).into_drawing_area();
     root.fill(&WHITE)?;
-    let (labels, plot) = root.split_horizontally(480);
+    let root = root.titled(title, (FONT, 18))?;
     #[allow(clippy::cast_precision_loss)]
-    let y_range = -0.5..count as f64 - 0.5;
-    let mut chart = ChartBuilder::on(&plot)
-        .caption(title, ("sans-serif", 16))
-        .margin(10)
-        .x_label_area_size(36)
-        .build_cartesian_2d(x_range, y_range.clone())?;
-    chart
-        .configure_mesh()
-        .disable_y_mesh()
-        .disable_y_axis()
-        .x_labels(8)
-        .x_label_formatter(&|x| format!("{x:.2}"))
-        .x_desc(x_desc)
-        .draw()?;
-    chart.draw_series(LineSeries::new(
-        [(1.0, y_range.start), (1.0, y_range.end)],
-        RED.stroke_width(1),
-    ))?;
-    chart.draw_series(rows.iter().enumerate().map(|(index, row)| {
-        #[allow(clippy::cast_precision_loss)]
-        let y = (count - 1 - index) as f64;
-        ErrorBar::new_horizontal(y, row.2, row.1, row.3, BLUE.filled(), 8)
-    }))?;
-    let area = plot.dim_in_pixel().1;
-    for (index, row) in rows.iter().enumerate() {
-        // The same rows as the chart's, top to bottom, inside its plotting
-        // area (caption and margin above, the x labels below).
-        #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
-        let y = 40 + ((area - 86) as usize * (2 * index + 1) / (2 * count)) as i32;
-        labels.draw(&Text::new(row.0.clone(), (8, y), ("sans-serif", 13)))?;
+    let y_range = ticked(
+        -0.5..count as f64 - 0.5,
+        (0..count).map(|y| y as f64).collect(),
+    );
+    let label = |y: &f64| {
+        // The key points are the rows' indices, bottom to top.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let index = count - 1 - (y.round() as usize).min(count - 1);
+        rows[index].label.clone()
+    };
+    let mut builder = ChartBuilder::on(&root);
+    builder
+        .margin(12)
+        .margin_right(24)
+        .x_label_area_size(48)
+        .y_label_area_size(label_width);
+    match scale {
+        Scale::Linear => {
+            let right = highest * 1.12;
+            let mut chart = builder.build_cartesian_2d(0.0..right, y_range)?;
+            chart
+                .configure_mesh()
+                .disable_y_mesh()
+                .light_line_style(WHITE)
+                .bold_line_style(RGBColor(225, 225, 225))
+                .x_labels(10)
+                .x_label_formatter(&|x| tick(*x))
+                .y_label_formatter(&label)
+                .x_desc(x_desc)
+                .label_style((FONT, 13))
+                .axis_desc_style((FONT, 14))
+                .draw()?;
+            rows_on(&mut chart, &rows)?;
+        }
+        Scale::Log => {
+            let range = lowest * 0.85..highest * 1.18;
+            let ticks = log_ticks(&range);
+            let mut chart =
+                builder.build_cartesian_2d(ticked(range.log_scale(), ticks), y_range)?;
+            chart
+                .configure_mesh()
+                .disable_y_mesh()
+                .light_line_style(WHITE)
+                .bold_line_style(RGBColor(225, 225, 225))
+                .x_label_formatter(&|x| tick(*x))
+                .y_label_formatter(&label)
+                .x_desc(x_desc)
+                .label_style((FONT, 13))
+                .axis_desc_style((FONT, 14))
+                .draw()?;
+            rows_on(&mut chart, &rows)?;
+        }
     }
     root.present()?;
     Ok(())
 }
 
-/// Whether a row's ratio and bounds are positive and finite: a ratio with
-/// a bound of 0 ns has none, and a log axis cannot place 0.
-fn drawable(row: &RatioRow) -> bool {
-    [row.1, row.2, row.3]
-        .iter()
-        .all(|value| value.is_finite() && *value > 0.0)
+/// Draws the line at 1 and each row's point and interval on `chart`, the
+/// first row at the top.
+fn rows_on<X, Y>(
+    chart: &mut ChartContext<'_, SVGBackend<'_>, Cartesian2d<X, Y>>,
+    rows: &[&RatioRow],
+) -> Plotted
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    let count = rows.len();
+    #[allow(clippy::cast_precision_loss)]
+    let top = count as f64 - 0.5;
+    chart.draw_series(LineSeries::new(
+        [(1.0, -0.5), (1.0, top)],
+        BLACK.stroke_width(1),
+    ))?;
+    chart.draw_series(rows.iter().enumerate().map(|(index, row)| {
+        #[allow(clippy::cast_precision_loss)]
+        let y = (count - 1 - index) as f64;
+        ErrorBar::new_horizontal(y, row.low, row.ratio, row.high, row.colour.filled(), 10)
+    }))?;
+    Ok(())
 }
 
-/// From 0 to a little right of the drawable rows' highest bound and of 1.
-fn linear_to_fit(rows: &[RatioRow]) -> std::ops::Range<f64> {
-    let right = rows
-        .iter()
-        .filter(|row| drawable(row))
-        .fold(1.0_f64, |right, row| right.max(row.3));
-    0.0..right * 1.15
+/// A tick's text: as few decimals as it needs.
+fn tick(x: f64) -> String {
+    let text = format!("{x:.3}");
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
-/// A little beyond the drawable rows' lowest and highest bounds, and 1:
-/// for a log scale.
-fn log_to_fit(rows: &[RatioRow]) -> std::ops::Range<f64> {
-    let (lowest, highest) = rows
-        .iter()
-        .filter(|row| drawable(row))
-        .fold((1.0_f64, 1.0_f64), |(low, high), row| {
-            (low.min(row.2), high.max(row.3))
-        });
-    lowest * 0.8..highest * 1.25
+/// Ticks for a log axis over `range`: the 1-2-5 steps of each decade, or
+/// finer steps when they give fewer than five ticks.
+fn log_ticks(range: &std::ops::Range<f64>) -> Vec<f64> {
+    const STEPS: [&[f64]; 4] = [
+        &[1.0, 2.0, 5.0],
+        &[1.0, 1.5, 2.0, 3.0, 5.0, 7.0],
+        &[1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0],
+        &[
+            1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 2.0, 2.2, 2.4, 2.6, 2.8, 3.0, 3.5,
+            4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0,
+        ],
+    ];
+    #[allow(clippy::cast_possible_truncation)]
+    let (first, last) = (
+        range.start.log10().floor() as i32,
+        range.end.log10().ceil() as i32,
+    );
+    let mut ticks = Vec::new();
+    for steps in STEPS {
+        ticks = (first..=last)
+            .flat_map(|decade| steps.iter().map(move |step| step * 10_f64.powi(decade)))
+            .filter(|tick| range.contains(tick))
+            .collect();
+        if ticks.len() >= 5 {
+            break;
+        }
+    }
+    ticks
 }
 
-/// Writes the SVG plots into `dir`; returns their paths.
+/// A chart of some rows of a performance table: throughput by threads.
+struct ThroughputChart<'a> {
+    file: &'static str,
+    title: &'static str,
+    table: &'a Table,
+    /// The rows drawn (row name, legend label), at most six.
+    rows: &'static [(&'static str, &'static str)],
+    /// Drawn only with diagnostics (its rows exist only then).
+    diagnostic: bool,
+}
+
+/// Writes the SVG plots into `dir`; returns their paths. With `results`
+/// (when the performance section ran): the scaling and denial charts (the
+/// diagnostic ones when it ran with diagnostics), the judged ratios and
+/// the ratios shown; with `sweep`, bytes per key; with `peers`, the peer
+/// stores against the table.
 pub fn plots(
-    results: &Results,
+    results: Option<&Results>,
     sweep: &[SweepRow],
     peers: &[PeerRow],
     dir: &Path,
 ) -> std::io::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
+    let mut written = Vec::new();
+    let mut draw = |file: &str, chart: &dyn Fn(&Path) -> Plotted| -> std::io::Result<()> {
+        let path = dir.join(file);
+        chart(&path).map_err(|error| std::io::Error::other(format!("{file}: {error}")))?;
+        written.push(path);
+        Ok(())
+    };
+    if let Some(results) = results {
+        let threads = XAxis {
+            desc: "threads (4 oversubscribe the 2 cores)",
+            ticks: vec![1.0, 2.0, 4.0],
+            label: |x| format!("{x:.0}"),
+            dodge: 0.045,
+        };
+        let mops = "million operations / s (median, 95 % interval)";
+        let charts = [
+            ThroughputChart {
+                file: "scaling-by-store.svg",
+                title: "GCRA admitting on 65 536 distinct keys, by store",
+                table: &results.distinct,
+                rows: &[
+                    ("lock-free", "lock-free (default)"),
+                    ("lock-free, foldhash", "lock-free, foldhash"),
+                    ("sharded", "sharded"),
+                    ("per-key", "per-key"),
+                    ("global mutex", "global mutex"),
+                    ("governor keyed", "governor keyed"),
+                ],
+                diagnostic: false,
+            },
+            ThroughputChart {
+                file: "deny-by-algorithm.svg",
+                title: "Denying on a drained hot key, by algorithm (default store)",
+                table: &results.deny,
+                rows: &[
+                    ("GCRA", "GCRA"),
+                    ("fixed window", "fixed window"),
+                    ("token bucket", "token bucket"),
+                    ("sliding counter", "sliding counter"),
+                    ("sliding counter, locked", "sliding counter, locked"),
+                    ("sliding log", "sliding log"),
+                ],
+                diagnostic: false,
+            },
+            ThroughputChart {
+                file: "deny-keyed-against-direct.svg",
+                title: "Denying on a drained hot key: keyed, direct, and governor",
+                table: &results.deny,
+                rows: &[
+                    ("GCRA", "keyed GCRA (default)"),
+                    ("GCRA, foldhash", "keyed GCRA, foldhash"),
+                    ("GCRA direct", "direct GCRA (no key)"),
+                    ("governor direct", "governor direct"),
+                    ("governor keyed", "governor keyed"),
+                ],
+                diagnostic: false,
+            },
+            ThroughputChart {
+                file: "deny-read-path.svg",
+                title: "Denying on a drained hot key: the read path's pieces",
+                table: &results.deny,
+                rows: &[
+                    ("GCRA", "keyed GCRA"),
+                    ("GCRA, its control", "keyed GCRA, wrapped"),
+                    ("GCRA in a held guard", "keyed GCRA, in a held guard"),
+                    ("GCRA cell in a HashMap", "cell in a HashMap"),
+                    ("the same, pinned", "cell in a HashMap, pinned"),
+                    ("the same, a read counter", "cell in a HashMap, counted"),
+                ],
+                diagnostic: true,
+            },
+            ThroughputChart {
+                file: "deny-peer-maps.svg",
+                title: "Denying on a drained hot key: GCRA on other maps",
+                table: &results.deny,
+                rows: &[
+                    ("GCRA", "lock-free table"),
+                    ("GCRA on papaya", "papaya"),
+                    ("GCRA on scc::HashIndex", "scc::HashIndex"),
+                    ("GCRA on flurry", "flurry"),
+                    ("governor keyed", "governor keyed"),
+                ],
+                diagnostic: true,
+            },
+            ThroughputChart {
+                file: "scaling-layouts.svg",
+                title: "GCRA admitting on 65 536 distinct keys: the table's layout",
+                table: &results.distinct,
+                rows: &[
+                    ("lock-free", "lock-free (default)"),
+                    ("lock-free, unshared", "one table a thread"),
+                    ("lock-free, keys mixed", "threads' keys mixed"),
+                    ("lock-free, keys apart", "threads' keys apart"),
+                    ("lock-free, a cell a line", "a cell a cache line"),
+                ],
+                diagnostic: true,
+            },
+            ThroughputChart {
+                file: "scaling-read-path.svg",
+                title: "GCRA admitting on 65 536 distinct keys: hasher and guard",
+                table: &results.distinct,
+                rows: &[
+                    ("lock-free", "lock-free (default)"),
+                    ("lock-free, foldhash", "lock-free, foldhash"),
+                    ("lock-free, its control", "lock-free, wrapped"),
+                    ("lock-free in a held guard", "lock-free, in a held guard"),
+                ],
+                diagnostic: true,
+            },
+            ThroughputChart {
+                file: "scaling-peer-maps.svg",
+                title: "GCRA admitting on 65 536 distinct keys: other maps",
+                table: &results.distinct,
+                rows: &[
+                    ("lock-free", "lock-free table"),
+                    ("papaya", "papaya"),
+                    ("scc::HashIndex", "scc::HashIndex"),
+                    ("flurry", "flurry"),
+                    ("governor keyed", "governor keyed"),
+                ],
+                diagnostic: true,
+            },
+        ];
+        for chart in charts {
+            if chart.diagnostic && !results.diagnostics {
+                continue;
+            }
+            draw(chart.file, &|path| {
+                line_chart(
+                    path,
+                    chart.title,
+                    0.7..4.3,
+                    &threads,
+                    mops,
+                    &throughput(chart.table, chart.rows),
+                    &[],
+                )
+            })?;
+        }
+        let targets = over_targets(&results.judged);
+        draw("judged-ratios.svg", &|path| {
+            ratio_chart(
+                path,
+                "Judged ratios over their targets (median, 95 % interval)",
+                "ratio ÷ target (met: the whole interval at or right of 1)",
+                &Scale::Linear,
+                &targets,
+            )
+        })?;
+        let shown = shown(&results.judged);
+        if !shown.is_empty() {
+            draw("shown-ratios.svg", &|path| {
+                ratio_chart(
+                    path,
+                    "Ratios shown, not judged (median, 95 % interval)",
+                    "ratio as named (× throughput, ÷ cost; 1: level), log scale",
+                    &Scale::Log,
+                    &shown,
+                )
+            })?;
+        }
+    }
+    if !sweep.is_empty() {
+        draw("bytes-per-key.svg", &|path| bytes_per_key(path, sweep))?;
+    }
+    written.extend(peer_plot(peers, dir)?);
+    Ok(written)
+}
+
+/// Bytes per key retained by each store at each key count of `sweep`,
+/// against the target and the floor; the title names the stores whose
+/// lines coincide.
+fn bytes_per_key(path: &Path, sweep: &[SweepRow]) -> Plotted {
     #[allow(clippy::cast_precision_loss)]
-    let memory_series = |name: &str, bytes: fn(&SweepRow) -> f64| Series {
+    let line = |name: &str, bytes: fn(&SweepRow) -> f64, colour: RGBColor, dashed: bool| Series {
         name: name.to_owned(),
         points: sweep
             .iter()
@@ -388,81 +984,72 @@ pub fn plots(
                 (row.keys as f64, y, y, y)
             })
             .collect(),
+        colour,
+        dashed,
     };
-    let memory = vec![
-        memory_series("governor keyed", |row| row.governor),
-        memory_series("lock-free GCRA", |row| row.lock_free_gcra),
-        memory_series("lock-free tok. bucket", |row| row.lock_free_token_bucket),
-        memory_series("per-key GCRA", |row| row.per_key_gcra),
-        memory_series("sharded GCRA", |row| row.sharded_gcra),
-        memory_series("target (20 B)", |_| BYTES_PER_KEY_TARGET),
-        memory_series("floor (16 B)", |_| 16.0),
+    let series = vec![
+        line(
+            "lock-free GCRA",
+            |row| row.lock_free_gcra,
+            PALETTE[0],
+            false,
+        ),
+        line(
+            "lock-free token bucket",
+            |row| row.lock_free_token_bucket,
+            PALETTE[1],
+            false,
+        ),
+        line("sharded GCRA", |row| row.sharded_gcra, PALETTE[2], false),
+        line("per-key GCRA", |row| row.per_key_gcra, PALETTE[3], false),
+        line("governor keyed", |row| row.governor, BASELINE, true),
     ];
-    #[allow(clippy::cast_precision_loss)]
-    let (fewest, most) = (
-        sweep.first().map_or(1.0, |row| row.keys as f64),
-        sweep.last().map_or(10.0, |row| row.keys as f64),
-    );
-    let distinct = &results.distinct.last().expect("65 536 keys").1;
-    let threads = (0.8..4.2, ("threads (2 cores)", "million operations / s"));
-    let mut written = Vec::new();
-    let mut draw = |file: &str, chart: &dyn Fn(&Path) -> Plotted| -> std::io::Result<()> {
-        let path = dir.join(file);
-        chart(&path).map_err(|error| std::io::Error::other(format!("{file}: {error}")))?;
-        written.push(path);
-        Ok(())
-    };
-    draw("scaling-by-store.svg", &|path| {
-        line_chart(
-            path,
-            "GCRA admitting on 65 536 distinct keys (95 % intervals)",
-            threads.1,
-            threads.0.clone(),
-            &throughput(distinct),
-        )
-    })?;
-    draw("deny-by-algorithm.svg", &|path| {
-        line_chart(
-            path,
-            "Denying on a drained hot key (95 % intervals)",
-            threads.1,
-            threads.0.clone(),
-            &throughput(&results.deny),
-        )
-    })?;
-    if !sweep.is_empty() {
-        draw("bytes-per-key.svg", &|path| {
-            line_chart(
-                path,
-                "Bytes per key, u64 keys (governor, lock-free and sharded GCRA coincide)",
-                ("keys", "bytes per key"),
-                (fewest * 0.9..most * 1.1).log_scale(),
-                &memory,
-            )
-        })?;
+    let mut same = Vec::new();
+    for (index, line) in series.iter().enumerate() {
+        for other in &series[index + 1..] {
+            if coincide(line, other) {
+                same.push(format!("{} and {}", line.name, other.name));
+            }
+        }
     }
-    let targets = over_targets(&results.judged);
-    draw("judged-ratios.svg", &|path| {
-        ratio_chart(
-            path,
-            "Judged ratios over their targets (95 % intervals)",
-            "ratio ÷ target (≥ 1 over the whole interval: met)",
-            linear_to_fit(&targets),
-            &targets,
+    let title = if same.is_empty() {
+        "Bytes per key retained, u64 keys".to_owned()
+    } else {
+        format!(
+            "Bytes per key retained, u64 keys ({} coincide)",
+            same.join("; ")
         )
-    })?;
-    let shown = shown(&results.judged);
-    draw("shown-ratios.svg", &|path| {
-        ratio_chart(
-            path,
-            "Ratios shown, not judged (95 % intervals)",
-            "ratio, as named (1: level), log scale",
-            log_to_fit(&shown).log_scale(),
-            &shown,
-        )
-    })?;
-    written.extend(peer_plot(peers, dir)?);
-    Ok(written)
+    };
+    #[allow(clippy::cast_precision_loss)]
+    let ticks: Vec<f64> = sweep.iter().map(|row| row.keys as f64).collect();
+    let (fewest, most) = (
+        ticks.first().copied().unwrap_or(1.0),
+        ticks.last().copied().unwrap_or(10.0),
+    );
+    let keys = XAxis {
+        desc: "keys (log scale)",
+        ticks,
+        label: |keys| short_count(*keys),
+        dodge: 0.0,
+    };
+    line_chart(
+        path,
+        &title,
+        (fewest / 1.3..most * 1.3).log_scale(),
+        &keys,
+        "bytes per key",
+        &series,
+        &[
+            Reference {
+                label: format!(" target: {BYTES_PER_KEY_TARGET} B"),
+                y: BYTES_PER_KEY_TARGET,
+            },
+            Reference {
+                label: " floor: a u64 key and 8 B of state, 16 B".to_owned(),
+                y: 16.0,
+            },
+        ],
+    )
 }
 
 /// Writes the peer stores' figures over the table's into `dir` (nothing
@@ -476,9 +1063,9 @@ pub fn peer_plot(peers: &[PeerRow], dir: &Path) -> std::io::Result<Option<PathBu
     let path = dir.join("peer-stores.svg");
     ratio_chart(
         &path,
-        "The peer stores ÷ the purpose-built table (the rounds' ratios: median, range)",
-        "store ÷ table, log scale (> 1: the table needs less)",
-        log_to_fit(&rows).log_scale(),
+        "The stores on other maps ÷ the lock-free table (the rounds' ratios: median, range)",
+        "store ÷ table, log scale (right of 1: the table needs less)",
+        &Scale::Log,
         &rows,
     )
     .map_err(|error| std::io::Error::other(format!("peer-stores.svg: {error}")))?;

@@ -1,7 +1,6 @@
 //! The workloads that churn a store's keys, written once and in terms of a
 //! `check` closure only, so that they run against any limiter: the memory
-//! tests and the lab (through `churn.rs`), and `lab/before-issue-8.sh`,
-//! which runs them on the store as it was before issue 8.
+//! tests and the lab (through `churn.rs`).
 
 use std::sync::Barrier;
 use std::time::Duration;
