@@ -34,7 +34,6 @@ compile_error!(
      each replaces the crate's primitives with its own model checker's"
 );
 
-
 // std also when both features are on, so that the compile_error above is the
 // only error reported.
 #[cfg(any(

@@ -10,7 +10,7 @@
 //! callgrind_annotate --inclusive=yes /tmp/cg.keyed | grep 'closure}} \['
 //! ```
 //!
-//! notes/08 ("Item 2, a third look") has the counts.
+//! notes/08 ("Why the keyed denial misses its targets") has the counts.
 
 // The workloads are the lab's and the benches' own; this runs five of them.
 #[allow(dead_code)]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use redis::aio::ConnectionManager;
 use tollgate::Quota;
-use tollgate_redis::{Connection, RedisLimiter};
+use tollgate_redis::{Connection, Options, RedisLimiter};
 
 use crate::for_each_algorithm;
 use crate::instances::{Instance, admitted};
@@ -317,7 +317,15 @@ async fn cell(clients: &Clients, subject: Subject, mode: Mode, per_cell: Duratio
 async fn throughput(url: &str, budget: &Budget) {
     use fred::interfaces::ClientLike;
     println!("## Checks per second on one connection\n");
-    let connection = Connection::open(url).await.expect("connecting");
+    // Throughput, not deadlines: the peers' clients wait as long as a reply
+    // takes, and so does this one (the default 250 ms deadline can fire on
+    // a loaded host, which would end the run).
+    let connection = Connection::open_with(
+        url,
+        Options::default().call_timeout(Duration::from_secs(30)),
+    )
+    .await
+    .expect("connecting");
     let client = redis::Client::open(url).expect("a client");
     let mut raw = ConnectionManager::new(client).await.expect("connecting");
     let redis_rate_sha = load_redis_rate(&mut raw).await;

@@ -38,8 +38,8 @@
 //! (as `/proc/cpuinfo` names it), with other builds sharing its two cores
 //! (load average 4 to 5), a quick run took 90 s, its performance section
 //! 15 s; with `--diagnostics`, 157 s and 63 s. Both without the two Redis
-//! sections that need `tollgate-instance` (`cargo build --release -p
-//! tollgate-redis`), which a run skips, saying so, when it is missing.
+//! sections that need `tollgate-instance`, which the lab builds itself
+//! when it runs under cargo and otherwise skips, saying so, when missing.
 
 /// Appends a line to a `String` report, as `println!` prints one.
 macro_rules! say {

@@ -153,8 +153,8 @@ thread_local! {
         Box::default();
 }
 
-/// The read side of the asymmetric-fence design of notes/08 ("Item 2: the
-/// read path without an atomic read-modify-write"): the thread's counter
+/// The read side of the asymmetric-fence design (notes/08, "Why the keyed
+/// denial misses its targets"): the thread's counter
 /// made odd with a `Release` store and a compiler fence on entry, even again
 /// with a `Release` store on leaving. No writer runs here, and the map row
 /// loads no table pointer, so this measures the reader's stores alone, not
