@@ -10,7 +10,7 @@ use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
 use super::{
-    Checked, Discard, Discarded, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind,
+    Attempt, Discard, Discarded, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind,
     admit_new_key, decide_fresh, default_shards, drop_pair, rested_at, resume_first_panic,
     retry_after_sweep, shard_index,
 };
@@ -246,7 +246,7 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
         now_ns: u64,
         cost: u32,
         swept: bool,
-    ) -> Result<Checked, CheckError> {
+    ) -> Result<Attempt, CheckError> {
         // Declared before the lock, so dropped after it even when a panic
         // unwinds: evicted keys' `Drop` never runs under the lock.
         let mut evicted = Discarded::new();
@@ -255,7 +255,7 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
         if let Some(entry) = shard.find_mut(hash, key) {
             return algorithm
                 .check(&mut entry.value, now_ns, cost)
-                .map(Checked::Done);
+                .map(Attempt::Done);
         }
         let checked = admit_new_key(
             &self.population,

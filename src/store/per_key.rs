@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 
 use super::mutex::{Entry, Table};
 use super::{
-    Checked, Discarded, Held, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind,
+    Attempt, Discarded, Held, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind,
     admit_new_key, decide_fresh, rested_at, resume_first_panic, retry_after_sweep,
 };
 use crate::algorithm::Algorithm;
@@ -97,7 +97,7 @@ enum Found<C> {
     Cell(Arc<C>),
     /// The key was absent and the check needs no cell: decided already (a
     /// new key, stored or past the cap), or a sweep comes first.
-    Checked(Checked),
+    NoCell(Attempt),
 }
 
 impl<K: Key, A: Algorithm, C: Cell<A>> PerKeyStore<K, A, C> {
@@ -158,7 +158,7 @@ impl<K: Key, A: Algorithm, C: Cell<A>> PerKeyStore<K, A, C> {
                 |(table, _), key, value| table.insert(hash, Entry { key, value }, &self.hasher),
             ),
         )
-        .map(Found::Checked)
+        .map(Found::NoCell)
     }
 }
 
@@ -189,11 +189,11 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
             // (user code), whose panic is the store's to discard.
             let cell = Held::new(match found? {
                 Found::Cell(cell) => cell,
-                Found::Checked(checked) => return Ok(checked),
+                Found::NoCell(checked) => return Ok(checked),
             });
             // The lock is released: the check runs on the cell alone.
             if let Some(decision) = cell.get().check(algorithm, now_ns, cost)? {
-                return Ok(Checked::Done(decision));
+                return Ok(Attempt::Done(decision));
             }
             // Retired by an eviction after we found it: look again.
         };
