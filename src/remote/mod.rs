@@ -137,7 +137,7 @@ pub use word::MAX_LEASE_UNITS;
 
 #[cfg(not(feature = "loom"))]
 use self::offset::Offset;
-use self::word::{MAX_END_US, Outcome, Rules, Word};
+use self::word::{MAX_END_US, Miss, Outcome, Rules, Word};
 use crate::algorithm::{Algorithm, PackedAlgorithm, Verdict, validate_cost};
 use crate::cell::{Atomic, CellFor, Preferred};
 use crate::clock::{Clock, MonotonicClock, saturating_nanos};
@@ -411,11 +411,7 @@ impl Algorithm for Judge {
                 admission: Knowledge(word),
             },
             Outcome::Deny(decision) => Verdict::Deny(decision),
-            Outcome::Claim { word, class, back } => Verdict::Allow {
-                decision: Decision::allow(MARKER, (back << TAG_BITS) | class, word),
-                admission: Knowledge(word),
-            },
-            Outcome::Unclaimed => Verdict::Deny(Decision::deny(MARKER, 0, 1, 1)),
+            Outcome::Ask(miss) => miss.verdict(),
         })
     }
 
@@ -462,15 +458,50 @@ impl fmt::Debug for Judge {
     }
 }
 
-/// The limit of the decisions that carry a claim or an unclaimed miss out
-/// of the table: no algorithm's (every quota's burst is at least 1). A
-/// claim's carries the claimed word in its reset field, and in its
-/// remaining field the units it gives back (shifted) and the next lease's
-/// size class.
+/// The limit of the decisions that carry a [`Miss`] out of the table: no
+/// algorithm's (every quota's burst is at least 1).
 const MARKER: u32 = 0;
 
-/// The bits of a claim marker's size class.
+/// The bits of a carried claim's size class.
 const TAG_BITS: u32 = 3;
+
+/// How a [`Miss`] crosses the table. The table answers every check with a
+/// [`Decision`] (its `Store::check` is every algorithm's), so a miss leaves
+/// it as a decision no algorithm makes, with a limit of [`MARKER`], and is
+/// a `Miss` again as soon as it is out ([`Miss::carried_by`]): nothing else
+/// reads the encoding. A claim is admitted (the table writes its claimed
+/// word), its reset field carrying the claimed word and its remaining field
+/// the units it gives back (shifted) and the next lease's size class; an
+/// unclaimed miss is denied, and writes nothing.
+impl Miss {
+    /// The verdict that carries this miss out of the table.
+    fn verdict(self) -> Verdict<Knowledge> {
+        match self {
+            Miss::Claim { word, class, back } => Verdict::Allow {
+                decision: Decision::allow(MARKER, (back << TAG_BITS) | class, word),
+                admission: Knowledge(word),
+            },
+            Miss::Unclaimed => Verdict::Deny(Decision::deny(MARKER, 0, 1, 1)),
+        }
+    }
+
+    /// The miss `decision` carries out of the table, or `None` for a
+    /// decision taken here.
+    fn carried_by(decision: &Decision) -> Option<Self> {
+        if decision.limit() != MARKER {
+            return None;
+        }
+        if !decision.is_allowed() {
+            return Some(Miss::Unclaimed);
+        }
+        let carried = decision.remaining();
+        Some(Miss::Claim {
+            word: saturating_nanos(decision.reset_after()),
+            class: carried & ((1 << TAG_BITS) - 1),
+            back: carried >> TAG_BITS,
+        })
+    }
+}
 
 /// A node's knowledge of a remote GCRA limiter's keys, in the crate's
 /// lock-free table: its exact deny cache, and its leases when it leases.
@@ -588,18 +619,13 @@ impl<K: Key> LocalView<K> {
             }
             Err(error) => return Err(error),
         };
-        if decision.limit() != MARKER {
-            return Ok(Local::Decided(decision));
-        }
-        if !decision.is_allowed() {
-            return Ok(Local::Ask(self.unclaimed(cost)));
-        }
-        Ok(Local::Ask(self.claimed(
-            key,
-            cost,
-            decision.remaining(),
-            saturating_nanos(decision.reset_after()),
-        )))
+        Ok(match Miss::carried_by(&decision) {
+            None => Local::Decided(decision),
+            Some(Miss::Unclaimed) => Local::Ask(self.unclaimed(cost)),
+            Some(Miss::Claim { word, class, back }) => {
+                Local::Ask(self.claimed(key, cost, word, class, back))
+            }
+        })
     }
 
     /// The decision [`check`](LocalView::check) would take here now,
@@ -618,7 +644,7 @@ impl<K: Key> LocalView<K> {
             return Ok(None);
         };
         let decision = self.store.peek(key, &self.judge, recent_ns, cost)?;
-        Ok((decision.limit() != MARKER).then_some(decision))
+        Ok(Miss::carried_by(&decision).is_none().then_some(decision))
     }
 
     /// How many keys the view holds.
@@ -697,18 +723,17 @@ impl<K: Key> LocalView<K> {
         sent_ns
     }
 
-    /// The ask of the check that claimed `key` with the word `claimed`
-    /// (the marker's `carried`: the units it gives back, and the class).
+    /// The ask of the check that claimed `key` with the word `claimed`,
+    /// giving back `back` units, for a lease of size `class`.
     fn claimed<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
         cost: u32,
-        carried: u32,
         claimed: u64,
+        class: u32,
+        back: u32,
     ) -> Ask<'_, K> {
         let rules = &self.judge.rules;
-        let class = carried & ((1 << TAG_BITS) - 1);
-        let back = carried >> TAG_BITS;
         // The lease the claim replaced: its units at the top slots up to
         // its end, which the claim's floor left out.
         let end_us = Word::unpack(claimed).end_us + u64::from(back) * rules.interval_us;
