@@ -159,8 +159,8 @@ pub struct RemoteQuota {
 }
 
 impl RemoteQuota {
-    /// An emission interval of `interval_us` microseconds and a burst of
-    /// `burst`.
+    /// Creates a quota of an emission interval of `interval_us`
+    /// microseconds and a burst of `burst`.
     ///
     /// # Errors
     ///
@@ -197,7 +197,7 @@ impl RemoteQuota {
         self.interval_us
     }
 
-    /// The burst.
+    /// The most units a key holds at once.
     #[must_use]
     pub const fn burst(&self) -> u32 {
         self.burst
@@ -344,7 +344,7 @@ pub(crate) struct Knowledge(u64);
 /// instant no older than itself. (A reading taken before the load could
 /// predate a lease a sibling thread installed meanwhile; spent "at" that
 /// reading, a unit's slot would lie more than a tolerance after it, which
-/// the remote never admits: the second review's finding.) So this is the
+/// the remote never admits.) So this is the
 /// one algorithm whose `decide` is not a pure function of its arguments:
 /// it is `Rules::outcome`, which is, at the instant read there. The
 /// `now_ns` the table passes (the remote's instant at the latest round
@@ -352,7 +352,7 @@ pub(crate) struct Knowledge(u64);
 /// floor, and so is the earliest instant the word's lease can have been
 /// granted at (`Rules::granted_ns`): the table's floor is read before the
 /// word is loaded, so a lease a sibling installs in between is not under
-/// it (the third review's finding), but the word itself always is.
+/// it, but the word itself always is.
 pub(crate) struct Judge {
     rules: Rules,
     clock: Box<dyn Clock>,
@@ -518,9 +518,10 @@ pub struct LocalView<K: Key> {
 #[derive(Debug)]
 #[must_use = "an ask must be sent to the remote, or dropped"]
 pub enum Local<'a, K: Key> {
-    /// Decided locally: from the lease, or denied by what the remote told.
+    /// A decision taken here: spent from the lease, or denied by what the
+    /// remote told.
     Decided(Decision),
-    /// Ask the remote.
+    /// A call the remote must answer before the check is decided.
     Ask(Ask<'a, K>),
 }
 
@@ -772,7 +773,7 @@ impl<K: Key> LocalView<K> {
 }
 
 impl<K: Key> Ask<'_, K> {
-    /// What to send.
+    /// Returns the request to send.
     #[must_use]
     pub fn request(&self) -> &LeaseRequest {
         &self.request

@@ -19,15 +19,15 @@
 //! A claim keeps `end`, the floor: it is a lower bound of the TAT, and only
 //! such a bound may be compared with a reading. (A claim that wrote its
 //! own instant there would deny, to a thread holding an older reading, a
-//! request the remote admits: the model found it.) Its age is the epoch:
+//! request the remote admits.) Its age is the epoch:
 //! it stands while the current epoch is its own, the next, or (a reading
 //! older than the claim) the one before, and is stale after that, between
 //! one and two claim timeouts on; a claim stuck for eight epochs or more
 //! stands again for three of every eight, so it is taken over in the
 //! others. A claimed word is never idle: three bits cannot date a claim
 //! from an instant far from now, and a growth sweep judges idleness a
-//! whole rest time in the past (the review found claims in flight evicted
-//! that way, their leases lost). A stuck claim is taken over by the key's
+//! whole rest time in the past (a claim in flight evicted that way would
+//! lose its lease). A stuck claim is taken over by the key's
 //! next check, and its word is then evicted as any other.
 //!
 //! `end` never exceeds [`MAX_END_US`], so no word is `u64::MAX`, the value

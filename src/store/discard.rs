@@ -17,7 +17,7 @@ impl<T> Held<T> {
         Self(Some(value))
     }
 
-    /// The value.
+    /// Returns the value.
     ///
     /// # Panics
     ///
@@ -27,7 +27,7 @@ impl<T> Held<T> {
         self.0.as_ref().expect("held until taken")
     }
 
-    /// The value, to change.
+    /// Returns the value, to change.
     ///
     /// # Panics
     ///
@@ -36,7 +36,7 @@ impl<T> Held<T> {
         self.0.as_mut().expect("held until taken")
     }
 
-    /// The value, no longer held.
+    /// Takes the value out, no longer held.
     ///
     /// # Panics
     ///

@@ -64,7 +64,7 @@ pub struct Released<'a> {
 }
 
 impl Released<'_> {
-    /// One more key removed: call it as each key leaves the store.
+    /// Counts one more key removed: call it as each key leaves the store.
     pub fn add(&mut self) {
         self.removed += 1;
     }
@@ -115,7 +115,8 @@ impl<S, Space, Value, Insert> std::fmt::Debug for NewKey<S, Space, Value, Insert
 }
 
 impl<S, Space, Value, Insert> NewKey<S, Space, Value, Insert> {
-    /// The steps, in their order; the bounds give the closures their types.
+    /// Creates the steps, in their order; the bounds give the closures their
+    /// types.
     pub const fn new<K, State, V>(
         locked: S,
         make_space: Space,
@@ -211,7 +212,7 @@ where
     }
 }
 
-/// The verdict for a key with no state (absent, or evicted: idle, so as
+/// Decides for a key with no state (absent, or evicted: idle, so as
 /// good as fresh). The fresh state is [`Held`]: its `Drop` is user code.
 ///
 /// # Errors
@@ -225,9 +226,9 @@ pub fn decide_fresh<A: Algorithm>(
     algorithm.decide(Held::new(A::State::default()).get(), now_ns, cost)
 }
 
-/// The growth sweeps' horizon: keys idle at this instant have rested for
-/// the algorithm's whole rest time, so a key between two requests is never
-/// evicted only to be inserted again.
+/// Returns the growth sweeps' horizon: keys idle at this instant have
+/// rested for the algorithm's whole rest time, so a key between two
+/// requests is never evicted only to be inserted again.
 #[must_use]
 pub fn rested_at<A: Algorithm>(algorithm: &A, now_ns: u64) -> u64 {
     now_ns.saturating_sub(algorithm.rest_ns())
@@ -270,7 +271,7 @@ pub fn retry_after_sweep(
 }
 
 impl Population {
-    /// No keys yet, under `cap` if one is given.
+    /// Creates an empty population, under `cap` if one is given.
     #[must_use]
     pub fn new(cap: Option<KeyCap>) -> Self {
         Self {
@@ -332,9 +333,10 @@ impl Population {
             .map_err(|_| cap)
     }
 
-    /// A count of keys removed, whose room goes back when it is dropped,
-    /// also when a panic unwinds: a sweep runs the algorithm's `is_idle`
-    /// (user code) between removals, and counts each as it makes it.
+    /// Starts a count of keys removed, whose room goes back when it is
+    /// dropped, also when a panic unwinds: a sweep runs the algorithm's
+    /// `is_idle` (user code) between removals, and counts each as it makes
+    /// it.
     pub fn releasing(&self) -> Released<'_> {
         Released {
             population: self,

@@ -1,8 +1,8 @@
 //! How keys find their state.
 //!
 //! A [`Store`] maps keys to per-key state and applies an algorithm to it
-//! under its own discipline. Every store runs the same conformance suite, so
-//! a new store is checked by adding one line to `tests/conformance/main.rs`.
+//! under its own discipline. Every store in the crate passes the same
+//! conformance suite, which a new store joins with one line.
 //!
 //! * [`GlobalMutex`]: one mutex-guarded hash table. The baseline.
 //! * [`Sharded`]: `N` cache-padded mutex-guarded shards.
@@ -43,7 +43,7 @@
 //! keys, a rebuilt table's old copies) are dropped after its locks are
 //! released, each on its own, and a panic in their `Drop` is caught and
 //! discarded: it has no caller to reach, and the request that happened to
-//! trigger the eviction was decided already. `tests/panics.rs` arms a panic
+//! trigger the eviction was decided already. The crate's tests arm a panic
 //! at every call of every site in turn.
 //!
 //! A key's `Eq`, `Hash` and `Borrow` run inside the store's critical
@@ -171,11 +171,11 @@ mod private {
 /// and none it examined was idle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum WhenFull {
-    /// Fail closed: the new key's check returns
+    /// Fails closed: the new key's check returns
     /// [`CheckError::StoreFull`]. Existing keys keep working. The default.
     #[default]
     Reject,
-    /// Fail open: decide the new key as a fresh key and do not store it. It
+    /// Fails open: decide the new key as a fresh key and do not store it. It
     /// gets its full burst on every request until a slot frees up, so a
     /// flood of new keys is not limited; existing keys keep their state.
     AdmitUntracked,
@@ -190,7 +190,8 @@ pub struct KeyCap {
 }
 
 impl KeyCap {
-    /// At most `max_keys` keys; `when_full` for a new key past them.
+    /// Creates a cap of `max_keys` keys, with `when_full` for a new key past
+    /// them.
     #[must_use]
     pub const fn new(max_keys: NonZeroUsize, when_full: WhenFull) -> Self {
         Self {

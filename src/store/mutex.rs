@@ -37,7 +37,8 @@ pub struct Sharded {
 }
 
 impl Sharded {
-    /// `shards` shards, rounded up to a power of two (at least 1).
+    /// Creates the store kind with `shards` shards, rounded up to a power of
+    /// two (at least 1).
     #[must_use]
     pub fn new(shards: usize) -> Self {
         Self {

@@ -21,13 +21,15 @@ use crate::sync::{Arc, Mutex, lock};
 /// check runs on the cell after the lock is released, which for GCRA and
 /// the fixed window is a compare-and-swap with no lock at all.
 ///
-/// This is the seed's "per-key" strategy. It pays an allocation per key (the
-/// `Arc`) and one shared lock per lookup. It uses the same retire-then-unlink
-/// eviction protocol as the lock-free store, built only from `crate::sync`
-/// primitives, so it is also the **shuttle tests' stand-in** for the
-/// lock-free store (crossbeam-epoch, which the lock-free table reclaims
-/// memory with, has no shuttle build). Under `--features shuttle` it is the
-/// default store.
+/// It pays an allocation per key (the `Arc`) and one shared lock per
+/// lookup: a baseline between [`Sharded`](super::Sharded), whose checks
+/// run under the lock, and [`LockFree`](super::LockFree), whose lookups
+/// take none.
+// It evicts with the lock-free store's retire-then-unlink protocol, built
+// only from `crate::sync` primitives, so it is also the shuttle tests'
+// stand-in for the lock-free store (crossbeam-epoch, which the lock-free
+// table reclaims memory with, has no shuttle build): under `--features
+// shuttle` it is the default store.
 pub struct PerKey<P = Preferred> {
     cells: PhantomData<fn() -> P>,
 }

@@ -378,8 +378,8 @@ impl<K> Ticket<K> {
         }
         // It leaves now, refunded or not: nothing waits for it, and the
         // TAT, not the queue, holds the units of one that kept them (the
-        // canary leaves it queued, as the first version did until it
-        // reached the front).
+        // canary leaves it queued until it reaches the front, so that the
+        // queue holds reservations no caller holds).
         if !canary::planted(Canary::CancelKeepsEntry) {
             state.remove(index);
         }

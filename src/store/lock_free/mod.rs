@@ -124,7 +124,8 @@ pub struct LockFree<H = RandomState, P = Preferred> {
 }
 
 impl LockFree {
-    /// `shards` shards, rounded up to a power of two (at least 1).
+    /// Creates the store kind with `shards` shards, rounded up to a power of
+    /// two (at least 1).
     #[must_use]
     pub fn new(shards: usize) -> Self {
         Self {

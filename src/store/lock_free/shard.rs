@@ -72,10 +72,10 @@ const MAX_RETIRED: usize = 2;
 /// waits for one of them before it is refused. Most rounds end in a yield
 /// (`Backoff::snooze`), which hands the processor to other runnable
 /// threads, a descheduled reader among them: on a 2-core host with twelve
-/// checking threads, 64 rounds still refused thousands of new keys in 8 s
-/// (notes/06, `lab/examples/oversubscribed.rs`), and a debug build's churn
-/// on a loaded host refused some after 1 024; after this many, a few in
-/// hundreds of thousands. A real stall pays this once per shard (tens of
+/// checking threads, 64 rounds still refuse thousands of new keys in 8 s
+/// (notes/06, `lab/examples/oversubscribed.rs`), and 1 024 still refuse
+/// some in a debug build's churn on a loaded host; after this many, a few
+/// in hundreds of thousands. A real stall pays this once per shard (tens of
 /// milliseconds); the waits after it are `STALLED_ROUNDS`.
 #[cfg(not(feature = "loom"))]
 const REFUSAL_ROUNDS: usize = 16_384;
@@ -383,8 +383,7 @@ enum Grace {
 /// holds that many, waits for one of them for a bounded time
 /// (`REFUSAL_ROUNDS`, or `STALLED_ROUNDS` after a wait ran out) and refuses if
 /// none goes: a check stalled inside them holds them, and a rebuild would
-/// keep one more (the canary rebuilds all the same, keeping every table, as
-/// the second version did).
+/// keep one more (the canary rebuilds all the same, keeping every table).
 pub(super) fn may_rebuild<K, C>(
     writer: &mut Writer<K, C>,
     discarded: &mut Discarded<Retired<K, C>>,

@@ -427,7 +427,7 @@ mod tests {
     /// of 8 shards growing one key at a time, keys dealt to the shards in
     /// turn (as an even hash spreads them), at its worst over every count
     /// from 100 000 to 2 000 000 keys: the count just after some shard
-    /// grew. Issue 12's target is at most 20; the lab's `--growth` measures
+    /// grew: at most 20, the store's target. The lab's `--growth` measures
     /// the same with real hashing and the whole heap.
     #[test]
     #[cfg_attr(
