@@ -170,10 +170,7 @@ fn a_lease_too_small_for_a_request_is_given_back_first() {
     };
     assert_eq!(
         ask.request().give_back,
-        Some(GiveBack {
-            end_us: T0 / 1_000 + 50_000,
-            units: 4
-        })
+        Some(GiveBack::new(T0 / 1_000 + 50_000, 4))
     );
     let reply = remote.answer("k", ask.sent_ns(), ask.request());
     assert_eq!(reply.returned, 4);
@@ -551,11 +548,7 @@ fn a_cluster_s_masters_keep_their_deadlines_on_their_own_clocks() {
         for _ in 0..4 {
             check("kb", later, &mut admitted);
         }
-        let plain = LeaseRequest {
-            cost: 1,
-            want: 0,
-            give_back: None,
-        };
+        let plain = LeaseRequest::plain(1);
         let other = remote_us("kb", later);
         while ask_redis("kb", later, &plain).allowed {
             admitted.push(other);
@@ -652,11 +645,7 @@ fn after_a_step_back(remote_clock: RemoteClock) -> (u32, u32) {
     assert!(check(&mut remote, "k", T0));
     assert!(check(&mut remote, "k", T0));
     let at_70 = T0 + 70 * MS;
-    let plain = LeaseRequest {
-        cost: 1,
-        want: 0,
-        give_back: None,
-    };
+    let plain = LeaseRequest::plain(1);
     let mut window = 0;
     while remote.answer("k", at_70, &plain).allowed {
         window += 1;

@@ -9,10 +9,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tollgate::algorithm::Algorithm;
 use tollgate::cell::{Cell, CellFor, Preferred};
-use tollgate::store::{
-    Attempt, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind, admit_new_key,
-    decide_fresh, rested_at, retry_after_sweep,
+use tollgate::store::kit::{
+    Attempt, NewKey, Population, admit_new_key, decide_fresh, rested_at, retry_after_sweep,
 };
+use tollgate::store::{Key, KeyCap, Lookup, Store, StoreKind};
 use tollgate::{CheckError, Decision};
 
 /// Keys in a concurrent map `M` (see [`MapFor`]), each key's state in the

@@ -160,7 +160,7 @@ pub(crate) fn lease_arguments(
         .arg(request.cost)
         .arg(request.want);
     match request.give_back {
-        Some(GiveBack { end_us, units }) => command.arg(end_us).arg(units),
+        Some(GiveBack { end_us, units, .. }) => command.arg(end_us).arg(units),
         None => command.arg("").arg(0),
     };
     command.arg(grace_ms);
@@ -184,20 +184,20 @@ pub(crate) fn lease_reply(reply: &[i64], request: &LeaseRequest) -> Result<Lease
     };
     let whole = |value: i64| u64::try_from(value).map_err(|_| malformed());
     let small = |value: i64| u32::try_from(value).map_err(|_| malformed());
-    let reply = LeaseReply {
-        allowed: match allowed {
+    let reply = LeaseReply::new(
+        match allowed {
             0 => false,
             1 => true,
             _ => return Err(malformed()),
         },
-        remaining: small(remaining)?,
-        retry_us: whole(retry_us)?,
-        reset_us: whole(reset_us)?,
-        granted: small(granted)?,
-        end_us: whole(end_us)?,
-        now_us: whole(now_us)?,
-        returned: small(returned)?,
-    };
+        small(remaining)?,
+        whole(retry_us)?,
+        whole(reset_us)?,
+        small(granted)?,
+        whole(end_us)?,
+        whole(now_us)?,
+        small(returned)?,
+    );
     if reply.allowed != (reply.retry_us == 0) || reply.granted > request.want {
         return Err(malformed());
     }

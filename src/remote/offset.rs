@@ -64,6 +64,7 @@ use crate::sync::{AtomicU64, Mutex, Ordering, lock};
 pub(crate) const DRIFT_SHIFT: u32 = 9;
 
 /// Which clock the remote decides on, seen from a [`LocalView`](super::LocalView).
+#[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum RemoteClock {

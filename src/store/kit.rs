@@ -1,9 +1,28 @@
-//! The pieces the crate's stores are built from, public so that a store
-//! written outside the crate keeps the same promises without writing them
-//! again (see "Writing a store outside the crate" in the [store
-//! documentation](super)).
+//! The pieces the crate's stores are built from, for a store written
+//! outside the crate (a backend on another map) to keep the same promises
+//! without writing them again.
+//!
+//! **For backend implementers, and under no semver promise**: these items
+//! are hidden from the crate's documentation, and may change in any
+//! release. A user of the crate's stores has no reason to touch them.
+//!
+//! * [`Population`], the exact count of keys under a
+//!   [`KeyCap`](super::KeyCap);
+//! * [`admit_new_key`], the new-key protocol (decide as a fresh key,
+//!   reserve room under the cap, insert), and [`retry_after_sweep`], which
+//!   sweeps the whole store when a new key finds it full;
+//! * [`decide_fresh`] (an absent key's decision), [`rested_at`] (the
+//!   horizon of a sweep before growth) and [`Held`] (a value held across
+//!   user code that may panic).
+//!
+//! The crate's [`Cell`](crate::cell::Cell)s, public and documented, apply
+//! an algorithm's arithmetic to one key's state and retire it, so that
+//! eviction loses no admission. The stores on papaya, scc and flurry in the
+//! repository's `peers` crate are built from these pieces, and pass the
+//! conformance suite.
 
-use super::{Held, KeyCap, Lookup, WhenFull};
+pub use super::discard::Held;
+use super::{KeyCap, Lookup, WhenFull};
 use crate::algorithm::{Algorithm, Verdict};
 use crate::decision::Decision;
 use crate::error::CheckError;

@@ -57,29 +57,22 @@
 //! # Writing a store outside the crate
 //!
 //! [`Store`] and [`StoreKind`] are open: a store built on another map plugs
-//! into [`Builder::store`](crate::Builder::store) like the crate's own. The
-//! pieces the crate's stores are built from are public too, so that such a
-//! store keeps the same promises without writing them again:
-//!
-//! * the [`Cell`](crate::cell::Cell)s, which apply an algorithm's arithmetic
-//!   to one key's state and retire it, so that eviction loses no admission;
-//! * [`Population`], the exact count of keys under a [`KeyCap`];
-//! * [`admit_new_key`], the new-key protocol (decide as a fresh key, reserve
-//!   room, insert), and [`retry_after_sweep`], which sweeps the whole store
-//!   when a new key finds it full;
-//! * [`decide_fresh`] (an absent key's decision), [`rested_at`] (the horizon
-//!   of a sweep before growth) and [`Held`] (a value held across user code
-//!   that may panic).
-//!
-//! The store on papaya in the repository's `peers` crate is built this
-//! way, and runs the conformance suite.
+//! into [`Builder::store`](crate::Builder::store) like the crate's own. It
+//! can hold the crate's [`Cell`](crate::cell::Cell)s, which apply an
+//! algorithm's arithmetic to one key's state and retire it, so that
+//! eviction loses no admission. The rest of what the crate's stores are
+//! built from (the exact key count under a cap, the new-key protocol, the
+//! whole-store sweep when a new key finds the store full) is in the module
+//! `tollgate::store::kit`, hidden from these pages: it is for backend
+//! implementers, documented in its source, and under no semver promise.
 
+mod discard;
+#[doc(hidden)]
+pub mod kit;
 // The lock-free table reclaims memory with crossbeam-epoch, which runs under
 // loom (with `--cfg crossbeam_loom`) but has no shuttle build: under shuttle
 // the table compiles out and `PerKey`, built only on `crate::sync`, stands in
 // for it.
-mod discard;
-mod kit;
 #[cfg(not(feature = "shuttle"))]
 #[allow(unsafe_code)]
 mod lock_free;
@@ -91,12 +84,7 @@ use std::fmt::Debug;
 use std::hash::Hash;
 use std::num::NonZeroUsize;
 
-pub use self::discard::Held;
 use self::discard::{Discard, Discarded, drop_pair, resume_first_panic};
-pub use self::kit::{
-    Attempt, NewKey, Population, Released, admit_new_key, decide_fresh, rested_at,
-    retry_after_sweep,
-};
 #[cfg(not(feature = "shuttle"))]
 pub use lock_free::LockFree;
 pub use mutex::{GlobalMutex, Sharded};

@@ -9,10 +9,12 @@ use std::marker::PhantomData;
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
+use super::kit::{
+    Attempt, NewKey, Population, admit_new_key, decide_fresh, rested_at, retry_after_sweep,
+};
 use super::{
-    Attempt, Discard, Discarded, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind,
-    admit_new_key, decide_fresh, default_shards, drop_pair, rested_at, resume_first_panic,
-    retry_after_sweep, shard_index,
+    Discard, Discarded, Key, KeyCap, Lookup, Store, StoreKind, default_shards, drop_pair,
+    resume_first_panic, shard_index,
 };
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;

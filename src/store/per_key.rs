@@ -5,11 +5,11 @@ use std::fmt;
 use std::hash::{BuildHasher, RandomState};
 use std::marker::PhantomData;
 
-use super::mutex::{Entry, Table};
-use super::{
-    Attempt, Discarded, Held, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind,
-    admit_new_key, decide_fresh, rested_at, resume_first_panic, retry_after_sweep,
+use super::kit::{
+    Attempt, Held, NewKey, Population, admit_new_key, decide_fresh, rested_at, retry_after_sweep,
 };
+use super::mutex::{Entry, Table};
+use super::{Discarded, Key, KeyCap, Lookup, Store, StoreKind, resume_first_panic};
 use crate::algorithm::Algorithm;
 use crate::cell::{Cell, CellFor, Preferred};
 use crate::decision::Decision;

@@ -35,10 +35,8 @@ use crossbeam_utils::CachePadded;
 
 use self::shard::{Found, GRACE_ROUNDS, PROMPT_ROUNDS, Retired, Shard, Writer};
 use self::table::{Stagger, max_used};
-use super::{
-    Attempt, Discarded, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind, admit_new_key,
-    decide_fresh, default_shards, retry_after_sweep, shard_index,
-};
+use super::kit::{Attempt, NewKey, Population, admit_new_key, decide_fresh, retry_after_sweep};
+use super::{Discarded, Key, KeyCap, Lookup, Store, StoreKind, default_shards, shard_index};
 use crate::algorithm::Algorithm;
 use crate::cell::{Cell, CellFor, Preferred};
 use crate::decision::Decision;
