@@ -4,7 +4,7 @@
 # (asymmetric fences, quiescent states, hazard pointers) can beat.
 #
 # Builds this tree twice: as it is ("pinned"), and with two edits to
-# src/store/lock_free.rs ("no pin"): a check's probe runs under
+# src/store/lock_free/shard.rs ("no pin"): a check's probe runs under
 # crossbeam-epoch's `unprotected()` guard instead of a pin, and a replaced
 # table is never freed (leaked), so that the variant stays memory-safe
 # under any workload, at the price of its replaced tables' memory. It is
@@ -32,8 +32,8 @@ git -C "$root" worktree add --quiet --detach "$variant" HEAD
 # The working tree's uncommitted changes to tracked files too, so that both
 # sides are this tree.
 git -C "$root" diff --no-color --no-ext-diff --binary HEAD | git -C "$variant" apply --allow-empty
-file="$variant/src/store/lock_free.rs"
-perl -0pi -e 's/let guard = epoch::pin\(\);\n(\s*)if let Some\(cell\) = shard\.table\(&guard\)\.find\(hash, key\) \{\n(\s*)if let Some\(decision\) = cell\.check\(/let guard = unsafe { epoch::unprotected() };\n$1if let Some(cell) = shard.table(guard).find(hash, key) {\n$2if let Some(decision) = cell.check(/' "$file"
+file="$variant/src/store/lock_free/shard.rs"
+perl -0pi -e 's/let guard = epoch::pin\(\);\n(\s*)match self\.table\(&guard\)\.find\(hash, key\) \{/let guard = unsafe { epoch::unprotected() };\n$1match self.table(guard).find(hash, key) {/' "$file"
 perl -0pi -e 's/(impl<K, C> Drop for Retired<K, C> \{\n\s*fn drop\(&mut self\) \{\n)/$1        if true { return; } \/\/ the variant leaks replaced tables\n/' "$file"
 # Both edits must have applied, once each: otherwise the comparison would
 # quietly compare the store with itself.

@@ -33,7 +33,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 use crossbeam_utils::CachePadded;
 
-use self::shard::{Found, GRACE_ROUNDS, PROMPT_ROUNDS, Retired, Shard, Writer};
+use self::shard::{CellRead, GRACE_ROUNDS, PROMPT_ROUNDS, Retired, Shard, Writer};
 use self::table::{Stagger, max_used};
 use super::kit::{Attempt, NewKey, Population, admit_new_key, decide_fresh, retry_after_sweep};
 use super::{Discarded, Key, KeyCap, Lookup, Store, StoreKind, default_shards, shard_index};
@@ -367,10 +367,10 @@ where
         match shard.find_cell(hash, key, |cell| {
             cell.check(algorithm, now_ns, cost).transpose()
         }) {
-            Found::Live(decided) => decided,
+            CellRead::Live(decided) => decided,
             // Absent, or retired under us: the slow path looks again under
             // the lock, and inserts if absent.
-            Found::Retired | Found::Absent => {
+            CellRead::Retired | CellRead::Absent => {
                 self.check_slow(shard, hash, key, algorithm, now_ns, cost)
             }
         }

@@ -99,7 +99,7 @@ pub(super) struct Shard<K, C> {
 }
 
 /// What [`Shard::find_cell`] found.
-pub(super) enum Found<R> {
+pub(super) enum CellRead<R> {
     /// The key's cell, live: what the read returned.
     Live(R),
     /// The key's cell, retired under the read: evicted or moved.
@@ -269,11 +269,11 @@ impl<K, C> Shard<K, C> {
         hash: u64,
         key: &Q,
         read: impl FnOnce(&C) -> Option<R>,
-    ) -> Found<R> {
+    ) -> CellRead<R> {
         let guard = epoch::pin();
         match self.table(&guard).find(hash, key) {
-            Some(cell) => read(cell).map_or(Found::Retired, Found::Live),
-            None => Found::Absent,
+            Some(cell) => read(cell).map_or(CellRead::Retired, CellRead::Live),
+            None => CellRead::Absent,
         }
     }
 
@@ -289,9 +289,9 @@ impl<K, C> Shard<K, C> {
         read: impl Fn(&C) -> Option<R>,
     ) -> Option<R> {
         match self.find_cell(hash, key, &read) {
-            Found::Live(read) => return Some(read),
-            Found::Absent => return None,
-            Found::Retired => {}
+            CellRead::Live(read) => return Some(read),
+            CellRead::Absent => return None,
+            CellRead::Retired => {}
         }
         let _writer = lock(&self.writer);
         // SAFETY: we hold the lock.
