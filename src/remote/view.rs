@@ -9,7 +9,7 @@
 //! `end` denies) is a load and a compare and writes nothing; a miss
 //! **claims** the key (one compare-and-swap) and asks the remote, so one
 //! caller at a time asks for a key's lease, and others that miss meanwhile
-//! ask without a claim. A miss (claimed or not) is a [`Miss`]; the table
+//! ask without a claim. A miss (claimed or not) is a `Miss`; the table
 //! returns a [`Decision`] for every algorithm, so a miss crosses it encoded
 //! as a decision no algorithm makes, and is decoded as soon as it is out
 //! (`impl Miss` below: nothing else reads the encoding).
@@ -33,7 +33,6 @@
 //! useful (its floor has passed, no unit is left and it is not claimed), the
 //! key cap rejects new keys (they are then asked without a claim), and so
 //! memory is bounded at every instant as in every store.
-//!
 
 use std::fmt;
 use std::num::NonZeroUsize;
