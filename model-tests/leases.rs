@@ -360,11 +360,7 @@ impl World {
     /// one is denied.
     fn drain(&self) {
         let mut tat_us = self.tat_us.lock().unwrap();
-        let plain = LeaseRequest {
-            cost: 1,
-            want: 0,
-            give_back: None,
-        };
+        let plain = LeaseRequest::plain(1);
         loop {
             let (real_us, now_us) = self.remote_us();
             let (answer, stored) =

@@ -73,9 +73,8 @@ fn explore_with(
         model();
     });
     // Every model runs threads that race: one execution means loom saw no
-    // interleaving to explore, and a green run would check nothing (a
-    // first version of the offset's floor did this, its writer loading
-    // the slots it then stored).
+    // interleaving to explore, and a green run would check nothing (an
+    // offset's writer that loads the slots it then stores does this).
     let explored = executions.load(StdOrdering::Relaxed);
     assert!(explored > 1, "loom {name}: {explored} execution explored");
     println!(
@@ -185,7 +184,7 @@ fn exact_burst<C: WordCell<Gcra>>(threads: usize, burst: u32) {
 
 #[test]
 fn gcra_cell_two_threads_admit_exactly_the_burst() {
-    // Bound 3: 112 executions, 5 ms (release build, the 2-core VM, 2026-11-30).
+    // Bound 3: 112 executions, 5 ms (release build, the 2-core VM).
     explore("gcra cell, 2 threads, burst 1", 3, || {
         exact_burst::<Atomic<Gcra>>(2, 1)
     });
@@ -193,7 +192,7 @@ fn gcra_cell_two_threads_admit_exactly_the_burst() {
 
 #[test]
 fn gcra_cell_three_threads_admit_exactly_the_burst() {
-    // Bound 3: 17 438 executions, 1.16 s (release build, the 2-core VM, 2026-11-30).
+    // Bound 3: 17 438 executions, 1.16 s (release build, the 2-core VM).
     explore("gcra cell, 3 threads, burst 2", 3, || {
         exact_burst::<Atomic<Gcra>>(3, 2)
     });
@@ -248,7 +247,7 @@ fn denial_races_admission<C: WordCell<Gcra>>() {
 
 #[test]
 fn gcra_cell_denial_writes_nothing() {
-    // Bound 3: 69 executions, 3 ms (release build, the 2-core VM, 2026-11-30).
+    // Bound 3: 69 executions, 3 ms (release build, the 2-core VM).
     explore(
         "gcra cell, denial vs admission",
         3,
@@ -357,7 +356,7 @@ fn window_model<C: WordCell<FixedWindow>>() {
 
 #[test]
 fn fixed_window_cell_with_the_clock_advancing() {
-    // Bound 3: 34 596 executions, 2.05 s (release build, the 2-core VM, 2026-11-30).
+    // Bound 3: 34 596 executions, 2.05 s (release build, the 2-core VM).
     explore(
         "fixed window cell, clock advancing",
         3,
@@ -712,7 +711,7 @@ fn check_against_rebuild_with<K: tollgate::store::Key>(key: fn(u64) -> K) {
 /// a pause at each key comparison (not between the pointer's load and the
 /// control bytes, nor between the cell's load and its compare-and-swap)
 /// with no preemption spent, at 5 % more executions (83 376 against 79 180
-/// with `u64` keys at 3d23f31). The three canaries below are caught at
+/// with `u64` keys). The three canaries below are caught at
 /// bound 1, and the retire-before-unlink canary with `u64` keys too. At
 /// bound 2 with `u64` keys the model explored 3 265 230 executions in 10 to
 /// 18 minutes and made CI run past its hour (notes/07).
@@ -917,7 +916,7 @@ fn canary_rebuild_copying_a_tombstone_is_caught() {
 /// in the old cell before the eviction, or in a fresh one after it.
 #[test]
 fn per_key_store_eviction_races_checks() {
-    // Bound 3: 9 908 executions, 562 ms (release build, the 2-core VM, 2026-11-30).
+    // Bound 3: 9 908 executions, 562 ms (release build, the 2-core VM).
     explore("per-key store, eviction vs 2 checks", 3, || {
         let clock = ManualClock::new();
         let limiter = Arc::new(
@@ -973,7 +972,7 @@ fn check_then_insert<S: StoreKind<u64, Gcra>>(store: S) {
 
 #[test]
 fn per_key_store_check_then_insert() {
-    // Bound 3: 184 executions, 8 ms (release build, the 2-core VM, 2026-11-30).
+    // Bound 3: 184 executions, 8 ms (release build, the 2-core VM).
     explore("per-key store, check-then-insert", 3, || {
         check_then_insert(PerKey::new())
     });
@@ -981,7 +980,7 @@ fn per_key_store_check_then_insert() {
 
 #[test]
 fn global_mutex_store_check_then_insert() {
-    // Bound 3: 34 executions, 1.5 ms (release build, the 2-core VM, 2026-11-30).
+    // Bound 3: 34 executions, 1.5 ms (release build, the 2-core VM).
     explore("global mutex store, check-then-insert", 3, || {
         check_then_insert(GlobalMutex)
     });

@@ -115,9 +115,9 @@ impl Decision {
         self.remaining
     }
 
-    /// Zero when allowed. When denied, the earliest wait after which the same
-    /// request is admitted, rounded **up** to the nanosecond, so that retrying
-    /// at it succeeds.
+    /// The wait before the same request is admitted: zero when allowed; when
+    /// denied, the earliest wait after which it is, rounded **up** to the
+    /// nanosecond, so that retrying at it succeeds.
     #[must_use]
     pub const fn retry_after(&self) -> Duration {
         Duration::from_nanos(self.retry_after_ns)

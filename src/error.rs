@@ -72,7 +72,7 @@ pub enum CheckError {
     /// Existing keys are unaffected. Nothing was stored.
     #[error("the limiter tracks its maximum of {max_keys} keys; a new key was rejected")]
     StoreFull {
-        /// The cap.
+        /// The store's cap on keys.
         max_keys: usize,
     },
     /// The key is new and its shard's table must be rebuilt to hold it,

@@ -190,8 +190,8 @@ pub mod canary {
         /// period began before the check did, and the free may overtake it.
         RetireBeforeUnlink,
         /// A rebuild whose shard's last replaced table is still read goes on
-        /// and keeps one more, as the first version did: a reader stalled
-        /// inside a check lets replaced tables pile up without bound.
+        /// and keeps one more: a reader stalled inside a check lets
+        /// replaced tables pile up without bound.
         KeepEveryReplacedTable,
         /// A rebuild publishes its new table with a `Relaxed` swap: a check
         /// that loads the pointer can read a moved cell before its move.

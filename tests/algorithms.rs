@@ -97,7 +97,7 @@ fn retry_after_for_the_window_algorithms() {
 /// Refill is a function of time, not of the decision: hammered at 100× its
 /// rate for 60 s, a bucket of 10/s with a burst of 5 admits exactly
 /// burst + rate × T = 5 + 10 × 60. A bucket that lost the time between
-/// denials (the seed's first bug) would admit far fewer.
+/// denials would admit far fewer.
 #[test]
 fn token_bucket_refill_advances_on_denial() {
     assert_eq!(hammered::<TokenBucket>(60), 5 + 10 * 60);

@@ -124,10 +124,10 @@ fn concurrent_checks_across_rebuilds() {
 
 /// A key with interior mutability, which the `Key` bound admits: its `Eq`
 /// takes a lock and writes under it, and its `Hash` caches the hash in an
-/// atomic. The review found such a key copied bitwise into a rebuilt table
-/// while another thread held its lock, after which every check on it hung;
-/// and the copy raced with the writes (undefined behaviour, which Miri
-/// reports). Rebuilds clone keys instead, through `Clone`.
+/// atomic. Copied bitwise into a rebuilt table while another thread held
+/// its lock, such a key would hang every later check on it, and the copy
+/// would race with the writes (undefined behaviour, which Miri reports):
+/// rebuilds clone keys, through `Clone`.
 #[derive(Debug)]
 struct Guarded {
     id: u64,

@@ -343,11 +343,10 @@ proptest! {
 /// The admissions of `key` as (effective time, cost): the running maximum of
 /// the readings at which that key was admitted. That is the key's own time
 /// line, the one the contract is about ("a reading older than the key's
-/// state"). An earlier version of these oracles measured every key on the
-/// latest reading of *any* key, and proptest found the flaw: after the clock
-/// jumped back, a key with no state was admitted at two readings 1 ns apart,
-/// correctly, but that timeline put both at the same instant
-/// (`tests/proptest.proptest-regressions`).
+/// state"). Measuring every key on the latest reading of *any* key would be
+/// wrong: after the clock jumped back, a key with no state is admitted at
+/// two readings 1 ns apart, correctly, and that timeline would put both at
+/// the same instant (a case `tests/proptest.proptest-regressions` keeps).
 fn latest_seen(outcomes: &[(u64, u64, u32, bool)], key: u64) -> Vec<(u64, u32)> {
     let mut latest = 0;
     outcomes

@@ -170,10 +170,7 @@ fn a_lease_too_small_for_a_request_is_given_back_first() {
     };
     assert_eq!(
         ask.request().give_back,
-        Some(GiveBack {
-            end_us: T0 / 1_000 + 50_000,
-            units: 4
-        })
+        Some(GiveBack::new(T0 / 1_000 + 50_000, 4))
     );
     let reply = remote.answer("k", ask.sent_ns(), ask.request());
     assert_eq!(reply.returned, 4);
@@ -412,10 +409,10 @@ impl Hash for Preempted {
 /// reply alone, then its whole call. The sibling's call was sent with the
 /// reading `later`, which the remote decided on, so the stale check decides
 /// no earlier (the floor of readings sent): the unit is spent owing 50 ms,
-/// the lease's end less `later`. (The third review found the view's floor
-/// alone deciding at T0, owing 250 ms; its fix bounded the instant by the
-/// word's grant, later − 50 ms, owing the tolerance, 100 ms: still older
-/// than an instant the remote had decided on.)
+/// the lease's end less `later`. (Deciding at the view's floor alone, T0,
+/// would owe 250 ms; bounding the instant by the word's grant alone,
+/// later − 50 ms, would owe the tolerance, 100 ms: still older than an
+/// instant the remote had decided on.)
 #[test]
 fn a_lease_installed_after_the_floor_is_read_is_not_spent_at_an_older_reading() {
     for whole_call in [false, true] {
@@ -551,11 +548,7 @@ fn a_cluster_s_masters_keep_their_deadlines_on_their_own_clocks() {
         for _ in 0..4 {
             check("kb", later, &mut admitted);
         }
-        let plain = LeaseRequest {
-            cost: 1,
-            want: 0,
-            give_back: None,
-        };
+        let plain = LeaseRequest::plain(1);
         let other = remote_us("kb", later);
         while ask_redis("kb", later, &plain).allowed {
             admitted.push(other);
@@ -583,7 +576,8 @@ fn a_cluster_s_masters_keep_their_deadlines_on_their_own_clocks() {
 }
 
 /// A denial counts the units this node would give back once, among what
-/// the remote would have free (the first fix counted them twice).
+/// the remote would have free (counted twice, the denial would report
+/// more free than the remote has).
 #[test]
 fn a_denial_counts_its_own_units_once() {
     let node = Node::<String>::new(RemoteClock::Local, Some(Leases::new()), 16);
@@ -615,7 +609,7 @@ fn a_denial_counts_its_own_units_once() {
 /// steps back 199 ms; then this node makes a round trip on a third key and
 /// checks the key 10 times at + 80 ms. The remote alone admits
 /// nothing there (the key owes 179 ms on the stepped-back clock): 10 in
-/// those 10 ms. The first version spent its 4 expired units: 14.
+/// those 10 ms. A node that spent its 4 expired units would admit 14.
 fn after_a_step_back(remote_clock: RemoteClock) -> (u32, u32) {
     const MS: u64 = 1_000_000;
     const STEP_NS: u64 = 199 * MS;
@@ -651,11 +645,7 @@ fn after_a_step_back(remote_clock: RemoteClock) -> (u32, u32) {
     assert!(check(&mut remote, "k", T0));
     assert!(check(&mut remote, "k", T0));
     let at_70 = T0 + 70 * MS;
-    let plain = LeaseRequest {
-        cost: 1,
-        want: 0,
-        give_back: None,
-    };
+    let plain = LeaseRequest::plain(1);
     let mut window = 0;
     while remote.answer("k", at_70, &plain).allowed {
         window += 1;

@@ -191,8 +191,8 @@ fn within_a_minute<R>(work: impl FnOnce() -> R) -> R {
     result
 }
 
-/// The reviewer's deadlock. A check stalls inside a lock-free table (its
-/// key's `Eq` waits on a lock the main thread holds), so no replaced table
+/// A deadlock the bounded waits rule out. A check stalls inside a
+/// lock-free table (its key's `Eq` waits on a lock the main thread holds), so no replaced table
 /// of any lock-free store can be freed while it waits. Meanwhile the main
 /// thread, holding that lock, grows and evicts an unrelated lock-free
 /// limiter and grows the stalled one itself: every wait for a grace period

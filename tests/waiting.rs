@@ -428,8 +428,8 @@ fn panicking_waker() -> std::task::Waker {
 /// A reservation dropped before its slot moves the later ones forward and
 /// wakes their waiters after the schedule is whole: a waker that panics
 /// (an executor's, user code) leaves no slot held twice and no entry
-/// behind. (The first version woke under the queue's lock, mid-shift: the
-/// panic left the later slots unshifted beside a refunded TAT, two
+/// behind. (Woken under the queue's lock, mid-shift, a panicking waker
+/// would leave the later slots unshifted beside a refunded TAT: two
 /// reservations on one slot.)
 #[tokio::test(flavor = "current_thread")]
 async fn a_waker_that_panics_leaves_the_schedule_whole() {
@@ -466,8 +466,8 @@ async fn a_waker_that_panics_leaves_the_schedule_whole() {
 
 /// A reservation dropped while the clock panics leaves its queue all the
 /// same, its units kept (nothing given back without a reading): no
-/// reservation outlives its caller. (The first version read the clock
-/// again to cancel it, and left the entry queued for good.)
+/// reservation outlives its caller. (A drop that read the clock again to
+/// cancel it would leave the entry queued for good.)
 #[test]
 fn a_reservation_dropped_while_the_clock_panics_leaves_its_queue() {
     let fragile = Fragile::default();

@@ -92,11 +92,7 @@ fn check(u: &mut Unstructured<'_>) -> Result<()> {
         2 => u.int_in_range(0..=burst.saturating_add(1))?,
         _ => u.arbitrary()?,
     };
-    let plain = LeaseRequest {
-        cost,
-        want: 0,
-        give_back: None,
-    };
+    let plain = LeaseRequest::plain(cost);
     let remote = lease(stored_us, now_us, &remote_quota, &plain);
     if now_us > END_OF_TIME_US {
         assert_eq!(remote, Err(RemoteError::BadRequest));
@@ -158,7 +154,7 @@ fn check(u: &mut Unstructured<'_>) -> Result<()> {
         0 => burst,
         _ => u.int_in_range(0..=burst)?,
     };
-    let leased = LeaseRequest { want, ..plain };
+    let leased = LeaseRequest::new(plain.cost, want, plain.give_back);
     let (reply_leased, _) =
         lease(stored_us, now_us, &remote_quota, &leased).expect("as the plain call");
     assert_eq!(reply_leased.allowed, reply.allowed);

@@ -9,10 +9,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tollgate::algorithm::Algorithm;
 use tollgate::cell::{Cell, CellFor, Preferred};
-use tollgate::store::{
-    Checked, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind, admit_new_key,
-    decide_fresh, rested_at, retry_after_sweep,
+use tollgate::store::kit::{
+    Attempt, NewKey, Population, admit_new_key, decide_fresh, rested_at, retry_after_sweep,
 };
+use tollgate::store::{Key, KeyCap, Lookup, Store, StoreKind};
 use tollgate::{CheckError, Decision};
 
 /// Keys in a concurrent map `M` (see [`MapFor`]), each key's state in the
@@ -222,7 +222,7 @@ impl<K: Key, A: Algorithm, C: Cell<A>, M: ConcurrentMap<K, C>> MapStore<K, A, C,
                 .map
                 .read(key, |cell| cell.check(algorithm, now_ns, cost))
             {
-                Some(Ok(Some(decision))) => return Ok(Checked::Done(decision)),
+                Some(Ok(Some(decision))) => return Ok(Attempt::Done(decision)),
                 Some(Err(error)) => return Err(error),
                 // Retired, under the stripe's lock: left by a sweep whose
                 // removal panicked. Its room went back when it was retired

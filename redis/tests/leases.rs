@@ -101,17 +101,10 @@ fn lease_differential(
         now_us = now_us.saturating_add_signed(step.advance_us);
         let give_back = match step.give_back {
             1 => last_lease,
-            2 => Some(GiveBack {
-                end_us: stored.unwrap_or(START_US) + 1,
-                units: step.units,
-            }),
+            2 => Some(GiveBack::new(stored.unwrap_or(START_US) + 1, step.units)),
             _ => None,
         };
-        let request = LeaseRequest {
-            cost: step.cost,
-            want: step.want,
-            give_back,
-        };
+        let request = LeaseRequest::new(step.cost, step.want, give_back);
         let twin = lease(stored, now_us, &quota, &request);
         let mut command = redis::cmd("EVAL");
         command
@@ -125,7 +118,7 @@ fn lease_differential(
             .arg(step.cost)
             .arg(step.want);
         match give_back {
-            Some(GiveBack { end_us, units }) => command.arg(end_us).arg(units),
+            Some(GiveBack { end_us, units, .. }) => command.arg(end_us).arg(units),
             None => command.arg("").arg(0),
         };
         command.arg(3_600_000);
@@ -166,10 +159,8 @@ fn lease_differential(
             "step {}: stored TAT",
             index
         );
-        last_lease = (expected.granted > 0).then_some(GiveBack {
-            end_us: expected.end_us,
-            units: expected.granted,
-        });
+        last_lease =
+            (expected.granted > 0).then_some(GiveBack::new(expected.end_us, expected.granted));
     }
     Ok(())
 }
@@ -192,11 +183,7 @@ fn the_lease_script_refuses_an_instant_past_its_range() {
     let client = redis::Client::open(format!("redis://127.0.0.1:{}/", server.port())).unwrap();
     let mut connection = client.get_connection().unwrap();
     let quota = RemoteQuota::new(10, 2).unwrap();
-    let request = LeaseRequest {
-        cost: 1,
-        want: 0,
-        give_back: None,
-    };
+    let request = LeaseRequest::plain(1);
     for (now_us, refused) in [((1 << 52) + 1, true), (1 << 52, false)] {
         let reply: redis::RedisResult<Vec<i64>> = redis::cmd("EVAL")
             .arg(SCRIPT)

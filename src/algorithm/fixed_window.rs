@@ -16,8 +16,8 @@ use crate::quota::Quota;
 /// configured: a client that knows where the boundary falls gets up to
 /// `2 × burst` inside any span containing it, because each window
 /// independently admits `burst`. That is a property of the algorithm, not a
-/// defect; `tests/algorithms.rs` demonstrates it (199 admitted in 1 ms
-/// against 100 per minute).
+/// defect, and the crate's tests show it (199 admitted within 1 ms against
+/// 100 per minute).
 ///
 /// Because windows are aligned, every key's window resets at the same instant;
 /// a key's window therefore does not start at its first request.

@@ -179,7 +179,8 @@ pub struct Receipt<S> {
 }
 
 impl<S> Receipt<S> {
-    /// A receipt: `written` by the admission, `restored` to take it back.
+    /// Creates a receipt: `written` by the admission, `restored` to take it
+    /// back.
     ///
     /// A receipt made here rather than by a check (`check_n_receipt`)
     /// gives back nothing that check admitted: a refund with it installs
@@ -206,19 +207,19 @@ impl<S> Receipt<S> {
 /// change to apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict<A> {
-    /// Admitted: apply `admission` to consume the cost.
+    /// An admission: apply `admission` to consume the cost.
     Allow {
         /// What the caller is told.
         decision: Decision,
         /// The change to the state that consumes the cost.
         admission: A,
     },
-    /// Denied: nothing to write.
+    /// A denial: nothing to write.
     Deny(Decision),
 }
 
 impl<A> Verdict<A> {
-    /// The decision, for either outcome.
+    /// Returns the decision, for either outcome.
     #[inline]
     pub fn decision(&self) -> Decision {
         match self {

@@ -48,8 +48,9 @@ pub struct Atomic<A: PackedAlgorithm> {
     algorithm: PhantomData<fn() -> A>,
 }
 
-/// One attempt at a check.
-enum Attempt {
+/// What one compare-and-swap attempt at a check came to.
+enum Cas {
+    /// Decided (and installed, if admitted); `None` for a retired cell.
     Done(Option<Decision>),
     /// The word changed under us; this is what it holds now.
     Conflict(u64),
@@ -65,26 +66,20 @@ impl<A: PackedAlgorithm> Atomic<A> {
 
     /// Decides on `word` and, if admitted, tries to install the admission.
     #[inline]
-    fn attempt(
-        &self,
-        algorithm: &A,
-        word: u64,
-        now_ns: u64,
-        cost: u32,
-    ) -> Result<Attempt, CheckError> {
+    fn attempt(&self, algorithm: &A, word: u64, now_ns: u64, cost: u32) -> Result<Cas, CheckError> {
         if word == RETIRED_WORD {
-            return Ok(Attempt::Done(None));
+            return Ok(Cas::Done(None));
         }
         match algorithm.decide(&algorithm.unpack(word), now_ns, cost)? {
             // The deny path: nothing is written.
-            Verdict::Deny(decision) => Ok(Attempt::Done(Some(decision))),
+            Verdict::Deny(decision) => Ok(Cas::Done(Some(decision))),
             Verdict::Allow {
                 decision,
                 admission,
             } if canary::planted(Canary::StoreInsteadOfCas) => {
                 self.word
                     .store(algorithm.pack(&admission), Ordering::Relaxed);
-                Ok(Attempt::Done(Some(decision)))
+                Ok(Cas::Done(Some(decision)))
             }
             Verdict::Allow {
                 decision,
@@ -96,8 +91,8 @@ impl<A: PackedAlgorithm> Atomic<A> {
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => Ok(Attempt::Done(Some(decision))),
-                Err(actual) => Ok(Attempt::Conflict(actual)),
+                Ok(_) => Ok(Cas::Done(Some(decision))),
+                Err(actual) => Ok(Cas::Conflict(actual)),
             },
         }
     }
@@ -116,8 +111,8 @@ impl<A: PackedAlgorithm> Atomic<A> {
         loop {
             backoff.spin();
             match self.attempt(algorithm, word, now_ns, cost)? {
-                Attempt::Done(decision) => return Ok(decision),
-                Attempt::Conflict(actual) => word = actual,
+                Cas::Done(decision) => return Ok(decision),
+                Cas::Conflict(actual) => word = actual,
             }
         }
     }
@@ -141,8 +136,8 @@ impl<A: PackedAlgorithm> Cell<A> for Atomic<A> {
     fn check(&self, algorithm: &A, now_ns: u64, cost: u32) -> Result<Option<Decision>, CheckError> {
         let word = self.word.load(Ordering::Relaxed);
         match self.attempt(algorithm, word, now_ns, cost)? {
-            Attempt::Done(decision) => Ok(decision),
-            Attempt::Conflict(actual) => self.check_contended(algorithm, actual, now_ns, cost),
+            Cas::Done(decision) => Ok(decision),
+            Cas::Conflict(actual) => self.check_contended(algorithm, actual, now_ns, cost),
         }
     }
 

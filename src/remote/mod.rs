@@ -2,6 +2,26 @@
 //! exact deny cache and leases, so that most checks take no round trip and
 //! no lock.
 //!
+//! Users meet it through a backend: `tollgate-redis` runs its
+//! `Mode::DenyCached` and `Mode::Leased` on it. What a user chooses here is
+//! [`Leases`]: how many units a lease may hold, and how long past its
+//! deadline a unit may still be spent. A configuration that cannot be used
+//! is a [`RemoteError`].
+//!
+//! ```
+//! use tollgate::remote::Leases;
+//!
+//! # fn main() -> Result<(), tollgate::remote::RemoteError> {
+//! // Leases of at most 64 units, none spent past its deadline: no window
+//! // admits more than the remote limiter alone would.
+//! let leases = Leases::new().with_max_units(64)?;
+//! assert_eq!((leases.max_units(), leases.slack()), (64, 0));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Guarantees
+//!
 //! A remote GCRA key is one number, its theoretical arrival time (TAT). It
 //! only moves later: an admission moves it on, a denial writes nothing, and
 //! time pays the debt `TAT − now` back one for one. (Only units given back,
@@ -35,123 +55,44 @@
 //!   unit past its deadline expires; with a `slack` of `k`, units serve `k`
 //!   intervals longer and a window holds at most `k` more.
 //!
-//! `notes/12-leases.md` in the repository has the proofs, the bounds on
+//! The design notes on leases have the proofs, the bounds on
 //! under-admission and extra wait, and the measurements.
 //!
-//! # Implementation details
+//! # For backend implementers
 //!
-//! Each key's knowledge is one `AtomicU64` in the crate's lock-free table
-//! (`word.rs` documents the layout): a lower bound `end` of the remote TAT,
-//! the lease units held (the top slots up to `end`), and the next lease's
-//! size. A check is the table's check with an algorithm of this module's:
-//! a spend from the lease is one compare-and-swap; a denial (the floor
-//! `end` denies) is a load and a compare and writes nothing; a miss
-//! **claims** the key (one compare-and-swap) and asks the remote, so one
-//! caller at a time asks for a key's lease, and others that miss meanwhile
-//! ask without a claim. The table returns a [`Decision`], so a claim and an
-//! unclaimed miss travel back as decisions no algorithm makes: a limit of
-//! zero, allowed for a claim (its reset field carrying the word it
-//! replaced, which holds the units to give back) and denied otherwise.
-//! They never leave this module.
-//!
-//! Times: a check's instant is the local clock's, **read after the key's
-//! word is loaded** (so that no knowledge is acted on at an instant older
-//! than itself); the remote decides on its own. `offset.rs` keeps an upper
-//! bound of the remote's reading at a local instant, measured from each
-//! round trip's send, so that a unit is spent before its deadline on the
-//! remote's clock and a cached denial ends no later than the remote's.
-//!
-//! A reply installs the new knowledge with a compare-and-exchange from the
-//! claimed word. A claim whose caller never completes (its future dropped:
-//! [`Ask`]'s `Drop` releases it; or a panic) stands one to two claim
-//! timeouts and is then taken over by the key's next check. Releasing a
-//! claim drops the units it held, and never puts them back (the remote may
-//! have taken them back already), unless the call was never sent
-//! ([`Ask::not_sent`]).
-//!
-//! Memory is the table's: a key's word is evicted when it knows nothing
-//! useful (its floor has passed, no unit is left and it is not claimed), the
-//! key cap rejects new keys (they are then asked without a claim), and so
-//! memory is bounded at every instant as in every store.
-//!
-//! ```
-//! use std::num::NonZeroUsize;
-//! use std::time::Duration;
-//! use tollgate::clock::ManualClock;
-//! use tollgate::remote::{lease, Leases, Local, LocalView, RemoteClock, RemoteQuota};
-//!
-//! # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! // 100 a second (10 ms), bursts of 100; the remote is simulated by the
-//! // script's Rust twin, deciding on the node's readings (its clock).
-//! let quota = RemoteQuota::new(10_000, 100)?;
-//! let clock = ManualClock::new();
-//! clock.set(Duration::from_secs(1));
-//! let view: LocalView<String> = LocalView::new(
-//!     quota,
-//!     RemoteClock::Local,
-//!     clock.clone(),
-//!     Some(Leases::new()),
-//!     NonZeroUsize::new(10_000).unwrap(),
-//!     Duration::from_secs(1),
-//! )?;
-//! let (mut tat_us, mut round_trips, mut admitted) = (None, 0, 0);
-//! for _ in 0..20 {
-//!     match view.check("alice", 1)? {
-//!         Local::Decided(decision) => admitted += u32::from(decision.is_allowed()),
-//!         Local::Ask(ask) => {
-//!             round_trips += 1;
-//!             let now_us = ask.sent_ns() / 1_000;
-//!             let (reply, stored) = lease(tat_us, now_us, &quota, ask.request())?;
-//!             tat_us = stored.or(tat_us);
-//!             admitted += u32::from(reply.allowed);
-//!             ask.complete(&reply);
-//!         }
-//!     }
-//! }
-//! assert_eq!(admitted, 20);
-//! // The first round trip leases 8 units, the second 16 (a lease spent in
-//! // full doubles the next).
-//! assert_eq!(round_trips, 2);
-//! # Ok(())
-//! # }
-//! # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
-//! ```
+//! The rest of this module is the protocol a backend drives: the view of a
+//! node's knowledge (`LocalView`), the calls it sends (`LeaseRequest`,
+//! `LeaseReply`), the remote's side as a pure function (`lease`, the Rust
+//! twin of the Redis script), and the quota and clocks it decides on
+//! (`RemoteQuota`, `RemoteClock`). Those items are hidden from these pages:
+//! `tollgate-redis` is their user, they are documented in the source, and
+//! they are under no semver promise.
 
+mod call;
 mod offset;
 mod script;
+mod view;
 mod word;
 
-use std::fmt;
-use std::num::NonZeroUsize;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::time::Duration;
-
+pub use call::{GiveBack, LeaseReply, LeaseRequest};
 // The loom model of the clocks' offset reaches it here.
 #[cfg(feature = "loom")]
 #[doc(hidden)]
-pub use self::offset::Offset;
+pub use offset::Offset;
 pub use offset::RemoteClock;
 pub use script::lease;
+pub use view::{Ask, Local, LocalView};
 pub use word::MAX_LEASE_UNITS;
 
-#[cfg(not(feature = "loom"))]
-use self::offset::Offset;
-use self::word::{MAX_END_US, Outcome, Rules, Word};
-use crate::algorithm::{Algorithm, PackedAlgorithm, Verdict, validate_cost};
-use crate::cell::{Atomic, CellFor, Preferred};
-use crate::clock::{Clock, MonotonicClock, saturating_nanos};
-use crate::decision::Decision;
-use crate::error::CheckError;
 use crate::quota::Quota;
-use crate::store::{DefaultStore, Key, KeyCap, Lookup, Store, StoreKind, WhenFull};
-use crate::sync::canary::{self, Canary};
 
 /// The longest span a remote quota may hold: 2^51 µs (71 years), as the
 /// Redis script's exact arithmetic requires.
+#[doc(hidden)]
 pub const MAX_SPAN_US: u64 = 1 << 51;
 
 /// A GCRA quota as the remote decides it: whole microseconds.
+#[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RemoteQuota {
     interval_us: u64,
@@ -159,8 +100,8 @@ pub struct RemoteQuota {
 }
 
 impl RemoteQuota {
-    /// An emission interval of `interval_us` microseconds and a burst of
-    /// `burst`.
+    /// Creates a quota of an emission interval of `interval_us`
+    /// microseconds and a burst of `burst`.
     ///
     /// # Errors
     ///
@@ -197,7 +138,7 @@ impl RemoteQuota {
         self.interval_us
     }
 
-    /// The burst.
+    /// The most units a key holds at once.
     #[must_use]
     pub const fn burst(&self) -> u32 {
         self.burst
@@ -283,574 +224,10 @@ pub enum RemoteError {
     /// A lease size of 0 or above [`MAX_LEASE_UNITS`].
     #[error("a lease holds 1 to {MAX_LEASE_UNITS} units, not {0}")]
     LeaseSize(u32),
-    /// A lease call the script refuses ([`lease`]'s errors).
+    /// A lease call the script refuses (the errors of `lease`, its Rust
+    /// twin).
     #[error(
         "a lease call needs a cost of 1 to the burst, at most a burst wanted or given back, and an instant below 2^52 µs"
     )]
     BadRequest,
-}
-
-/// What a lease call asks of the remote ([`lease`] decides it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeaseRequest {
-    /// The request's own units, admitted now or denied.
-    pub cost: u32,
-    /// Units to lease beyond them (zero: a plain check that teaches the
-    /// TAT).
-    pub want: u32,
-    /// Units of an earlier lease to give back first.
-    pub give_back: Option<GiveBack>,
-}
-
-/// Unspent units of a lease, given back if the key still holds the TAT
-/// that lease wrote.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GiveBack {
-    /// The TAT the lease wrote (its last slot).
-    pub end_us: u64,
-    /// Its units left unspent (the top slots up to `end_us`).
-    pub units: u32,
-}
-
-/// The remote's answer to a lease call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeaseReply {
-    /// Whether the request's own units were admitted.
-    pub allowed: bool,
-    /// Units still free on the remote after this call.
-    pub remaining: u32,
-    /// When denied, µs until the request's cost fits; zero when allowed.
-    pub retry_us: u64,
-    /// µs until the key is fully rested (its debt after this call).
-    pub reset_us: u64,
-    /// Units leased beyond the request's (zero when denied).
-    pub granted: u32,
-    /// The key's TAT after this call: the lease's last slot.
-    pub end_us: u64,
-    /// The remote's instant of the decision, µs.
-    pub now_us: u64,
-    /// Units given back.
-    pub returned: u32,
-}
-
-/// The word the table stores for a key (`word.rs` documents its layout).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Knowledge(u64);
-
-/// The table's algorithm: the rules, and the clocks a decision reads.
-///
-/// **A decision reads its instant after the cell loaded the key's word**
-/// (in `decide`), never before: knowledge is only ever acted on at an
-/// instant no older than itself. (A reading taken before the load could
-/// predate a lease a sibling thread installed meanwhile; spent "at" that
-/// reading, a unit's slot would lie more than a tolerance after it, which
-/// the remote never admits: the second review's finding.) So this is the
-/// one algorithm whose `decide` is not a pure function of its arguments:
-/// it is `Rules::outcome`, which is, at the instant read there. The
-/// `now_ns` the table passes (the remote's instant at the latest round
-/// trip, for its sweeps: no clock read on the hot path but this one) is a
-/// floor, and so is the earliest instant the word's lease can have been
-/// granted at (`Rules::granted_ns`): the table's floor is read before the
-/// word is loaded, so a lease a sibling installs in between is not under
-/// it (the third review's finding), but the word itself always is.
-pub(crate) struct Judge {
-    rules: Rules,
-    clock: Box<dyn Clock>,
-    offset: Offset,
-}
-
-impl Judge {
-    /// An upper bound of the remote's instant now, ns; `None` before the
-    /// first round trip.
-    fn remote_now(&self) -> Option<u64> {
-        self.offset.remote_ns(self.clock.now_ns())
-    }
-}
-
-impl Algorithm for Judge {
-    type State = Knowledge;
-    type Admission = Knowledge;
-
-    /// The deny cache's rules for `quota`, on the monotonic clock, deciding
-    /// on it (not used by the view, which builds its own).
-    fn from_quota(quota: &Quota) -> Self {
-        let interval_us = quota.emission_interval_ns().div_ceil(1_000);
-        Judge {
-            rules: Rules {
-                interval_us,
-                burst: quota.burst(),
-                tolerance_us: interval_us * u64::from(quota.burst()),
-                slack_us: 0,
-                claim_us: 1_000_000,
-                max_units: 0,
-            },
-            clock: Box::new(MonotonicClock::new()),
-            offset: Offset::new(RemoteClock::Local),
-        }
-    }
-
-    fn capacity(&self) -> u32 {
-        self.rules.burst
-    }
-
-    #[inline]
-    fn decide(
-        &self,
-        state: &Knowledge,
-        now_ns: u64,
-        cost: u32,
-    ) -> Result<Verdict<Knowledge>, CheckError> {
-        validate_cost(cost, self.rules.burst)?;
-        let remote_ns = self
-            .remote_now()
-            .map_or(now_ns, |fresh| fresh.max(now_ns))
-            .max(self.rules.granted_ns(state.0));
-        Ok(match self.rules.outcome(state.0, remote_ns, cost) {
-            Outcome::Spend { decision, word } => Verdict::Allow {
-                decision,
-                admission: Knowledge(word),
-            },
-            Outcome::Deny(decision) => Verdict::Deny(decision),
-            Outcome::Claim { word, class, back } => Verdict::Allow {
-                decision: Decision::allow(MARKER, (back << TAG_BITS) | class, word),
-                admission: Knowledge(word),
-            },
-            Outcome::Unclaimed => Verdict::Deny(Decision::deny(MARKER, 0, 1, 1)),
-        })
-    }
-
-    #[inline]
-    fn admit(&self, state: &mut Knowledge, admission: Knowledge) {
-        *state = admission;
-    }
-
-    fn is_idle(&self, state: &Knowledge, now_ns: u64) -> bool {
-        self.rules.is_idle(state.0, now_ns)
-    }
-
-    fn rest_ns(&self) -> u64 {
-        self.rules
-            .tolerance_us
-            .saturating_add(self.rules.slack_us.max(self.rules.claim_us))
-            .saturating_mul(1_000)
-    }
-}
-
-impl PackedAlgorithm for Judge {
-    /// The word itself; never `u64::MAX` (see `word.rs`).
-    #[inline]
-    fn pack(&self, state: &Knowledge) -> u64 {
-        state.0
-    }
-
-    #[inline]
-    fn unpack(&self, word: u64) -> Knowledge {
-        Knowledge(word)
-    }
-}
-
-impl CellFor<Judge> for Preferred {
-    type Cell = Atomic<Judge>;
-}
-
-impl fmt::Debug for Judge {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Judge")
-            .field("rules", &self.rules)
-            .field("offset", &self.offset)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The limit of the decisions that carry a claim or an unclaimed miss out
-/// of the table: no algorithm's (every quota's burst is at least 1). A
-/// claim's carries the claimed word in its reset field, and in its
-/// remaining field the units it gives back (shifted) and the next lease's
-/// size class.
-const MARKER: u32 = 0;
-
-/// The bits of a claim marker's size class.
-const TAG_BITS: u32 = 3;
-
-/// A node's knowledge of a remote GCRA limiter's keys, in the crate's
-/// lock-free table: its exact deny cache, and its leases when it leases.
-/// See the [module documentation](self).
-///
-/// It reads its instants from the clock it is given, after loading a key's
-/// word (see [`Ask::sent_ns`] for the instant an ask is sent at).
-pub struct LocalView<K: Key> {
-    judge: Judge,
-    store: <DefaultStore as StoreKind<K, Judge>>::Store,
-}
-
-/// The answer of [`LocalView::check`].
-#[derive(Debug)]
-#[must_use = "an ask must be sent to the remote, or dropped"]
-pub enum Local<'a, K: Key> {
-    /// Decided locally: from the lease, or denied by what the remote told.
-    Decided(Decision),
-    /// Ask the remote.
-    Ask(Ask<'a, K>),
-}
-
-/// A call to the remote that a check needs: send [`request`](Ask::request)
-/// (deciding at [`sent_ns`](Ask::sent_ns) when the remote decides on the
-/// local clock's readings), then [`complete`](Ask::complete) it with the
-/// reply. Dropping it (the call failed, or its future was dropped)
-/// releases the key's claim.
-pub struct Ask<'a, K: Key> {
-    view: &'a LocalView<K>,
-    /// The key, the word it was claimed with and the word to put back if
-    /// the call is never sent, if this ask holds the key's claim.
-    claim: Option<(K, Knowledge, Knowledge)>,
-    /// The size class of the lease asked for (kept in the key's word
-    /// again when this ask ends).
-    class: u32,
-    request: LeaseRequest,
-    sent_ns: u64,
-}
-
-impl<K: Key> LocalView<K> {
-    /// A view of the remote limiter `quota`, deciding on `remote` and
-    /// reading local instants from `clock`: a deny cache, with `leases`
-    /// when given; at most `max_keys` keys held (a new key beyond them is
-    /// asked without a claim); a claim stands one to two `claim_timeout`s
-    /// before another caller takes it over (twice the remote call's
-    /// timeout is right).
-    ///
-    /// # Errors
-    ///
-    /// [`RemoteError::SpanTooLong`] when the slack's intervals exceed 2^51
-    /// µs.
-    pub fn new(
-        quota: RemoteQuota,
-        remote: RemoteClock,
-        clock: impl Clock + 'static,
-        leases: Option<Leases>,
-        max_keys: NonZeroUsize,
-        claim_timeout: Duration,
-    ) -> Result<Self, RemoteError> {
-        let (max_units, slack) = leases.map_or((0, 0), |leases| (leases.max_units, leases.slack));
-        let slack_us = quota
-            .interval_us
-            .checked_mul(u64::from(slack))
-            .filter(|&slack_us| slack_us <= MAX_SPAN_US)
-            .ok_or(RemoteError::SpanTooLong)?;
-        let rules = Rules {
-            interval_us: quota.interval_us,
-            burst: quota.burst,
-            tolerance_us: quota.tolerance_us(),
-            slack_us,
-            claim_us: saturating_nanos(claim_timeout)
-                .div_ceil(1_000)
-                .clamp(1, MAX_SPAN_US),
-            max_units,
-        };
-        Ok(Self {
-            judge: Judge {
-                rules,
-                clock: Box::new(clock),
-                offset: Offset::new(remote),
-            },
-            store: DefaultStore::default().build(Some(KeyCap::new(max_keys, WhenFull::Reject))),
-        })
-    }
-
-    /// Checks `cost` units for `key` now: decided here (spent from the
-    /// lease, or denied as the remote would), or an [`Ask`] to send.
-    ///
-    /// # Errors
-    ///
-    /// [`CheckError::ZeroCost`] and [`CheckError::InsufficientCapacity`].
-    ///
-    /// # Panics
-    ///
-    /// Only if user code panics: the key's `Hash`, `Eq`, `Borrow` or
-    /// `ToOwned`, or the clock, as in
-    /// [`RateLimiter::check`](crate::RateLimiter::check). A panic after the
-    /// key was claimed leaves the claim to go stale.
-    #[inline]
-    pub fn check<Q: Lookup<K> + ?Sized>(
-        &self,
-        key: &Q,
-        cost: u32,
-    ) -> Result<Local<'_, K>, CheckError> {
-        validate_cost(cost, self.judge.rules.burst)?;
-        let Some(recent_ns) = self.recent_ns() else {
-            // Nothing is known before the first round trip: ask.
-            return Ok(Local::Ask(self.unclaimed(cost)));
-        };
-        let decision = match self.store.check(key, &self.judge, recent_ns, cost) {
-            Ok(decision) => decision,
-            // A key the table cannot hold now is asked without a claim.
-            Err(CheckError::StoreFull { .. } | CheckError::Reclaiming) => {
-                return Ok(Local::Ask(self.unclaimed(cost)));
-            }
-            Err(error) => return Err(error),
-        };
-        if decision.limit() != MARKER {
-            return Ok(Local::Decided(decision));
-        }
-        if !decision.is_allowed() {
-            return Ok(Local::Ask(self.unclaimed(cost)));
-        }
-        Ok(Local::Ask(self.claimed(
-            key,
-            cost,
-            decision.remaining(),
-            saturating_nanos(decision.reset_after()),
-        )))
-    }
-
-    /// The decision [`check`](LocalView::check) would take here now,
-    /// consuming nothing; `None` when it would ask the remote.
-    ///
-    /// # Errors
-    ///
-    /// As [`check`](LocalView::check).
-    pub fn peek<Q: Lookup<K> + ?Sized>(
-        &self,
-        key: &Q,
-        cost: u32,
-    ) -> Result<Option<Decision>, CheckError> {
-        validate_cost(cost, self.judge.rules.burst)?;
-        let Some(recent_ns) = self.recent_ns() else {
-            return Ok(None);
-        };
-        let decision = self.store.peek(key, &self.judge, recent_ns, cost)?;
-        Ok((decision.limit() != MARKER).then_some(decision))
-    }
-
-    /// How many keys the view holds.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.store.len()
-    }
-
-    /// Whether the view holds no key.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.store.is_empty()
-    }
-
-    /// Forgets every key that knows nothing useful now, and gives their
-    /// memory back; returns how many.
-    ///
-    /// "Now" is a fresh bound of the remote's instant (so keys go after a
-    /// quiet spell with no round trip), widened by the drift allowance:
-    /// a lease's last units within that allowance of their deadlines may
-    /// go with their word, units a decision could still have spent. That
-    /// is under-admission only, never a decision Redis would not make.
-    pub fn evict_idle(&self) -> usize {
-        self.judge
-            .remote_now()
-            .map_or(0, |remote_ns| self.store.evict_idle(&self.judge, remote_ns))
-    }
-
-    /// Records that a call deciding on `reading_ns`, a reading of this
-    /// view's clock, is about to be sent to the remote other than through
-    /// an [`Ask`] (a plain check, a reservation, a refund): when the remote
-    /// decides on the local clock's readings ([`RemoteClock::Local`]), no
-    /// local decision is then taken at an older instant. Asks record their
-    /// own reading.
-    pub fn record_sent(&self, reading_ns: u64) {
-        self.judge.offset.sending(reading_ns);
-    }
-
-    /// The most units a lease holds (zero: a deny cache only).
-    #[must_use]
-    pub fn max_lease_units(&self) -> u32 {
-        self.judge.rules.max_units
-    }
-
-    /// The instant the table is given (its sweeps'), read without a clock:
-    /// the remote's at the latest round trip (0 on the local clock before
-    /// any); `None` while the remote's clock is unknown. The decision reads
-    /// its own instant (see [`Judge`]).
-    fn recent_ns(&self) -> Option<u64> {
-        let offset = &self.judge.offset;
-        offset.recent_ns().or_else(|| offset.known().then_some(0))
-    }
-
-    /// A miss asked without the key's claim: a plain check, which teaches
-    /// the clocks' offset.
-    fn unclaimed(&self, cost: u32) -> Ask<'_, K> {
-        Ask {
-            view: self,
-            claim: None,
-            class: 0,
-            request: LeaseRequest {
-                cost,
-                want: 0,
-                give_back: None,
-            },
-            sent_ns: self.sending(),
-        }
-    }
-
-    /// The local reading an ask is sent with, recorded as sent (on the
-    /// local clock the remote decides on it: no check may then decide at
-    /// an older instant).
-    fn sending(&self) -> u64 {
-        let sent_ns = self.judge.clock.now_ns();
-        self.record_sent(sent_ns);
-        sent_ns
-    }
-
-    /// The ask of the check that claimed `key` with the word `claimed`
-    /// (the marker's `carried`: the units it gives back, and the class).
-    fn claimed<Q: Lookup<K> + ?Sized>(
-        &self,
-        key: &Q,
-        cost: u32,
-        carried: u32,
-        claimed: u64,
-    ) -> Ask<'_, K> {
-        let rules = &self.judge.rules;
-        let class = carried & ((1 << TAG_BITS) - 1);
-        let back = carried >> TAG_BITS;
-        // The lease the claim replaced: its units at the top slots up to
-        // its end, which the claim's floor left out.
-        let end_us = Word::unpack(claimed).end_us + u64::from(back) * rules.interval_us;
-        let replaced = Word {
-            end_us,
-            units: back,
-            tag: class,
-        };
-        let units = if back > 0 && canary::planted(Canary::GiveBackSpent) {
-            back + 1
-        } else {
-            back
-        };
-        let want = if rules.max_units == 0 {
-            0
-        } else {
-            rules.want(class).min(rules.burst - cost)
-        };
-        Ask {
-            view: self,
-            claim: Some((
-                key.to_owned(),
-                Knowledge(claimed),
-                Knowledge(replaced.pack()),
-            )),
-            class,
-            request: LeaseRequest {
-                cost,
-                want,
-                give_back: (units > 0).then_some(GiveBack { end_us, units }),
-            },
-            // Read after the claim: the ask is sent no earlier.
-            sent_ns: self.sending(),
-        }
-    }
-}
-
-impl<K: Key> Ask<'_, K> {
-    /// What to send.
-    #[must_use]
-    pub fn request(&self) -> &LeaseRequest {
-        &self.request
-    }
-
-    /// A local reading taken before the call is sent: the instant to send
-    /// the remote when it decides on the local clock's readings.
-    #[must_use]
-    pub fn sent_ns(&self) -> u64 {
-        self.sent_ns
-    }
-
-    /// Whether this ask holds the key's claim (its reply installs a lease
-    /// or a floor); others are plain checks.
-    #[must_use]
-    pub fn is_claim(&self) -> bool {
-        self.claim.is_some()
-    }
-
-    /// Installs what the remote's `reply` teaches: the clocks' offset, and
-    /// for a claim, the key's new floor and lease. Returns whether a lease
-    /// or floor was installed (not when another caller took the claim over
-    /// after it went stale: the reply's units are then unspent).
-    pub fn complete(mut self, reply: &LeaseReply) -> bool {
-        let view = self.view;
-        view.judge
-            .offset
-            .observe(reply.now_us, self.sent_ns, view.judge.clock.now_ns());
-        let Some((key, claimed, _)) = self.claim.take() else {
-            return false;
-        };
-        let installed = Word {
-            end_us: reply.end_us,
-            units: if reply.allowed && reply.end_us <= MAX_END_US {
-                // Never more than asked, whatever the reply says.
-                reply.granted.min(self.request.want)
-            } else {
-                0
-            },
-            tag: self.class,
-        };
-        view.store
-            .compare_exchange(&key, &view.judge, &claimed, &Knowledge(installed.pack()))
-    }
-
-    /// Ends an ask whose call was never sent (the caller knows it: a
-    /// circuit breaker kept it back): the key's word is put back as the
-    /// claim found it, its lease's units included, since nothing of them
-    /// reached the remote. Returns whether it was (not when another caller
-    /// took the claim over meanwhile). A call that may have been sent
-    /// (a timeout, a connection lost) must be dropped instead: its units
-    /// may have been given back.
-    pub fn not_sent(mut self) -> bool {
-        let Some((key, claimed, replaced)) = self.claim.take() else {
-            return false;
-        };
-        self.view
-            .store
-            .compare_exchange(&key, &self.view.judge, &claimed, &replaced)
-    }
-}
-
-impl<K: Key> Drop for Ask<'_, K> {
-    /// Releases an uncompleted claim: keeps its floor, drops its units (the
-    /// remote may have taken them back). A panic in the key's `Hash` or
-    /// `Eq` here is caught: the claim then stands until it is stale.
-    fn drop(&mut self) {
-        let Some((key, claimed, _)) = self.claim.take() else {
-            return;
-        };
-        let view = self.view;
-        let released = Word {
-            units: 0,
-            tag: self.class,
-            ..Word::unpack(claimed.0)
-        };
-        drop(catch_unwind(AssertUnwindSafe(|| {
-            view.store
-                .compare_exchange(&key, &view.judge, &claimed, &Knowledge(released.pack()))
-        })));
-        drop(catch_unwind(AssertUnwindSafe(move || drop(key))));
-    }
-}
-
-impl<K: Key> fmt::Debug for LocalView<K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rules = &self.judge.rules;
-        f.debug_struct("LocalView")
-            .field("interval_us", &rules.interval_us)
-            .field("burst", &rules.burst)
-            .field("max_lease_units", &rules.max_units)
-            .field("slack_us", &rules.slack_us)
-            .field("keys", &self.store.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl<K: Key> fmt::Debug for Ask<'_, K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Ask")
-            .field("request", &self.request)
-            .field("sent_ns", &self.sent_ns)
-            .field("claim", &self.claim.is_some())
-            .finish_non_exhaustive()
-    }
 }

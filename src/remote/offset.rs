@@ -23,11 +23,10 @@
 //!   most the masters' clocks may differ, which the user declares. A bound
 //!   of any master is then a bound of every master, so a key is never
 //!   judged by a clock behind its own. (Without the declared skew, no
-//!   bound a node can hold is safe: the first version kept the newest and
-//!   judged a key on master B by master A's clock; the second kept the
-//!   largest of a window and dropped B's while B's words were still alive
-//!   when B was far enough ahead. Both reviews showed units spent past
-//!   their deadlines.)
+//!   bound a node can hold is safe: keeping the newest judges a key on
+//!   master B by master A's clock, and keeping the largest of a window
+//!   drops B's while B's words are still alive when B is far enough
+//!   ahead. Either spends units past their deadlines.)
 //!
 //! Measuring from the send, not from the reply's arrival, is what makes
 //! the bound hold: from the arrival it would fall short by the reply's
@@ -65,6 +64,7 @@ use crate::sync::{AtomicU64, Mutex, Ordering, lock};
 pub(crate) const DRIFT_SHIFT: u32 = 9;
 
 /// Which clock the remote decides on, seen from a [`LocalView`](super::LocalView).
+#[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum RemoteClock {
@@ -259,7 +259,7 @@ impl Offset {
     /// again a lease unit whose deadline the remote had already passed:
     /// more admissions in some window than the remote alone makes. So
     /// the bound never falls below its pair's floor, and on the local
-    /// clock never below a reading already sent (`notes/12-leases.md`,
+    /// clock never below a reading already sent (the leases design note,
     /// "Clocks that step back").
     #[inline]
     #[must_use]

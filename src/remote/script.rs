@@ -34,6 +34,7 @@ const END_OF_TIME_US: u64 = 1 << 52;
 /// [`RemoteError::BadRequest`], as the script refuses them: a cost of 0
 /// or above the burst, more units wanted or given back than the burst, or
 /// an instant past 2^52 µs.
+#[doc(hidden)]
 pub fn lease(
     stored_us: Option<u64>,
     now_us: u64,

@@ -19,15 +19,15 @@
 //! A claim keeps `end`, the floor: it is a lower bound of the TAT, and only
 //! such a bound may be compared with a reading. (A claim that wrote its
 //! own instant there would deny, to a thread holding an older reading, a
-//! request the remote admits: the model found it.) Its age is the epoch:
+//! request the remote admits.) Its age is the epoch:
 //! it stands while the current epoch is its own, the next, or (a reading
 //! older than the claim) the one before, and is stale after that, between
 //! one and two claim timeouts on; a claim stuck for eight epochs or more
 //! stands again for three of every eight, so it is taken over in the
 //! others. A claimed word is never idle: three bits cannot date a claim
 //! from an instant far from now, and a growth sweep judges idleness a
-//! whole rest time in the past (the review found claims in flight evicted
-//! that way, their leases lost). A stuck claim is taken over by the key's
+//! whole rest time in the past (a claim in flight evicted that way would
+//! lose its lease). A stuck claim is taken over by the key's
 //! next check, and its word is then evicted as any other.
 //!
 //! `end` never exceeds [`MAX_END_US`], so no word is `u64::MAX`, the value
@@ -122,12 +122,19 @@ pub(crate) enum Outcome {
     Spend { decision: Decision, word: u64 },
     /// Denied: the remote would deny it too. Writes nothing.
     Deny(Decision),
-    /// Ask the remote, holding the key's claim: write `word` (claimed;
-    /// its floor leaves out the `back` units the old word held, which the
-    /// ask gives back). The next lease is of size `class`.
+    /// Not decided here: ask the remote.
+    Ask(Miss),
+}
+
+/// A check this node cannot decide: it asks the remote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Miss {
+    /// Ask holding the key's claim: write `word` (claimed; its floor
+    /// leaves out the `back` units the old word held, which the ask gives
+    /// back). The next lease is of size `class`.
     Claim { word: u64, class: u32, back: u32 },
-    /// Ask the remote without a claim (another caller holds it, and its
-    /// claim is fresh). Writes nothing.
+    /// Ask without a claim (another caller holds it, and its claim is
+    /// fresh). Writes nothing.
     Unclaimed,
 }
 
@@ -219,17 +226,17 @@ impl Rules {
             ));
         }
         if word.units == CLAIMED && self.stands(word.tag, now_us) {
-            return Outcome::Unclaimed;
+            return Outcome::Ask(Miss::Unclaimed);
         }
         let (claimed, class) = self.claim(word, usable, now_us);
-        Outcome::Claim {
+        Outcome::Ask(Miss::Claim {
             word: claimed,
             class,
             back: match word.units {
                 CLAIMED => 0,
                 units => units,
             },
-        }
+        })
     }
 
     /// The spend of `cost` of `usable` units.
@@ -307,7 +314,7 @@ impl Rules {
 
 #[cfg(all(test, not(any(feature = "loom", feature = "shuttle"))))]
 mod tests {
-    use super::{CLAIMED, MAX_END_US, MAX_LEASE_UNITS, MAX_TAG, Outcome, Rules, Word};
+    use super::{CLAIMED, MAX_END_US, MAX_LEASE_UNITS, MAX_TAG, Miss, Outcome, Rules, Word};
 
     fn rules(interval_us: u64, burst: u32, max_units: u32) -> Rules {
         Rules {
@@ -396,7 +403,7 @@ mod tests {
         // From 1 010 µs a unit may fit there: ask.
         assert!(matches!(
             rules.outcome(floor, 1_010_000, 1),
-            Outcome::Claim { .. }
+            Outcome::Ask(Miss::Claim { .. })
         ));
         // A cost of 3 waits 20 µs more.
         let Outcome::Deny(denied) = rules.outcome(floor, 1_010_000, 3) else {
@@ -419,7 +426,7 @@ mod tests {
         };
         assert!(matches!(
             rules.outcome(lease.pack(), 1_000_000_000, 6),
-            Outcome::Claim { .. }
+            Outcome::Ask(Miss::Claim { .. })
         ));
         // A request of 9 units would need the debt at 10 ms: denied here,
         // its wait counted without the units (10 ms), as the remote would
@@ -441,7 +448,9 @@ mod tests {
             units: 3,
             tag: 2,
         };
-        let Outcome::Claim { word, back, .. } = rules.outcome(lease.pack(), 1_095_000, 5) else {
+        let Outcome::Ask(Miss::Claim { word, back, .. }) =
+            rules.outcome(lease.pack(), 1_095_000, 5)
+        else {
             panic!("a claim")
         };
         assert_eq!(back, 3);
@@ -466,7 +475,10 @@ mod tests {
             rules.outcome(claimed, 2_400_000_000, 1),
             Outcome::Deny(_)
         ));
-        assert_eq!(rules.outcome(claimed, 2_900_000_000, 1), Outcome::Unclaimed);
+        assert_eq!(
+            rules.outcome(claimed, 2_900_000_000, 1),
+            Outcome::Ask(Miss::Unclaimed)
+        );
         // Epochs 1 (an older reading), 2 and 3 stand; from 4 it is stale.
         assert_eq!(
             rules.outcome(claimed, 1_999_999_000, 1),
@@ -475,10 +487,13 @@ mod tests {
                 other => panic!("{other:?}"),
             })
         );
-        assert_eq!(rules.outcome(claimed, 3_999_999_000, 1), Outcome::Unclaimed);
+        assert_eq!(
+            rules.outcome(claimed, 3_999_999_000, 1),
+            Outcome::Ask(Miss::Unclaimed)
+        );
         assert!(matches!(
             rules.outcome(claimed, 4_000_000_000, 1),
-            Outcome::Claim { class: 0, .. }
+            Outcome::Ask(Miss::Claim { class: 0, .. })
         ));
         // Never idle, whenever it is judged: a sweep judges a rest time in
         // the past, where the epochs alias.

@@ -9,10 +9,12 @@ use std::marker::PhantomData;
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
+use super::kit::{
+    Attempt, NewKey, Population, admit_new_key, decide_fresh, rested_at, retry_after_sweep,
+};
 use super::{
-    Checked, Discard, Discarded, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind,
-    admit_new_key, decide_fresh, default_shards, drop_pair, rested_at, resume_first_panic,
-    retry_after_sweep, shard_index,
+    Discard, Discarded, Key, KeyCap, Lookup, Store, StoreKind, default_shards, drop_pair,
+    resume_first_panic, shard_index,
 };
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
@@ -37,7 +39,8 @@ pub struct Sharded {
 }
 
 impl Sharded {
-    /// `shards` shards, rounded up to a power of two (at least 1).
+    /// Creates the store kind with `shards` shards, rounded up to a power of
+    /// two (at least 1).
     #[must_use]
     pub fn new(shards: usize) -> Self {
         Self {
@@ -246,7 +249,7 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
         now_ns: u64,
         cost: u32,
         swept: bool,
-    ) -> Result<Checked, CheckError> {
+    ) -> Result<Attempt, CheckError> {
         // Declared before the lock, so dropped after it even when a panic
         // unwinds: evicted keys' `Drop` never runs under the lock.
         let mut evicted = Discarded::new();
@@ -255,7 +258,7 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
         if let Some(entry) = shard.find_mut(hash, key) {
             return algorithm
                 .check(&mut entry.value, now_ns, cost)
-                .map(Checked::Done);
+                .map(Attempt::Done);
         }
         let checked = admit_new_key(
             &self.population,

@@ -5,11 +5,11 @@ use std::fmt;
 use std::hash::{BuildHasher, RandomState};
 use std::marker::PhantomData;
 
-use super::mutex::{Entry, Table};
-use super::{
-    Checked, Discarded, Held, Key, KeyCap, Lookup, NewKey, Population, Store, StoreKind,
-    admit_new_key, decide_fresh, rested_at, resume_first_panic, retry_after_sweep,
+use super::kit::{
+    Attempt, Held, NewKey, Population, admit_new_key, decide_fresh, rested_at, retry_after_sweep,
 };
+use super::mutex::{Entry, Table};
+use super::{Discarded, Key, KeyCap, Lookup, Store, StoreKind, resume_first_panic};
 use crate::algorithm::Algorithm;
 use crate::cell::{Cell, CellFor, Preferred};
 use crate::decision::Decision;
@@ -21,13 +21,15 @@ use crate::sync::{Arc, Mutex, lock};
 /// check runs on the cell after the lock is released, which for GCRA and
 /// the fixed window is a compare-and-swap with no lock at all.
 ///
-/// This is the seed's "per-key" strategy. It pays an allocation per key (the
-/// `Arc`) and one shared lock per lookup. It uses the same retire-then-unlink
-/// eviction protocol as the lock-free store, built only from `crate::sync`
-/// primitives, so it is also the **shuttle tests' stand-in** for the
-/// lock-free store (crossbeam-epoch, which the lock-free table reclaims
-/// memory with, has no shuttle build). Under `--features shuttle` it is the
-/// default store.
+/// It pays an allocation per key (the `Arc`) and one shared lock per
+/// lookup: a baseline between [`Sharded`](super::Sharded), whose checks
+/// run under the lock, and [`LockFree`](super::LockFree), whose lookups
+/// take none.
+// It evicts with the lock-free store's retire-then-unlink protocol, built
+// only from `crate::sync` primitives, so it is also the shuttle tests'
+// stand-in for the lock-free store (crossbeam-epoch, which the lock-free
+// table reclaims memory with, has no shuttle build): under `--features
+// shuttle` it is the default store.
 pub struct PerKey<P = Preferred> {
     cells: PhantomData<fn() -> P>,
 }
@@ -97,7 +99,7 @@ enum Found<C> {
     Cell(Arc<C>),
     /// The key was absent and the check needs no cell: decided already (a
     /// new key, stored or past the cap), or a sweep comes first.
-    Checked(Checked),
+    NoCell(Attempt),
 }
 
 impl<K: Key, A: Algorithm, C: Cell<A>> PerKeyStore<K, A, C> {
@@ -158,7 +160,7 @@ impl<K: Key, A: Algorithm, C: Cell<A>> PerKeyStore<K, A, C> {
                 |(table, _), key, value| table.insert(hash, Entry { key, value }, &self.hasher),
             ),
         )
-        .map(Found::Checked)
+        .map(Found::NoCell)
     }
 }
 
@@ -189,11 +191,11 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
             // (user code), whose panic is the store's to discard.
             let cell = Held::new(match found? {
                 Found::Cell(cell) => cell,
-                Found::Checked(checked) => return Ok(checked),
+                Found::NoCell(checked) => return Ok(checked),
             });
             // The lock is released: the check runs on the cell alone.
             if let Some(decision) = cell.get().check(algorithm, now_ns, cost)? {
-                return Ok(Checked::Done(decision));
+                return Ok(Attempt::Done(decision));
             }
             // Retired by an eviction after we found it: look again.
         };

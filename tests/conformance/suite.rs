@@ -153,7 +153,7 @@ pub fn replenishes_fully_after_reset<L: Subject<u64>>(make: impl Fn(Quota, Manua
 /// `retry_after` is exact: one nanosecond early is denied, on time is
 /// admitted. Checked for unit and multi-unit costs, at many points in a
 /// key's life, so that each algorithm's wait formula is pinned to the
-/// nanosecond (the seed's "Retry-After one nanosecond short" bug).
+/// nanosecond (a `Retry-After` one nanosecond short fails here).
 pub fn retry_after_is_exact<L: Subject<u64>>(make: impl Fn(Quota, ManualClock) -> L) {
     let clock = ManualClock::new();
     // 7 per 3 s: an emission interval that does not divide evenly.

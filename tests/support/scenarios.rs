@@ -1,4 +1,4 @@
-//! Scenarios from the seed, written once: `tests/algorithms.rs` asserts their
+//! Scenarios written once: `tests/algorithms.rs` asserts their
 //! exact results and the lab (`lab/src/main.rs`) prints them as tables.
 
 use std::time::Duration;

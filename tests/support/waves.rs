@@ -12,9 +12,10 @@ pub const STEADY_KEYS: u64 = 5_000;
 /// Keys seen once, in one wave only.
 pub const ONE_OFF_KEYS_PER_WAVE: u64 = 5_000;
 
-/// The churn that broke the bound in review: each wave advances the clock
-/// 2 s, admits 5 000 keys never seen before (one request each), then checks
-/// the 5 000 steady keys twice each. The requests run on `threads` threads
+/// The churn that breaks the bound of a store that leaves replaced tables
+/// waiting in a thread's garbage bag: each wave advances the clock 2 s,
+/// admits 5 000 keys never seen before (one request each), then checks the
+/// 5 000 steady keys twice each. The requests run on `threads` threads
 /// that live for the whole run, as a server's do (a thread that exits hands
 /// its epoch garbage to the collector, which would hide the defect), each
 /// taking its share of every wave; between waves, the calling thread moves

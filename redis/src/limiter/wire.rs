@@ -128,7 +128,7 @@ pub(super) fn lease_arguments(
         .arg(request.cost)
         .arg(request.want);
     match request.give_back {
-        Some(GiveBack { end_us, units }) => command.arg(end_us).arg(units),
+        Some(GiveBack { end_us, units, .. }) => command.arg(end_us).arg(units),
         None => command.arg("").arg(0),
     };
     command.arg(grace_ms);
@@ -253,20 +253,20 @@ pub(super) fn lease_reply(reply: &[i64], request: &LeaseRequest) -> Result<Lease
     };
     let whole = |value: i64| u64::try_from(value).map_err(|_| malformed(reply));
     let small = |value: i64| u32::try_from(value).map_err(|_| malformed(reply));
-    let lease = LeaseReply {
-        allowed: match allowed {
+    let lease = LeaseReply::new(
+        match allowed {
             0 => false,
             1 => true,
             _ => return Err(malformed(reply)),
         },
-        remaining: small(remaining)?,
-        retry_us: whole(retry_us)?,
-        reset_us: whole(reset_us)?,
-        granted: small(granted)?,
-        end_us: whole(end_us)?,
-        now_us: whole(now_us)?,
-        returned: small(returned)?,
-    };
+        small(remaining)?,
+        whole(retry_us)?,
+        whole(reset_us)?,
+        small(granted)?,
+        whole(end_us)?,
+        whole(now_us)?,
+        small(returned)?,
+    );
     if lease.allowed != (lease.retry_us == 0) || lease.granted > request.want {
         return Err(malformed(reply));
     }

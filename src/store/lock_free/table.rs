@@ -39,7 +39,7 @@ use std::any::Any;
 use std::fmt;
 use std::mem::MaybeUninit;
 
-use super::{Lookup, drop_pair};
+use crate::store::{Lookup, drop_pair};
 use crate::sync::canary::{self, Canary};
 use crate::sync::{AtomicU8, Ordering, UnsafeCell};
 
@@ -71,9 +71,9 @@ pub(crate) const fn max_used(buckets: usize) -> usize {
 }
 
 /// How much of [`max_used`] a rebuild may fill with the keys it keeps: the
-/// rest is the room left for new keys before the next rebuild.
+/// rest is the headroom left for new keys before the next rebuild.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Room {
+pub(crate) enum Headroom {
     /// 9/10: a table that only grows gets one growth step
     /// ([`GROWTH_NUMERATOR`] / [`GROWTH_DENOMINATOR`]), so that it stays
     /// between 15/16 and 82 % full, at the price of a rebuild every tenth
@@ -85,7 +85,7 @@ pub(crate) enum Room {
     Churning,
 }
 
-impl Room {
+impl Headroom {
     /// The fraction, as `(numerator, denominator)`.
     const fn fraction(self) -> (usize, usize) {
         match self {
@@ -131,9 +131,9 @@ impl Stagger {
 
 /// The buckets a rebuild gives `live` keys: the fewest of the shard's
 /// sizes (the 9/8 steps up from [`MIN_BUCKETS`], scaled by its
-/// [`Stagger`]) that hold them within `room` of [`max_used`].
-pub(crate) fn buckets_for(live: usize, room: Room, stagger: Stagger) -> usize {
-    let (numerator, denominator) = room.fraction();
+/// [`Stagger`]) that hold them with `headroom` left below [`max_used`].
+pub(crate) fn buckets_for(live: usize, headroom: Headroom, stagger: Stagger) -> usize {
+    let (numerator, denominator) = headroom.fraction();
     let fits = |buckets: usize| {
         live.saturating_mul(denominator) <= max_used(buckets).saturating_mul(numerator)
     };
@@ -395,7 +395,7 @@ impl<K, V> Drop for RawTable<K, V> {
     /// dropped the store, once every slot is dropped (unless a panic is
     /// unwinding already: then it is discarded, as a second would abort).
     fn drop(&mut self) {
-        super::resume_first_panic(self.drop_slots());
+        crate::store::resume_first_panic(self.drop_slots());
     }
 }
 
@@ -418,7 +418,7 @@ mod tests {
         let mut sizes = vec![MIN_BUCKETS];
         while *sizes.last().unwrap() < up_to {
             let live = max_used(*sizes.last().unwrap()) + 1;
-            sizes.push(buckets_for(live, Room::Growing, stagger));
+            sizes.push(buckets_for(live, Headroom::Growing, stagger));
         }
         sizes
     }
@@ -427,7 +427,7 @@ mod tests {
     /// of 8 shards growing one key at a time, keys dealt to the shards in
     /// turn (as an even hash spreads them), at its worst over every count
     /// from 100 000 to 2 000 000 keys: the count just after some shard
-    /// grew. Issue 12's target is at most 20; the lab's `--growth` measures
+    /// grew: at most 20, the store's target. The lab's `--growth` measures
     /// the same with real hashing and the whole heap.
     #[test]
     #[cfg_attr(
@@ -539,15 +539,15 @@ mod tests {
     }
 
     #[test]
-    fn rooms_leave_a_tenth_and_a_quarter() {
+    fn headrooms_leave_a_tenth_and_a_quarter() {
         let stagger = Stagger::new(0, 1);
-        let growing = buckets_for(1_000, Room::Growing, stagger);
-        let churning = buckets_for(1_000, Room::Churning, stagger);
+        let growing = buckets_for(1_000, Headroom::Growing, stagger);
+        let churning = buckets_for(1_000, Headroom::Churning, stagger);
         assert!(max_used(growing) * 9 >= 10_000);
         assert!(max_used(churning) * 3 >= 4_000);
         assert!(growing < churning);
-        assert_eq!(buckets_for(0, Room::Growing, stagger), MIN_BUCKETS);
-        assert_eq!(buckets_for(7, Room::Churning, Stagger::new(3, 4)), 13);
+        assert_eq!(buckets_for(0, Headroom::Growing, stagger), MIN_BUCKETS);
+        assert_eq!(buckets_for(7, Headroom::Churning, Stagger::new(3, 4)), 13);
     }
 
     #[test]

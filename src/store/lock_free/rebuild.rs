@@ -1,0 +1,242 @@
+//! The lock-free store's writers: inserting through a rebuild, evicting,
+//! and rebuilding a shard's table (lock held, on `#[cold]` paths).
+//!
+//! A rebuild runs in two phases. First it hashes and **clones** every live
+//! key into a new table, beside vacant cells (which hold no state, so
+//! creating and dropping them runs no user code); this is the only user
+//! code a rebuild runs, and a panic in it frees the new table, after the
+//! lock is released, and leaves the old one untouched. Then, with no user
+//! code, it **retires** each old cell (`Cell::retire_into_new`, a swap of
+//! the cell's word) into the new table, and publishes the new table. A
+//! check that meets a retired cell, whether evicted or moved, goes to the
+//! slow path, takes the shard's mutex, and looks the key up again in the
+//! current table, so no admission is lost to a concurrent eviction or
+//! rebuild. The cost is that checks on moved keys wait for an in-progress
+//! rebuild of their shard.
+//!
+//! A rebuild sizes the new table for the live keys (`table::buckets_for`),
+//! so it grows, shrinks, or just clears evicted slots. A table that fills
+//! with evicted slots before it needs to grow (keys coming and going) is
+//! rebuilt with a quarter of its buckets free instead, so that clearing
+//! them copies at most three keys for each new one
+//! (`tests/stores.rs::rebuilds_copy_a_bounded_number_of_keys_per_insert`).
+
+use std::hash::BuildHasher;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+
+use super::shard::{Retired, Shard, Writer, may_rebuild};
+use super::table::{Headroom, RawTable, buckets_for, max_used};
+use super::{LIVE_UNDER_LOCK, LockFreeStore};
+use crate::algorithm::Algorithm;
+use crate::cell::Cell;
+use crate::error::CheckError;
+use crate::store::kit::rested_at;
+use crate::store::{Discarded, Key};
+use crate::sync::canary::{self, Canary};
+use crate::sync::epoch::{self, Owned};
+use crate::sync::{Ordering, lock};
+
+/// `evict_idle` rebuilds a shard's table smaller when the table has at
+/// least this many times the buckets its live keys need (sized with a
+/// quarter of its buckets free, `Headroom::Churning`): far enough that a table
+/// just grown (9/8 of the size its keys need, or just rebuilt with a
+/// quarter free) is never shrunk straight back.
+const COMPACT_FACTOR: usize = 4;
+
+impl<K, A, C, H> LockFreeStore<K, A, C, H>
+where
+    K: Key,
+    A: Algorithm,
+    C: Cell<A>,
+    H: BuildHasher + Send + Sync,
+{
+    /// Evicts the keys of `table` (the shard's current one, lock held) that
+    /// are idle at `idle_at_ns`, and so at every later instant; returns how
+    /// many. Runs no user code.
+    pub(super) fn sweep(
+        &self,
+        table: &RawTable<K, C>,
+        writer: &mut Writer<K, C>,
+        algorithm: &A,
+        idle_at_ns: u64,
+    ) -> usize {
+        let mut released = self.population.releasing();
+        for (index, _, cell) in table.live() {
+            // `is_idle` is the algorithm's code: each eviction is counted as
+            // it happens, so that a panic there leaves the counts exact.
+            let evict = if canary::planted(Canary::EvictWithoutTombstone) {
+                cell.is_idle_unretired(algorithm, idle_at_ns)
+            } else {
+                // The tombstone: retire first, so that a check holding the
+                // cell finds it retired and looks again.
+                cell.retire_if_idle(algorithm, idle_at_ns)
+            };
+            if evict {
+                table.mark_deleted(index);
+                writer.live -= 1;
+                released.add();
+            }
+        }
+        released.removed
+    }
+
+    /// Rebuilds `shard` without its evicted slots, so that their keys and
+    /// states are freed, and smaller if it is far larger than its keys
+    /// need (`evict_idle`).
+    pub(super) fn compact(&self, shard: &Shard<K, C>, algorithm: &A) {
+        // Declared before the lock: dropped after it, even if a rebuild's
+        // user code panics.
+        let mut discarded = Discarded::new();
+        let mut writer = lock(&shard.writer);
+        // SAFETY: we hold the lock.
+        let table = unsafe { shard.table_locked() };
+        let needed = buckets_for(writer.live, Headroom::Churning, shard.stagger);
+        // A rebuild refused (the last replaced table is still read) leaves
+        // the evicted slots in place: their keys stay in this table, which
+        // does not grow, until a later compaction or growth.
+        let buckets = if table.buckets() >= COMPACT_FACTOR * needed {
+            Some(needed)
+        } else {
+            (writer.used > writer.live).then(|| table.buckets())
+        };
+        if let Some(buckets) = buckets.filter(|_| may_rebuild(&mut writer, &mut discarded)) {
+            self.rebuild(shard, &mut writer, &mut discarded, algorithm, buckets);
+        }
+        discarded.extend(writer.take_graced());
+        drop(writer);
+        drop(discarded);
+    }
+
+    /// Makes room for one more key in a full table (lock held). When live
+    /// keys (not evicted slots) fill it, first evicts the keys idle for at
+    /// least the algorithm's rest time: the amortized eviction, since a
+    /// table fills only after a number of inserts proportional to its size.
+    /// Keys idle for less (in use, between two requests) stay, so a working
+    /// set is never evicted only to be re-inserted; and a rebuild that only
+    /// clears evicted slots evicts nothing. Then rebuilds for the live keys
+    /// and the one being inserted.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckError::Reclaiming`] when the rebuild is refused (see
+    /// [`rebuild`](Self::rebuild)).
+    pub(super) fn grow(
+        &self,
+        shard: &Shard<K, C>,
+        writer: &mut Writer<K, C>,
+        discarded: &mut Discarded<Retired<K, C>>,
+        algorithm: &A,
+        now_ns: u64,
+    ) -> Result<(), CheckError> {
+        // Before the sweep: a rebuild refused would waste it, and the next
+        // new key would sweep again, all under the lock.
+        if !may_rebuild(writer, discarded) {
+            return Err(CheckError::Reclaiming);
+        }
+        // SAFETY: our caller holds the lock.
+        let table = unsafe { shard.table_locked() };
+        if (writer.live + 1) * 4 > max_used(table.buckets()) * 3 {
+            self.sweep(table, writer, algorithm, rested_at(algorithm, now_ns));
+        }
+        // A table that would not need to grow for its live keys filled up
+        // with evicted slots: keys are going as well as coming, and the new
+        // table gets the headroom for that (`Headroom::Churning`).
+        let growing = buckets_for(writer.live + 1, Headroom::Growing, shard.stagger);
+        let buckets = if growing <= table.buckets() {
+            buckets_for(writer.live + 1, Headroom::Churning, shard.stagger)
+        } else {
+            growing
+        };
+        self.rebuild(shard, writer, discarded, algorithm, buckets);
+        Ok(())
+    }
+
+    /// Replaces the shard's table (lock held) with one of `buckets` buckets
+    /// holding its live keys and their states, in the two phases of the
+    /// module documentation. A rebuild abandoned by a panic
+    /// leaves its unpublished table in `discarded`, which the caller
+    /// declared before it took the lock, so that it is freed after the lock
+    /// is released.
+    ///
+    /// Its caller asked [`may_rebuild`] first.
+    fn rebuild(
+        &self,
+        shard: &Shard<K, C>,
+        writer: &mut Writer<K, C>,
+        discarded: &mut Discarded<Retired<K, C>>,
+        algorithm: &A,
+        buckets: usize,
+    ) {
+        // SAFETY: our caller holds the lock.
+        let old = unsafe { shard.table_locked() };
+        // A rebuild that took tombstones for live slots would size for them.
+        let buckets = if canary::planted(Canary::RebuildCopiesTombstone) {
+            buckets.max(buckets_for(
+                old.live().count(),
+                Headroom::Growing,
+                shard.stagger,
+            ))
+        } else {
+            buckets
+        };
+        // Phase 1, user code (`BuildHasher`, `Hash`, `Clone`): each key is
+        // copied beside a vacant cell, whose creation and drop run no user
+        // code. A panic leaves the shard as it was, and `new`, never
+        // published, goes with its copies to `discarded`.
+        let mut new = RawTable::with_buckets(buckets);
+        // Where each key went, in the order `old.live()` gives them: phase 2
+        // walks `old.live()` again, and nothing changes the old table in
+        // between (we hold the lock, and only its holders write). One
+        // `usize` a key, the list's share of the peak (`notes/06`).
+        let mut moves = Vec::with_capacity(writer.live);
+        let copied = catch_unwind(AssertUnwindSafe(|| {
+            for (_, key, _) in old.live() {
+                let hash = self.hasher.hash_one(key);
+                let (new_index, _) = new.insert(hash, key.clone(), C::vacant());
+                moves.push(new_index);
+            }
+        }));
+        if let Err(panic) = copied {
+            discarded.push(Retired::unpublished(new));
+            resume_unwind(panic);
+        }
+        // Phase 2, no user code: retire each old cell into the new table,
+        // in place of the vacant one. A check that reaches a retired cell
+        // waits for our lock and finds the key in the new table.
+        debug_assert_eq!(old.live().count(), moves.len());
+        for ((_, _, old_cell), &new_index) in old.live().zip(&moves) {
+            let cell = old_cell.retire_into_new().unwrap_or_else(|| {
+                assert!(
+                    canary::planted(Canary::RebuildCopiesTombstone),
+                    "{LIVE_UNDER_LOCK}"
+                );
+                C::new(algorithm)
+            });
+            new.set_value(new_index, cell);
+        }
+        writer.used = moves.len();
+        writer.live = moves.len();
+        // SAFETY: only lock holders replace the table, and we hold the lock;
+        // the old table is handed to `Retired`, which frees it after its
+        // grace period.
+        let unprotected = unsafe { epoch::unprotected() };
+        // The canary starts the old table's grace period while checks can
+        // still load it.
+        let early = canary::planted(Canary::RetireBeforeUnlink)
+            .then(|| Retired::new(shard.table.load(Ordering::Relaxed, unprotected)));
+        // Release: publishes the new table's slots to checks that load the
+        // pointer with Acquire (`Shard::table`).
+        let publish = if canary::planted(Canary::RelaxedTableSwap) {
+            Ordering::Relaxed
+        } else {
+            Ordering::Release
+        };
+        let replaced = shard.table.swap(Owned::new(new), publish, unprotected);
+        if let Some(early) = &early {
+            debug_assert_eq!(early.table, replaced.as_raw());
+        }
+        writer
+            .retired
+            .push(early.unwrap_or_else(|| Retired::new(replaced)));
+    }
+}
