@@ -28,6 +28,7 @@ impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> RateLimiter<K, Gcra, C, S> {
     /// use std::time::Duration;
     /// use tollgate::{Quota, RateLimiter};
     ///
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let limiter: RateLimiter<String> = RateLimiter::keyed(Quota::per_second(100)?.with_burst(1)?);
@@ -36,6 +37,7 @@ impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> RateLimiter<K, Gcra, C, S> {
     /// limiter.until_ready("upstream", Duration::from_secs(1)).await?;
     /// # Ok(())
     /// # }
+    /// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
     /// ```
     ///
     /// # Errors

@@ -58,7 +58,7 @@
 //! With the `tokio` feature, waiting is one call:
 //!
 //! ```
-//! # #[cfg(feature = "tokio")]
+//! # #[cfg(all(feature = "tokio", not(any(feature = "loom", feature = "shuttle"))))]
 //! # mod example {
 //! use std::time::Duration;
 //! use tollgate::{Quota, RateLimiter};
@@ -73,9 +73,10 @@
 //! # Ok(())
 //! # }
 //! # }
-//! # #[cfg(feature = "tokio")]
+//! # #[cfg(all(feature = "tokio", not(any(feature = "loom", feature = "shuttle"))))]
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> { example::main() }
-//! # #[cfg(not(feature = "tokio"))] fn main() {}
+//! # #[cfg(not(all(feature = "tokio", not(any(feature = "loom", feature = "shuttle")))))]
+//! # fn main() {}
 //! ```
 
 #[cfg(feature = "tokio")]

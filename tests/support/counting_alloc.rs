@@ -4,6 +4,7 @@
 //! each installs it as its binary's `#[global_allocator]`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Wraps the system allocator and counts what is live.
@@ -12,6 +13,24 @@ pub struct Counting;
 static LIVE_BYTES: AtomicU64 = AtomicU64::new(0);
 static PEAK_BYTES: AtomicU64 = AtomicU64::new(0);
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    // This thread's own share: bytes it allocated less bytes it freed, and
+    // the peak of that. Const-initialised with nothing to drop, so that
+    // reaching them never allocates.
+    static THREAD_LIVE: Cell<i64> = const { Cell::new(0) };
+    static THREAD_PEAK: Cell<i64> = const { Cell::new(0) };
+}
+
+/// Moves this thread's share by `bytes` (negative: freed), raising its peak.
+fn thread_moved(bytes: i64) {
+    // `try_with`: a thread's last frees can come after its locals are gone.
+    let _ = THREAD_LIVE.try_with(|live| {
+        let now = live.get() + bytes;
+        live.set(now);
+        let _ = THREAD_PEAK.try_with(|peak| peak.set(peak.get().max(now)));
+    });
+}
 
 /// Adds `bytes` to the live count and raises the peak to it.
 fn grew(bytes: u64) {
@@ -31,6 +50,7 @@ unsafe impl GlobalAlloc for Counting {
         let pointer = unsafe { System.alloc(layout) };
         if !pointer.is_null() {
             grew(layout.size() as u64);
+            thread_moved(layout.size() as i64);
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
         pointer
@@ -41,6 +61,7 @@ unsafe impl GlobalAlloc for Counting {
         // this layout.
         unsafe { System.dealloc(pointer, layout) };
         LIVE_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+        thread_moved(-(layout.size() as i64));
         ALLOCATIONS.fetch_sub(1, Ordering::Relaxed);
     }
 
@@ -51,7 +72,9 @@ unsafe impl GlobalAlloc for Counting {
             // Counted as the new block arriving before the old one leaves:
             // the most a moving realloc can have live at once.
             grew(new_size as u64);
+            thread_moved(new_size as i64);
             LIVE_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+            thread_moved(-(layout.size() as i64));
         }
         moved
     }
@@ -74,4 +97,25 @@ pub fn reset_peak() {
 /// The most bytes live at any instant since [`reset_peak`].
 pub fn peak() -> u64 {
     PEAK_BYTES.load(Ordering::Relaxed)
+}
+
+/// This thread's own live bytes: what it allocated less what it freed, so
+/// that a single-threaded measurement sees none of what other threads (the
+/// test harness's among them) allocate meanwhile.
+#[allow(dead_code)] // the memory tests' alone
+pub fn thread_live() -> i64 {
+    THREAD_LIVE.with(Cell::get)
+}
+
+/// Starts a peak measurement of this thread's own bytes.
+#[allow(dead_code)] // the memory tests' alone
+pub fn reset_thread_peak() {
+    THREAD_PEAK.with(|peak| peak.set(thread_live()));
+}
+
+/// The most of this thread's own bytes live at once since
+/// [`reset_thread_peak`].
+#[allow(dead_code)] // the memory tests' alone
+pub fn thread_peak() -> i64 {
+    THREAD_PEAK.with(Cell::get)
 }
