@@ -3,37 +3,63 @@
 //! The models (`model-tests/loom.rs`) need `--cfg crossbeam_loom`, which no
 //! Cargo feature or profile can set, and a release build in a target
 //! directory of their own: the `cargo loom` alias (`.cargo/config.toml`)
-//! spells that out. Without the cfg, the loom test target compiles empty and
-//! this one test runs `cargo loom` in a child process, whose output goes
-//! straight to the terminal, and fails if any model fails.
+//! spells that out and runs this target beside the models. This target has
+//! no test harness of its own:
+//!
+//! * built with the cfg, the models ran beside it: it does nothing;
+//! * built by the alias without the cfg (a `RUSTFLAGS`,
+//!   `CARGO_ENCODED_RUSTFLAGS` or target `rustflags` overrides the alias's
+//!   `build.rustflags`), the models compiled empty: it fails, saying so;
+//! * built by plain `cargo test --features loom`, it runs `cargo loom` in a
+//!   child process with the cfg added to `RUSTFLAGS`, passing its own
+//!   arguments on to the models (a filter, `--nocapture`), and fails if any
+//!   model fails. The child's output goes straight to the terminal.
 
-#![cfg(all(feature = "loom", not(crossbeam_loom)))]
+use std::process::ExitCode;
 
-use std::process::Command;
+fn main() -> ExitCode {
+    #[cfg(crossbeam_loom)]
+    {
+        ExitCode::SUCCESS
+    }
+    #[cfg(not(crossbeam_loom))]
+    {
+        hand_over()
+    }
+}
 
-/// Set in the child: a child that still lacks the cfg (a RUSTFLAGS that
-/// overrides the alias's) must not start another.
-const CHILD: &str = "TOLLGATE_LOOM_CHILD";
-
-#[test]
-fn every_loom_model() {
-    assert!(
-        std::env::var_os(CHILD).is_none(),
-        "the loom models were built without --cfg crossbeam_loom: run \
-         `cargo test --release --features loom --test loom --target-dir target/loom` \
-         with RUSTFLAGS=\"--cfg crossbeam_loom\""
-    );
-    // A RUSTFLAGS in the environment overrides the alias's
-    // `build.rustflags`: the cfg joins it instead.
+#[cfg(not(crossbeam_loom))]
+fn hand_over() -> ExitCode {
+    // Set by the alias (`--config env...`) for the builds it runs.
+    if option_env!("TOLLGATE_LOOM_ALIAS").is_some() {
+        eprintln!(
+            "cargo loom: the build lost `--cfg crossbeam_loom`, so no model ran: \
+             RUSTFLAGS, CARGO_ENCODED_RUSTFLAGS or a target's `rustflags` override \
+             the alias's `build.rustflags`; add `--cfg crossbeam_loom` to them, or \
+             run `cargo test --features loom`"
+        );
+        return ExitCode::FAILURE;
+    }
+    // RUSTFLAGS overrides the alias's `build.rustflags`, and in the child it
+    // carries the cfg (after anything the caller set).
     let mut rustflags = std::env::var("RUSTFLAGS").unwrap_or_default();
     rustflags.push_str(" --cfg crossbeam_loom");
-    let status = Command::new(env!("CARGO"))
+    let status = std::process::Command::new(env!("CARGO"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .arg("loom")
-        .env(CHILD, "1")
+        .args(["loom", "--"])
+        .args(std::env::args_os().skip(1))
         .env("RUSTFLAGS", rustflags.trim_start())
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .status()
-        .expect("cargo starts");
-    assert!(status.success(), "`cargo loom` failed: {status}");
+        .status();
+    match status {
+        Ok(status) if status.success() => ExitCode::SUCCESS,
+        Ok(status) => {
+            eprintln!("`cargo loom` failed: {status}");
+            ExitCode::FAILURE
+        }
+        Err(error) => {
+            eprintln!("`cargo loom` did not start: {error}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -12,7 +12,7 @@
 //!   `--cfg crossbeam_loom`. Without that cfg the loom feature still
 //!   builds (loom's primitives here, crossbeam's std build), so that
 //!   `cargo test --features loom` can compile and hand over to the models'
-//!   real build, `cargo loom` (`model-tests/loom.rs`); such a library
+//!   real build, `cargo loom` (`model-tests/cargo_loom.rs`); such a library
 //!   works only inside a loom model, as it does with the cfg;
 //! * shuttle's under `--features shuttle` (`model-tests/shuttle.rs`).
 //!   crossbeam has no shuttle build, so the lock-free table compiles out
