@@ -3,27 +3,26 @@ use crate::algorithm::{SlidingWindowCounter, SlidingWindowCounterState, sliding_
 use crate::decision::Decision;
 use crate::error::CheckError;
 
+// How the cell works. The form is chosen when the cell is made, from the
+// counter it is made for, and never changes: every cell of one limiter
+// takes the same form, so the branch on it is the same on every check. A
+// cell must be used with the counter it was made for (as every cell: the
+// packed word's layout is that counter's). Each form's protocol is its own
+// cell's, unchanged: the atomic form's compare-and-swap and retired word,
+// the locked form's critical section. The locked form lives in its own
+// allocation, so that the cell is two words (the form's tag and the packed
+// word, or the pointer) where the locked cell inline would be four, and the
+// enum of both five.
+
 /// The sliding window counter's cell: its state packed in one `AtomicU64`
 /// (an [`Atomic`] cell, lock-free, a denial a load and a compare) where the
 /// counter's quota lets every state pack
 /// ([`SlidingWindowCounter::packs`]), behind a mutex (a [`Locked`] cell)
 /// where it does not.
 ///
-/// # Implementation details
-///
-/// The form is chosen when the cell is made, from the counter it is made
-/// for, and never changes: every cell of one limiter takes the same form,
-/// so the branch on it is the same on every check. A cell must be used
-/// with the counter it was made for (as every cell: the packed word's
-/// layout is that counter's). Each form's protocol is its own cell's,
-/// unchanged: the atomic form's compare-and-swap and retired word, the
-/// locked form's critical section.
-///
-/// The locked form lives in its own allocation, so that the cell is two
-/// words (the form's tag and the packed word, or the pointer) where the
-/// locked cell inline would be four, and the enum of both five: a packing
-/// quota's key costs less than behind a mutex, a quota that does not pack
-/// pays one allocation a key (as in the per-key store).
+/// A quota that packs costs a key less than behind a mutex; one that does
+/// not pays one allocation a key, as in the per-key store. The sliding
+/// window counter's default cell ([`Preferred`](super::Preferred)).
 #[derive(Debug)]
 pub struct Adaptive {
     form: Form,

@@ -13,36 +13,37 @@ use crate::sync::{AtomicU64, Backoff, Ordering};
 /// looks the key up again.
 const RETIRED_WORD: u64 = u64::MAX;
 
+// How the cell works. A check loads the word, unpacks it and runs the
+// algorithm's pure decision. A denial returns there: one load and a
+// compare, no store of any kind, so threads hammering a drained key never
+// write the cache line and share it read-only. An admission tries one
+// `compare_exchange_weak` from the word it decided on to the packed
+// admission. When the word has changed (another thread won, or the weak CAS
+// failed spuriously), it re-decides on the word it found, after a `Backoff`
+// spin, on a `#[cold]` path. The word `RETIRED_WORD` (`u64::MAX`) marks the
+// cell retired: every check answers `None`; any other word is
+// `algorithm.unpack(word)`, the key's state.
+//
+// Orderings: every access is `Relaxed`. The word is the key's whole state
+// and carries no other data: nothing is published through it, and no other
+// memory is read because of it. What exactness needs is that
+// read-decide-write is one atomic step, and the compare-and-swap gives that
+// through the single modification order of one location. A CAS succeeds
+// only if no other write came between the load it decided on and its own
+// write, whatever the ordering argument. Retirement is a CAS or a swap on
+// the same word, so it is ordered against every admission the same way.
+// The store publishes a cell's memory to other threads (the table's control
+// bytes and table pointer use Release/Acquire); the cell itself does not.
+
 /// A packed state in one `AtomicU64`, updated by compare-and-swap: the
-/// lock-free cell.
+/// lock-free cell, for algorithms whose state fits one word
+/// ([`PackedAlgorithm`]: GCRA, the fixed window).
 ///
-/// # Implementation details
-///
-/// A check loads the word, unpacks it and runs the algorithm's pure
-/// decision. A **denial returns there**: one load and a compare, no store of
-/// any kind, so threads hammering a drained key never write the cache line
-/// and share it read-only. An admission tries one `compare_exchange_weak` from
-/// the word it decided on to the packed admission. When the word has changed
-/// (another thread won, or the weak CAS failed spuriously), it re-decides on
-/// the word it found, after a `Backoff` spin, on a `#[cold]` path.
-///
-/// | word | meaning |
-/// |---|---|
-/// | `RETIRED_WORD` (`u64::MAX`) | retired: every check answers `None` |
-/// | anything else | `algorithm.unpack(word)`, the key's state |
-///
-/// # Orderings
-///
-/// Every access is `Relaxed`. The word is the key's whole state and carries
-/// no other data: nothing is published through it, and no other memory is
-/// read because of it. What exactness needs is that read-decide-write is one
-/// atomic step, and the compare-and-swap gives that through the single
-/// modification order of one location. A CAS succeeds only if no other write
-/// came between the load it decided on and its own write, whatever the
-/// ordering argument. Retirement is a CAS or a swap on the same word, so it is
-/// ordered against every admission the same way. The *store* publishes a
-/// cell's memory to other threads (the table's control bytes and table
-/// pointer use Release/Acquire); the cell itself does not.
+/// A denial is one load and a compare and writes nothing, so threads
+/// checking a drained key share its cache line read-only; an admission is
+/// one compare-and-swap from the state it decided on, so no admission is
+/// lost or doubled however many threads contend. The default cell of the
+/// algorithms that pack ([`Preferred`](super::Preferred)).
 pub struct Atomic<A: PackedAlgorithm> {
     word: AtomicU64,
     algorithm: PhantomData<fn() -> A>,
