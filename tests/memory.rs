@@ -38,7 +38,8 @@ use tollgate::{Builder, Quota, RateLimiter};
 use churn::{churn_peak, flood_peak};
 
 #[global_allocator]
-static ALLOCATOR: counting_alloc::Counting = counting_alloc::Counting;
+// Per thread too: the waiting queues' test reads its own thread's bytes.
+static ALLOCATOR: counting_alloc::Counting<true> = counting_alloc::Counting;
 
 /// The tests measure one process-wide allocator: one at a time.
 fn serial() -> MutexGuard<'static, ()> {
@@ -303,6 +304,9 @@ fn waiting_queues_hold_only_the_reservations_held() {
     held.extend((0..1_000).map(|_| Some(limiter.reserve_n(&7, 1, max_wait).unwrap())));
     let full = counting_alloc::thread_live();
     let per_reservation = (full - empty) / 1_000;
+    // The allocator counts this thread's bytes (`Counting<true>`), or every
+    // reading above and below would be a vacuous zero.
+    assert!(per_reservation > 0, "a held reservation holds heap");
     // Printed once every reading is taken: the test harness's capture of
     // what is printed is heap too.
     let mut rounds = [(0, 0); 3];

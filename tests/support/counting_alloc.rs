@@ -7,8 +7,10 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Wraps the system allocator and counts what is live.
-pub struct Counting;
+/// Wraps the system allocator and counts what is live; with `PER_THREAD`,
+/// also each thread's own share ([`thread_live`]), which costs every
+/// allocation two thread-local accesses: only the tests that read it pay.
+pub struct Counting<const PER_THREAD: bool = false>;
 
 static LIVE_BYTES: AtomicU64 = AtomicU64::new(0);
 static PEAK_BYTES: AtomicU64 = AtomicU64::new(0);
@@ -44,13 +46,15 @@ fn grew(bytes: u64) {
 // SAFETY: every method forwards to `System` with the caller's arguments
 // unchanged, so `System`'s guarantees are ours; the counters are plain
 // statistics that no allocation depends on.
-unsafe impl GlobalAlloc for Counting {
+unsafe impl<const PER_THREAD: bool> GlobalAlloc for Counting<PER_THREAD> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's valid layout.
         let pointer = unsafe { System.alloc(layout) };
         if !pointer.is_null() {
             grew(layout.size() as u64);
-            thread_moved(layout.size() as i64);
+            if PER_THREAD {
+                thread_moved(layout.size() as i64);
+            }
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
         pointer
@@ -61,7 +65,9 @@ unsafe impl GlobalAlloc for Counting {
         // this layout.
         unsafe { System.dealloc(pointer, layout) };
         LIVE_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
-        thread_moved(-(layout.size() as i64));
+        if PER_THREAD {
+            thread_moved(-(layout.size() as i64));
+        }
         ALLOCATIONS.fetch_sub(1, Ordering::Relaxed);
     }
 
@@ -72,9 +78,12 @@ unsafe impl GlobalAlloc for Counting {
             // Counted as the new block arriving before the old one leaves:
             // the most a moving realloc can have live at once.
             grew(new_size as u64);
-            thread_moved(new_size as i64);
             LIVE_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
-            thread_moved(-(layout.size() as i64));
+            if PER_THREAD {
+                // In the same order: new block first, for the peak.
+                thread_moved(new_size as i64);
+                thread_moved(-(layout.size() as i64));
+            }
         }
         moved
     }
