@@ -12,7 +12,7 @@
 //!
 //! notes/08 ("Why the keyed denial misses its targets") has the counts.
 
-// The workloads are the lab's and the benches' own; this runs five of them.
+// The workloads are the lab's and the benches' own; this runs six of them.
 #[allow(dead_code)]
 #[path = "../benches/support/workloads.rs"]
 mod workloads;
@@ -21,7 +21,7 @@ use tollgate::algorithm::Gcra;
 use tollgate::clock::TscClock;
 use tollgate::store::LockFree;
 
-const USAGE: &str = "usage: check_loop keyed|foldhash|hashmap|direct|governor N";
+const USAGE: &str = "usage: check_loop keyed|foldhash|hashmap|direct|papaya|governor N";
 
 fn main() {
     let mut args = std::env::args_os().skip(1);
@@ -41,6 +41,9 @@ fn main() {
         ),
         "hashmap" => workloads::deny_hot_key_in_hashmap::<workloads::Unguarded>(),
         "direct" => workloads::direct_deny(),
+        "papaya" => {
+            workloads::deny_hot_key_on::<Gcra, _, _>(tollgate_peers::Papaya::new(), TscClock::new())
+        }
         "governor" => workloads::governor_deny_hot_key(),
         _ => {
             eprintln!("{USAGE}");

@@ -98,24 +98,11 @@ impl<A: PackedAlgorithm> Atomic<A> {
         }
     }
 
-    /// The retry loop, off the fast path.
+    /// One step of the retry loop's backoff, off the fast path.
     #[cold]
     #[inline(never)]
-    fn check_contended(
-        &self,
-        algorithm: &A,
-        mut word: u64,
-        now_ns: u64,
-        cost: u32,
-    ) -> Result<Option<Decision>, CheckError> {
-        let backoff = Backoff::new();
-        loop {
-            backoff.spin();
-            match self.attempt(algorithm, word, now_ns, cost)? {
-                Cas::Done(decision) => return Ok(decision),
-                Cas::Conflict(actual) => word = actual,
-            }
-        }
+    fn back_off(backoff: &Backoff) {
+        backoff.spin();
     }
 
     /// The raw word, for `Debug` and the tests of the deny path.
@@ -135,10 +122,20 @@ impl<A: PackedAlgorithm> Cell<A> for Atomic<A> {
 
     #[inline]
     fn check(&self, algorithm: &A, now_ns: u64, cost: u32) -> Result<Option<Decision>, CheckError> {
-        let word = self.word.load(Ordering::Relaxed);
-        match self.attempt(algorithm, word, now_ns, cost)? {
-            Cas::Done(decision) => Ok(decision),
-            Cas::Conflict(actual) => self.check_contended(algorithm, actual, now_ns, cost),
+        let mut word = self.word.load(Ordering::Relaxed);
+        // The retry loop is in line, its backoff out of it: a decision then
+        // reaches the caller from one place, in registers, rather than
+        // through a stack slot that an out-of-line retry would share (whose
+        // 16-byte reload of two 8-byte stores stalls store forwarding).
+        let backoff = Backoff::new();
+        loop {
+            match self.attempt(algorithm, word, now_ns, cost)? {
+                Cas::Done(decision) => return Ok(decision),
+                Cas::Conflict(actual) => {
+                    word = actual;
+                    Self::back_off(&backoff);
+                }
+            }
         }
     }
 
