@@ -22,14 +22,14 @@ use std::num::NonZeroUsize;
 
 use crate::algorithm::{Algorithm, Gcra};
 use crate::cell::{Cell, CellFor, Preferred};
-use crate::clock::{Clock, MonotonicClock};
+use crate::clock::{Clock, TscClock};
 use crate::limiter::{DirectLimiter, RateLimiter};
 use crate::quota::Quota;
 use crate::store::{DefaultStore, Key, KeyCap, StoreKind, WhenFull};
 use crate::wait::Queues;
 
 /// Chooses a limiter's algorithm, clock, store and key cap; starts from the
-/// defaults (GCRA, [`MonotonicClock`], [`DefaultStore`], no cap).
+/// defaults (GCRA, [`TscClock`], [`DefaultStore`], no cap).
 ///
 /// ```
 /// use std::num::NonZeroUsize;
@@ -54,7 +54,7 @@ use crate::wait::Queues;
 /// # }
 /// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
 /// ```
-pub struct Builder<A = Gcra, C = MonotonicClock, T = NoStoreChosen> {
+pub struct Builder<A = Gcra, C = TscClock, T = NoStoreChosen> {
     quota: Quota,
     clock: C,
     keyed: T,
@@ -80,7 +80,7 @@ impl Builder {
     pub fn new(quota: Quota) -> Self {
         Self {
             quota,
-            clock: MonotonicClock::new(),
+            clock: TscClock::new(),
             keyed: NoStoreChosen,
             algorithm: PhantomData,
         }

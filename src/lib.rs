@@ -91,9 +91,11 @@
 //! # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
 //! ```
 //!
-//! **The clock** ([`clock`]). [`MonotonicClock`](clock::MonotonicClock)
-//! (std's `Instant`) by default; `TscClock` (feature `tsc`) reads the CPU's
-//! time-stamp counter in a few nanoseconds; [`CoarseClock`](clock::CoarseClock)
+//! **The clock** ([`clock`]). [`TscClock`](clock::TscClock) by default: the
+//! CPU's time-stamp counter, read in a few nanoseconds, calibrated once a
+//! process (under a millisecond here), and the OS clock where the CPU has no
+//! invariant TSC; [`MonotonicClock`](clock::MonotonicClock) is std's
+//! `Instant`, a vDSO call; [`CoarseClock`](clock::CoarseClock)
 //! reads a cached value a background thread refreshes;
 //! [`ManualClock`](clock::ManualClock) moves only when told, for tests:
 //!
@@ -162,7 +164,6 @@
 //! All off by default, so that a user who does not ask compiles none of
 //! their dependencies:
 //!
-//! * `tsc`: `clock::TscClock`, on quanta;
 //! * `tokio`: `until_ready` and `clock::TokioClock`, on tokio's timer;
 //! * `loom`, `shuttle`: the model checks' builds (`cargo loom`); a library
 //!   built with either works only inside its model checker.

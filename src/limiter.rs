@@ -5,7 +5,7 @@ use std::fmt;
 use crate::algorithm::{Algorithm, Gcra, Receipt};
 use crate::builder::Builder;
 use crate::cell::{Cell, CellFor, Preferred};
-use crate::clock::{Clock, MonotonicClock};
+use crate::clock::{Clock, TscClock};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
@@ -40,7 +40,7 @@ use crate::wait::Queues;
 pub struct RateLimiter<
     K: Key,
     A: Algorithm = Gcra,
-    C: Clock = MonotonicClock,
+    C: Clock = TscClock,
     S: StoreKind<K, A> = DefaultStore,
 > {
     pub(crate) quota: Quota,
@@ -59,7 +59,7 @@ pub struct RateLimiter<
 
 impl<K: Key> RateLimiter<K> {
     /// A keyed limiter with the defaults: GCRA on the [`DefaultStore`] store, the
-    /// monotonic clock, no key cap (idle keys are still evicted as the store
+    /// [`TscClock`], no key cap (idle keys are still evicted as the store
     /// grows).
     #[must_use]
     pub fn keyed(quota: Quota) -> Self {
@@ -255,8 +255,7 @@ const NEVER_RETIRED: &str = "a direct limiter never retires its cell";
 /// # }
 /// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
 /// ```
-pub struct DirectLimiter<A: Algorithm = Gcra, C: Clock = MonotonicClock, P: CellFor<A> = Preferred>
-{
+pub struct DirectLimiter<A: Algorithm = Gcra, C: Clock = TscClock, P: CellFor<A> = Preferred> {
     pub(crate) quota: Quota,
     pub(crate) algorithm: A,
     pub(crate) clock: C,
@@ -266,7 +265,7 @@ pub struct DirectLimiter<A: Algorithm = Gcra, C: Clock = MonotonicClock, P: Cell
 }
 
 impl DirectLimiter {
-    /// A direct limiter with the defaults: GCRA, the monotonic clock.
+    /// A direct limiter with the defaults: GCRA, the [`TscClock`].
     #[must_use]
     pub fn direct(quota: Quota) -> Self {
         Builder::new(quota).build_direct()

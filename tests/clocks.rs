@@ -79,7 +79,6 @@ fn the_refresher_thread_keeps_the_cache_moving_and_stops_when_dropped() {
     );
 }
 
-#[cfg(feature = "tsc")]
 #[test]
 fn tsc_clock_is_monotonic_and_agrees_with_the_os_clock() {
     use tollgate::clock::TscClock;

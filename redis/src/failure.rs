@@ -5,7 +5,7 @@ use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tollgate::clock::MonotonicClock;
+use tollgate::clock::TscClock;
 use tollgate::store::{Sharded, WhenFull};
 use tollgate::{Builder, Decision, Quota, RateLimiter};
 
@@ -155,7 +155,7 @@ const LOCAL_MAX_KEYS: usize = 100_000;
 /// The decision the policy gives in place of Redis's.
 pub(crate) struct Fallback<A: Scripted> {
     policy: OnFailure,
-    local: Option<RateLimiter<Vec<u8>, A, MonotonicClock, Sharded>>,
+    local: Option<RateLimiter<Vec<u8>, A, TscClock, Sharded>>,
 }
 
 impl<A: Scripted> Fallback<A> {

@@ -10,8 +10,8 @@
 //!
 //! | clock | a reading | resolution, error |
 //! |---|---|---|
-//! | [`MonotonicClock`] (default) | std `Instant`: a vDSO call | the OS clock's, nanoseconds |
-//! | `TscClock` (feature `tsc`) | `rdtsc` and a scaling | calibrated against the OS clock; ppm drift |
+//! | [`TscClock`] (default) | `rdtsc` and a scaling; the OS clock where the CPU has no invariant TSC | calibrated against the OS clock; ppm drift |
+//! | [`MonotonicClock`] | std `Instant`: a vDSO call | the OS clock's, nanoseconds |
 //! | [`CoarseClock`] | one atomic load | lags by up to its refresh interval; only ever stricter |
 //! | [`ManualClock`] | one atomic load | exactly what a test set |
 
@@ -20,7 +20,6 @@ mod manual;
 mod monotonic;
 #[cfg(feature = "tokio")]
 mod tokio;
-#[cfg(feature = "tsc")]
 mod tsc;
 
 #[cfg(feature = "tokio")]
@@ -28,16 +27,17 @@ pub use self::tokio::TokioClock;
 pub use coarse::{CoarseClock, Refresher};
 pub use manual::ManualClock;
 pub use monotonic::MonotonicClock;
-#[cfg(feature = "tsc")]
 pub use tsc::TscClock;
 
 /// A source of monotonic time in nanoseconds since the clock's origin.
 ///
-/// Readings from one clock must never decrease when read from one thread in
-/// sequence. The limiters still tolerate a reading older than the state they
-/// hold (a clock shared between threads can hand two threads readings in the
-/// opposite order to the order in which they reach the state): such a reading
-/// never admits more than the newer one would, and never underflows.
+/// Readings from one clock should not decrease when read from one thread in
+/// sequence. The limiters tolerate a reading older than the state they hold
+/// (a clock shared between threads can hand two threads readings in the
+/// opposite order to the order in which they reach the state, and a
+/// [`TscClock`] read on another core can fall a few ticks behind): such a
+/// reading never admits more than the newer one would, and never
+/// underflows.
 pub trait Clock: Send + Sync {
     /// Nanoseconds elapsed since this clock's origin.
     fn now_ns(&self) -> u64;
