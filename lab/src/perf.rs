@@ -17,10 +17,15 @@
 //!   so that a slow second of the machine falls on every row alike. A cell
 //!   is the median of its rounds, with its order-statistics interval.
 //! - **Judged ratios** come from pairs: the subject and its baseline run
-//!   back to back, alternately first, 10 pairs (30 in `--full`),
-//!   in blocks on workloads built afresh and spread over the whole run;
-//!   each pair gives one ratio, and the verdict reads the 95 % interval of
-//!   their median: a target is met only if the whole interval meets it.
+//!   back to back, alternately first, each pair giving one ratio. The pairs
+//!   run in blocks (2 of 5 pairs; 6 of 10 in `--full`) spread over the
+//!   whole run, each block in a fresh process of this program on workloads
+//!   built afresh, so that what moves between processes (placement, hash
+//!   seeds, the host's load) shows as a difference between blocks. A
+//!   target is met only if every block's interval around its median (95 %
+//!   where a block has 6 pairs or more; its range below) meets it; the
+//!   report gives every block's pairs together, and the spread of the
+//!   blocks' medians.
 //! - Measuring threads are pinned to CPUs (`parallel.rs`).
 
 use std::time::Duration;
@@ -43,13 +48,16 @@ pub struct Budget {
     pub slice: Duration,
     /// Interleaved rounds per table cell.
     pub rounds: usize,
-    /// Pairs per judged ratio.
+    /// Pairs per judged ratio in each block.
     pub pairs: usize,
-    /// Blocks the pairs are run in, each on workloads built afresh (new
-    /// limiters: new hash seeds, new heap addresses, new cache-line
-    /// neighbours), so that the interval covers what one process's
-    /// placement does to a ratio, not only the noise within it.
+    /// Blocks the pairs are run in, each in a fresh process of this program
+    /// (`--judge-block`) on workloads built afresh (new limiters, hash
+    /// seeds, heap addresses, cache-line neighbours, and the process's own
+    /// placement on the host), spread over the run. A target is met only
+    /// if every block's interval meets it.
     pub blocks: usize,
+    /// The `--full` budget (passed on to the blocks' processes).
+    pub full: bool,
     /// Every row, table and ratio, not only the headline's.
     pub diagnostics: bool,
 }
@@ -98,18 +106,22 @@ pub enum Target {
 /// ns / baseline ns` (how many times the baseline's cost).
 pub struct Judged {
     pub name: &'static str,
+    /// Every block's pairs together.
     pub ratio: Estimate,
+    /// Each block's pairs alone, in the order the blocks ran.
+    pub blocks: Vec<Estimate>,
     pub target: Target,
 }
 
-/// What a judged ratio's interval says of its target.
+/// What the blocks' intervals say of a judged ratio's target.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    /// The whole interval meets the target.
+    /// Every block's whole interval meets the target.
     Met,
-    /// The interval straddles the target: judged missed.
+    /// Some block's interval reaches the target, not every block's whole
+    /// interval: judged missed.
     Straddles,
-    /// The whole interval misses the target.
+    /// Every block's whole interval misses the target.
     Missed,
 }
 
@@ -124,21 +136,48 @@ impl Verdict {
 }
 
 impl Judged {
-    /// Met only if the whole interval meets the target; `None` for a ratio
-    /// shown, not judged.
+    /// Whether `estimate`'s whole interval meets the target, and whether
+    /// any of it does; `None` for a ratio shown, not judged.
+    fn standing(&self, estimate: &Estimate) -> Option<(bool, bool)> {
+        match self.target {
+            Target::AtLeast(target) => Some((estimate.low >= target, estimate.high >= target)),
+            Target::AtMost(target) => Some((estimate.high <= target, estimate.low <= target)),
+            Target::Shown => None,
+        }
+    }
+
+    /// Met only if every block's whole interval meets the target; `None`
+    /// for a ratio shown, not judged.
     pub fn verdict(&self) -> Option<Verdict> {
-        let (inside, straddling) = match self.target {
-            Target::AtLeast(target) => (self.ratio.low >= target, self.ratio.high >= target),
-            Target::AtMost(target) => (self.ratio.high <= target, self.ratio.low <= target),
-            Target::Shown => return None,
-        };
-        Some(if inside {
+        let blocks: Vec<(bool, bool)> = self
+            .blocks
+            .iter()
+            .map(|block| self.standing(block))
+            .collect::<Option<_>>()?;
+        Some(if blocks.iter().all(|&(inside, _)| inside) {
             Verdict::Met
-        } else if straddling {
+        } else if blocks.iter().any(|&(_, reaching)| reaching) {
             Verdict::Straddles
         } else {
             Verdict::Missed
         })
+    }
+
+    /// How many blocks' whole intervals meet the target.
+    pub fn blocks_met(&self) -> usize {
+        self.blocks
+            .iter()
+            .filter(|block| self.standing(block).is_some_and(|(inside, _)| inside))
+            .count()
+    }
+
+    /// The lowest and the highest of the blocks' medians.
+    pub fn between_blocks(&self) -> (f64, f64) {
+        self.blocks
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(low, high), block| {
+                (low.min(block.median), high.max(block.median))
+            })
     }
 }
 
@@ -164,7 +203,7 @@ pub struct Results {
 
 /// The rows of the deny table that the headline reads: the judged ratios'
 /// and the plots'.
-const HEADLINE_DENY: [&str; 8] = [
+const HEADLINE_DENY: [&str; 9] = [
     "fixed window",
     "token bucket",
     "sliding log",
@@ -173,16 +212,18 @@ const HEADLINE_DENY: [&str; 8] = [
     "GCRA, foldhash",
     "governor keyed",
     "GCRA direct",
+    "GCRA on papaya",
 ];
 
 /// The rows of the 65 536-key table that the headline reads.
-const HEADLINE_DISTINCT: [&str; 6] = [
+const HEADLINE_DISTINCT: [&str; 7] = [
     "global mutex",
     "sharded",
     "per-key",
     "lock-free",
     "lock-free, foldhash",
     "governor keyed",
+    "papaya",
 ];
 
 /// `makers` without the rows not named in `headline`.
@@ -398,7 +439,7 @@ fn deny_ops() -> Makers {
                 TscClock::new(),
             ),
         ),
-        ("GCRA", workloads::deny_hot_key::<Gcra, _>(TscClock::new())),
+        ("GCRA", workloads::deny_hot_key_default()),
         (
             "GCRA in a held guard",
             workloads::in_outer_guard(workloads::deny_hot_key::<Gcra, _>(TscClock::new()), true),
@@ -472,10 +513,7 @@ fn distinct_ops(keys: u64) -> Makers {
             "per-key",
             workloads::admit_distinct::<Gcra, _>(PerKey::new(), keys),
         ),
-        (
-            "lock-free",
-            workloads::admit_distinct::<Gcra, _>(LockFree::default(), keys),
-        ),
+        ("lock-free", workloads::admit_distinct_default(keys)),
         (
             "lock-free, foldhash",
             workloads::admit_distinct::<Gcra, _>(workloads::lock_free_foldhash(), keys),
@@ -613,7 +651,8 @@ struct Case<'a> {
     /// A throughput ratio (the baseline's cost over the subject's), or a
     /// cost ratio.
     throughput: bool,
-    ratios: Vec<f64>,
+    /// Each block's pairs' ratios `subject ns / baseline ns`.
+    blocks: Vec<Vec<f64>>,
 }
 
 /// The ratios the lab judges, each from its own pairs at 2 threads (the
@@ -622,57 +661,92 @@ struct Case<'a> {
 fn cases<'a>(deny: &'a Makers, distinct: &'a Makers, diagnostics: bool) -> Vec<Case<'a>> {
     let at = |make, threads| Side { make, threads };
     let two = |op| at(op, 2);
-    let judged: Vec<(&'static str, Side<'a>, Side<'a>, Target, bool)> = vec![
+    // The headline: `RateLimiter::keyed` and `DirectLimiter::direct` with
+    // every default against governor's `RateLimiter::keyed` with its
+    // defaults, and the lock-free store against papaya's on the same clock,
+    // hasher and cells.
+    let mut judged: Vec<(&'static str, Side<'a>, Side<'a>, Target, bool)> = vec![
         (
-            "keyed GCRA deny × governor keyed",
+            "keyed deny × governor keyed (defaults)",
             two(op(deny, "GCRA")),
             two(op(deny, "governor keyed")),
-            Target::AtLeast(4.0),
+            Target::AtLeast(3.0),
             true,
         ),
         (
-            "keyed GCRA deny ÷ direct GCRA deny",
+            "keyed deny ÷ direct deny (defaults)",
             two(op(deny, "GCRA")),
             two(op(deny, "GCRA direct")),
             Target::AtMost(2.0),
             false,
         ),
         (
-            "keyed GCRA deny, 2 threads × 1 thread",
+            "keyed deny, 2 threads × 1 thread",
             two(op(deny, "GCRA")),
             at(op(deny, "GCRA"), 1),
             Target::AtLeast(1.6),
             true,
         ),
         (
-            "keyed GCRA deny, seeded foldhash × governor keyed",
-            two(op(deny, "GCRA, foldhash")),
-            two(op(deny, "governor keyed")),
-            Target::AtLeast(4.0),
-            true,
-        ),
-        (
-            "GCRA admit, 65 536 keys × governor keyed",
+            "admit, 65 536 keys × governor keyed (defaults)",
             two(op(distinct, "lock-free")),
             two(op(distinct, "governor keyed")),
-            Target::AtLeast(2.0),
+            Target::AtLeast(1.5),
             true,
         ),
         (
-            "GCRA admit, 65 536 keys, foldhash × governor keyed",
-            two(op(distinct, "lock-free, foldhash")),
-            two(op(distinct, "governor keyed")),
-            Target::AtLeast(2.0),
-            true,
-        ),
-        (
-            "GCRA admit, 65 536 keys × global mutex",
+            "admit, 65 536 keys × global mutex",
             two(op(distinct, "lock-free")),
             two(op(distinct, "global mutex")),
             Target::AtLeast(4.0),
             true,
         ),
     ];
+    for (threads, deny_name, admit_name) in [
+        (
+            1,
+            "lock-free × papaya store, deny, 1 thread",
+            "lock-free × papaya store, 65 536 keys, 1 thread",
+        ),
+        (
+            2,
+            "lock-free × papaya store, deny, 2 threads",
+            "lock-free × papaya store, 65 536 keys, 2 threads",
+        ),
+    ] {
+        judged.push((
+            deny_name,
+            at(op(deny, "GCRA"), threads),
+            at(op(deny, "GCRA on papaya"), threads),
+            Target::AtLeast(1.0),
+            true,
+        ));
+        judged.push((
+            admit_name,
+            at(op(distinct, "lock-free"), threads),
+            at(op(distinct, "papaya"), threads),
+            Target::AtLeast(1.0),
+            true,
+        ));
+    }
+    // The engine with seeded foldhash in place of SipHash, for keys clients
+    // do not choose: shown.
+    judged.extend([
+        (
+            "  keyed deny, seeded foldhash × governor keyed",
+            two(op(deny, "GCRA, foldhash")),
+            two(op(deny, "governor keyed")),
+            Target::Shown,
+            true,
+        ),
+        (
+            "  admit, 65 536 keys, seeded foldhash × governor keyed",
+            two(op(distinct, "lock-free, foldhash")),
+            two(op(distinct, "governor keyed")),
+            Target::Shown,
+            true,
+        ),
+    ]);
     if !diagnostics {
         return into_cases(judged);
     }
@@ -820,32 +894,22 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers, diagnostics: bool) -> Vec<C
             true,
         ),
     ]);
-    // The lock-free table against the stores on other maps, on the drained
-    // hot key and on 65 536 distinct keys.
-    let peers = ["papaya", "scc::HashIndex", "flurry"];
-    let deny_peers = [
-        (
-            "lock-free deny × papaya store (throughput)",
-            "GCRA on papaya",
-        ),
+    // The lock-free table against the stores on the other maps (papaya's
+    // are judged above), on the drained hot key and on 65 536 distinct keys.
+    for (deny_name, deny_row, admit_name, peer) in [
         (
             "lock-free deny × scc::HashIndex store (throughput)",
             "GCRA on scc::HashIndex",
+            "lock-free admit, 65 536 keys × scc::HashIndex store (throughput)",
+            "scc::HashIndex",
         ),
         (
             "lock-free deny × flurry store (throughput)",
             "GCRA on flurry",
+            "lock-free admit, 65 536 keys × flurry store (throughput)",
+            "flurry",
         ),
-    ];
-    let admit_peers = [
-        "lock-free admit, 65 536 keys × papaya store (throughput)",
-        "lock-free admit, 65 536 keys × scc::HashIndex store (throughput)",
-        "lock-free admit, 65 536 keys × flurry store (throughput)",
-    ];
-    for ((deny_name, deny_row), (admit_name, peer)) in deny_peers
-        .into_iter()
-        .zip(admit_peers.into_iter().zip(peers))
-    {
+    ] {
         cases.push((
             deny_name,
             two(op(deny, "GCRA")),
@@ -874,27 +938,90 @@ fn into_cases<'a>(cases: Vec<(&'static str, Side<'a>, Side<'a>, Target, bool)>) 
             baseline,
             target,
             throughput,
-            ratios: Vec::new(),
+            blocks: Vec::new(),
         })
         .collect()
 }
 
-/// Runs one block of pairs of every case.
+/// The flag that makes this program run one block of judged pairs and
+/// print its ratios ([`run_block`]) instead of the report.
+pub const JUDGE_BLOCK_FLAG: &str = "--judge-block";
+
+/// The rows the judged pairs read: the drained hot key's and the 65 536
+/// distinct keys' (the headline's alone without diagnostics).
+fn judged_makers(diagnostics: bool) -> (Makers, Makers) {
+    let mut deny = deny_ops();
+    let mut widest = distinct_ops(65_536);
+    widest.extend(held_guard_ops(65_536));
+    if !diagnostics {
+        deny = headline_only(deny, &HEADLINE_DENY);
+        widest = headline_only(widest, &HEADLINE_DISTINCT);
+    }
+    (deny, widest)
+}
+
+/// Runs block `block` of every judged case in this process, one line a
+/// case on stdout: its index, then its pairs' ratios `subject ns /
+/// baseline ns`. The report's process runs each block in a fresh process
+/// of this program ([`JUDGE_BLOCK_FLAG`]).
+pub fn run_block(budget: &Budget, block: usize) {
+    let (deny, widest) = judged_makers(budget.diagnostics);
+    let first = block * budget.pairs;
+    for (index, case) in cases(&deny, &widest, budget.diagnostics).iter().enumerate() {
+        let ratios = paired_block(
+            &case.subject,
+            &case.baseline,
+            first..first + budget.pairs,
+            budget.slice,
+        );
+        let ratios: Vec<String> = ratios.iter().map(f64::to_string).collect();
+        println!("{index} {}", ratios.join(" "));
+    }
+}
+
+/// Runs block `block` of every case's pairs in a fresh process of this
+/// program ([`run_block`]), and adds each case's ratios.
 fn judge_block(cases: &mut [Case<'_>], budget: &Budget, block: usize, bar: &ProgressBar) {
-    let per_block = budget.pairs.div_ceil(budget.blocks.max(1));
-    for case in cases {
-        let done = case.ratios.len();
-        let pairs = done..budget.pairs.min(done + per_block);
-        if pairs.is_empty() {
-            continue;
-        }
-        bar.set_message(format!(
-            "judging, block {}: {}",
-            block + 1,
-            case.name.trim_start()
-        ));
-        let ratios = paired_block(&case.subject, &case.baseline, pairs, budget.slice);
-        case.ratios.extend(ratios);
+    bar.set_message(format!(
+        "judging: block {} of {}, in a fresh process",
+        block + 1,
+        budget.blocks
+    ));
+    let program = std::env::current_exe().expect("the lab's own executable");
+    let mut command = std::process::Command::new(program);
+    command.args([JUDGE_BLOCK_FLAG, &block.to_string()]);
+    if budget.full {
+        command.arg("--full");
+    }
+    if budget.diagnostics {
+        command.arg("--diagnostics");
+    }
+    let output = command
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("could not start the lab's own executable for a block of pairs");
+    assert!(
+        output.status.success(),
+        "block {block} of the judged pairs failed: {}",
+        output.status
+    );
+    let stdout = String::from_utf8(output.stdout).expect("the block's output is UTF-8");
+    let mut lines = stdout.lines();
+    for (index, case) in cases.iter_mut().enumerate() {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("block {block} printed no line for case {index}"));
+        let mut fields = line.split(' ');
+        assert_eq!(
+            fields.next(),
+            Some(index.to_string().as_str()),
+            "block {block} printed its cases out of order"
+        );
+        let ratios: Vec<f64> = fields
+            .map(|field| field.parse().expect("a ratio"))
+            .collect();
+        assert_eq!(ratios.len(), budget.pairs, "block {block}, case {index}");
+        case.blocks.push(ratios);
     }
     bar.inc(1);
 }
@@ -906,14 +1033,9 @@ fn judge_block(cases: &mut [Case<'_>], budget: &Budget, block: usize, bar: &Prog
 /// one minute and the next), not only at its end.
 pub fn run(budget: &Budget) -> Results {
     let diagnostics = budget.diagnostics;
-    let (mut deny_makers, clock_makers) = (deny_ops(), clock_ops());
+    let (deny_makers, widest) = judged_makers(diagnostics);
+    let clock_makers = clock_ops();
     let (few, some) = (distinct_ops(16), distinct_ops(1_024));
-    let mut widest = distinct_ops(65_536);
-    widest.extend(held_guard_ops(65_536));
-    if !diagnostics {
-        deny_makers = headline_only(deny_makers, &HEADLINE_DENY);
-        widest = headline_only(widest, &HEADLINE_DISTINCT);
-    }
     let (algorithm_makers, hot_makers) = (algorithm_ops(), hot_ops());
     // Each table's title, rows, and whether it is a diagnostic.
     let all: [(&str, &Makers, bool); 7] = [
@@ -970,14 +1092,23 @@ pub fn run(budget: &Budget) -> Results {
     let judged = cases
         .into_iter()
         .map(|mut case| {
-            let cost = median_ci(&mut case.ratios);
-            Judged {
-                name: case.name,
-                ratio: if case.throughput {
+            let oriented = |cost: Estimate| {
+                if case.throughput {
                     cost.reciprocal(1.0)
                 } else {
                     cost
-                },
+                }
+            };
+            let blocks = case
+                .blocks
+                .iter_mut()
+                .map(|ratios| oriented(median_ci(ratios)))
+                .collect();
+            let mut all: Vec<f64> = case.blocks.concat();
+            Judged {
+                name: case.name,
+                ratio: oriented(median_ci(&mut all)),
+                blocks,
                 target: case.target,
             }
         })
