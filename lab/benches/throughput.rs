@@ -72,7 +72,7 @@ fn deny_hot_key(criterion: &mut Criterion) {
             "sliding_counter",
             workloads::deny_hot_key::<SlidingWindowCounter, _>(TscClock::new()),
         ),
-        ("gcra", workloads::deny_hot_key::<Gcra, _>(TscClock::new())),
+        ("gcra", workloads::deny_hot_key_default()),
         (
             "gcra_in_held_guard",
             workloads::in_outer_guard(workloads::deny_hot_key::<Gcra, _>(TscClock::new()), true),
@@ -149,10 +149,7 @@ fn admit_distinct_keys(criterion: &mut Criterion) {
                 "per_key",
                 workloads::admit_distinct::<Gcra, _>(PerKey::new(), keys),
             ),
-            (
-                "lock_free",
-                workloads::admit_distinct::<Gcra, _>(LockFree::default(), keys),
-            ),
+            ("lock_free", workloads::admit_distinct_default(keys)),
             (
                 "lock_free_foldhash",
                 workloads::admit_distinct::<Gcra, _>(workloads::lock_free_foldhash(), keys),
