@@ -540,6 +540,10 @@ fn distinct_ops(keys: u64) -> Makers {
             workloads::admit_distinct::<Gcra, _>(Papaya::new(), keys),
         ),
         (
+            "papaya, admitted in order",
+            workloads::admit_distinct_admitted_in_order(Papaya::new(), keys),
+        ),
+        (
             "scc::HashIndex",
             workloads::admit_distinct::<Gcra, _>(SccIndex::new(), keys),
         ),
@@ -890,6 +894,22 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers, diagnostics: bool) -> Vec<C
             "  a cell a line, 1 thread (its control)",
             at(op(distinct, "lock-free, a cell a line"), 1),
             at(op(distinct, "lock-free"), 1),
+            Target::Shown,
+            true,
+        ),
+    ]);
+    cases.extend([
+        (
+            "lock-free × papaya store, 65 536 keys admitted in order, 2 threads",
+            two(op(distinct, "lock-free")),
+            two(op(distinct, "papaya, admitted in order")),
+            Target::Shown,
+            true,
+        ),
+        (
+            "  the same, 1 thread",
+            at(op(distinct, "lock-free"), 1),
+            at(op(distinct, "papaya, admitted in order"), 1),
             Target::Shown,
             true,
         ),
