@@ -174,14 +174,16 @@ impl Connection {
     }
 
     fn new(inner: Inner, options: Options) -> Self {
+        let breaker = Arc::new(Breaker::new(
+            options.failures_to_open,
+            options.cooldown,
+            options.call_timeout,
+        ));
+        keep_the_timer_armed(Arc::downgrade(&breaker), options.call_timeout);
         Self {
             inner,
             options,
-            breaker: Arc::new(Breaker::new(
-                options.failures_to_open,
-                options.cooldown,
-                options.call_timeout,
-            )),
+            breaker,
         }
     }
 
@@ -220,6 +222,27 @@ impl Connection {
             ))),
         }
     }
+}
+
+/// Keeps a timer due within half a call timeout pending in the runtime, for
+/// as long as a clone of the connection lives (`alive`, its breaker).
+///
+/// Every call arms its own timeout. tokio wakes the thread parked on its
+/// time driver whenever a timer is registered that is due before the
+/// driver's next wake, or while none is pending: with calls sent from
+/// another thread (a runtime's other worker, a `block_on`), each batch of
+/// calls would cost that thread a wake-up (a syscall, and a redis-rs
+/// pipeline flushed early, splitting a batch of pipelined calls into more
+/// writes). A pending tick sooner than any call's deadline means no
+/// registration needs a wake-up; it costs one timer firing every half a
+/// call timeout (125 ms by default).
+fn keep_the_timer_armed(alive: std::sync::Weak<Breaker>, call_timeout: Duration) {
+    let period = (call_timeout / 2).max(Duration::from_millis(1));
+    tokio::spawn(async move {
+        while alive.strong_count() > 0 {
+            tokio::time::sleep(period).await;
+        }
+    });
 }
 
 /// Why a call returned no value.
