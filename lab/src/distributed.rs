@@ -435,12 +435,16 @@ async fn throughput(url: &str, budget: &Budget) {
     let mut latencies = vec![Vec::new(); n];
     // The server's own time per call (INFO commandstats), one task.
     let mut server_us = vec![Vec::new(); n];
+    // The server's reads per call, 16 in flight: how well the client
+    // batches its pipelined calls into writes.
+    let mut reads = vec![Vec::new(); n];
     for round in 0..budget.rounds {
         for (m, (mode, _)) in modes.iter().enumerate() {
             for k in 0..n {
                 let s = (round + k) % n;
                 let single = matches!(mode, Mode::Single);
-                if single {
+                let depth = matches!(mode, Mode::Depth);
+                if single || depth {
                     reset_stats(&mut clients.raw.clone()).await;
                 }
                 let (rate, latency) = cell(&clients, SUBJECTS[s], *mode, budget.per_cell).await;
@@ -453,6 +457,10 @@ async fn throughput(url: &str, budget: &Budget) {
                         "evalsha"
                     };
                     server_us[s].push(usec_per_call(&mut clients.raw.clone(), command).await);
+                }
+                if depth {
+                    let calls = rate * budget.per_cell.as_secs_f64();
+                    reads[s].push(reads_processed(&mut clients.raw.clone()).await / calls);
                 }
             }
         }
@@ -515,6 +523,13 @@ async fn throughput(url: &str, budget: &Budget) {
     println!(
         "The server's time per call, 1 task (INFO commandstats usec_per_call, median of the\nrounds): {};\ntollgate / redis_rate {script:.2}× ({low:.2}–{high:.2}).\n",
         server.join(", ")
+    );
+    let batched: Vec<String> = (0..n)
+        .map(|s| format!("{} {:.3}", NAMES[s], median(&mut reads[s].clone())))
+        .collect();
+    println!(
+        "The server's reads per call, 16 in flight (INFO stats total_reads_processed):\n{}.\n",
+        batched.join(", ")
     );
     judged.push((
         "1 task: median latency ≤ 1.5× SET".to_owned(),
@@ -604,6 +619,19 @@ async fn usec_per_call(raw: &mut ConnectionManager, command: &str) -> f64 {
         })
         .and_then(|value| value.trim().parse().ok())
         .expect("usec_per_call in INFO commandstats")
+}
+
+/// The reads the server has processed since the statistics were zeroed.
+async fn reads_processed(raw: &mut ConnectionManager) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(raw)
+        .await
+        .expect("INFO stats");
+    info.lines()
+        .find_map(|line| line.strip_prefix("total_reads_processed:"))
+        .and_then(|value| value.trim().parse().ok())
+        .expect("total_reads_processed in INFO stats")
 }
 
 /// Loads tollgate's script; its SHA-1.
