@@ -62,6 +62,12 @@ impl Options {
 /// A command is never sent twice: a check whose reply is lost is reported
 /// as failed, not retried (at most once, as the design notes argue).
 ///
+/// Opening a connection spawns one small task on the current tokio runtime,
+/// which wakes every half call timeout (125 ms by default) while a clone of
+/// the connection lives: it keeps a timer pending, so that arming each
+/// call's timeout does not have to wake the thread that waits on tokio's
+/// timers.
+///
 /// TLS comes with the `rediss://` scheme and this crate's `tls-rustls`
 /// feature (rustls then needs a crypto provider: its `ring` or `aws-lc-rs`
 /// feature). A server whose certificate no system root signs is reached by
