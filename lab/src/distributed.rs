@@ -1,7 +1,9 @@
 //! The distributed sections, on a `redis-server` the lab starts
 //! itself on a free loopback port: the three-instance break with real
 //! processes, checks per second against redis_rate's GCRA and a plain `SET`
-//! through one client, and Redis's memory per key.
+//! through one client, the two client crates on tollgate's script, what
+//! each client does with a call whose reply is lost, and Redis's memory
+//! per key.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -17,7 +19,13 @@ use crate::for_each_algorithm;
 use crate::instances::{Instance, admitted};
 use crate::redis_server::RedisServer;
 use crate::stats::{median, ratio_spread};
+use proxy::Proxy;
 use tollgate::algorithm::{FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
+
+// The at-most-once tests' proxy, which loses a script's reply after it ran.
+#[path = "../../redis/tests/support/proxy.rs"]
+#[allow(dead_code)]
+mod proxy;
 
 /// The baseline script: redis_rate's algorithm (see the file).
 const REDIS_RATE: &str = include_str!("redis_rate.lua");
@@ -82,6 +90,7 @@ pub fn run(budget: &Budget) {
         .build()
         .expect("a tokio runtime");
     runtime.block_on(throughput(&url, budget));
+    runtime.block_on(lost_replies(server.port()));
     runtime.block_on(memory(&url));
     match &binary {
         Ok(binary) => crate::leases::run(binary, &budget.leases, pin),
@@ -174,25 +183,31 @@ enum Subject {
     RedisRate,
     /// `SET` through redis-rs: the floor.
     Set,
-    /// redis_rate's script through fred: the other client crate.
-    FredRedisRate,
-    /// `SET` through fred.
+    /// tollgate's script called by hand through redis-rs, with the keys and
+    /// arguments the limiter sends: the call without the limiter's work.
+    TollgateScript,
+    /// The same call through fred, at most once (`max_command_attempts`
+    /// of one: a command is never written twice).
+    FredTollgateScript,
+    /// `SET` through fred, at most once.
     FredSet,
 }
 
-const SUBJECTS: [Subject; 5] = [
+const SUBJECTS: [Subject; 6] = [
     Subject::Tollgate,
     Subject::RedisRate,
     Subject::Set,
-    Subject::FredRedisRate,
+    Subject::TollgateScript,
+    Subject::FredTollgateScript,
     Subject::FredSet,
 ];
 
-const NAMES: [&str; 5] = [
+const NAMES: [&str; 6] = [
     "tollgate GCRA",
     "redis_rate GCRA",
     "SET",
-    "redis_rate, fred",
+    "tollgate's script, redis-rs",
+    "tollgate's script, fred",
     "SET, fred",
 ];
 
@@ -213,6 +228,43 @@ struct Clients {
     raw: ConnectionManager,
     fred: fred::clients::Client,
     redis_rate_sha: String,
+    tollgate_sha: String,
+}
+
+/// The limiter's quota in the throughput cells: a million units, one a
+/// second.
+const SPAN_US: u64 = 1_000_000;
+const BURST: u32 = 1_000_000;
+
+/// The arguments the limiter sends for a check of one unit on the
+/// server's clock (`redis/src/limiter/wire.rs`): mode, time, algorithm,
+/// cost, interval, burst, grace.
+fn tollgate_arguments() -> [String; 7] {
+    [
+        "0".to_owned(),
+        String::new(),
+        "g".to_owned(),
+        "1".to_owned(),
+        SPAN_US.to_string(),
+        BURST.to_string(),
+        "0".to_owned(),
+    ]
+}
+
+/// A fred client on `url` that sends a command at most once: after its
+/// connection closes, it reconnects (every 50 ms), but a command already
+/// written once is failed, not written again.
+async fn fred_at_most_once(url: &str) -> fred::clients::Client {
+    use fred::interfaces::ClientLike;
+    let client = fred::types::Builder::from_config(
+        fred::types::config::Config::from_url(url).expect("a fred config"),
+    )
+    .with_connection_config(|config| config.max_command_attempts = 1)
+    .set_policy(fred::types::config::ReconnectPolicy::new_constant(0, 50))
+    .build()
+    .expect("a fred client");
+    client.init().await.expect("connecting with fred");
+    client
 }
 
 /// redis_rate's arguments: burst, rate, period (s), cost. A million units
@@ -220,6 +272,19 @@ struct Clients {
 const REDIS_RATE_ARGS: [u64; 4] = [1_000_000, 1_000_000, 1_000_000, 1];
 
 impl Clients {
+    /// The Redis key of the calls by hand: the limiter's for `key` under
+    /// another name (`lab-raw`), so that they count apart from its checks.
+    fn script_key(&self, key: usize) -> Vec<u8> {
+        let mut redis_key = self.limiter.redis_key(key.to_ne_bytes());
+        // "{tag}3:lab:" becomes "{tag}3:law:": same length, its own keys.
+        let at = redis_key
+            .windows(5)
+            .position(|window| window == b"3:lab")
+            .expect("the limiter's name in its key");
+        redis_key[at + 4] = b'w';
+        redis_key
+    }
+
     /// One call of `subject` for key number `index`.
     async fn call(&self, subject: Subject, index: usize) {
         use fred::interfaces::{KeysInterface, LuaInterface};
@@ -252,17 +317,29 @@ impl Clients {
                     .await
                     .expect("SET");
             }
-            Subject::FredRedisRate => {
-                let reply: Vec<fred::types::Value> = self
+            Subject::TollgateScript => {
+                let reply: Vec<i64> = redis::cmd("EVALSHA")
+                    .arg(&self.tollgate_sha)
+                    .arg(1)
+                    .arg(self.script_key(key))
+                    .arg(&tollgate_arguments()[..])
+                    .query_async(&mut self.raw.clone())
+                    .await
+                    .expect("tollgate's reply");
+                assert_eq!(reply.first(), Some(&1));
+            }
+            Subject::FredTollgateScript => {
+                let reply: Vec<i64> = self
                     .fred
                     .evalsha(
-                        self.redis_rate_sha.as_str(),
-                        format!("fred-rate:{key}"),
-                        REDIS_RATE_ARGS.to_vec(),
+                        self.tollgate_sha.as_str(),
+                        // One key of bytes (a Vec<u8> would be a key a byte).
+                        fred::types::Key::from(&self.script_key(key)[..]),
+                        tollgate_arguments().to_vec(),
                     )
                     .await
-                    .expect("redis_rate's reply through fred");
-                assert_eq!(reply.first(), Some(&fred::types::Value::Integer(1)));
+                    .expect("tollgate's reply through fred");
+                assert_eq!(reply.first(), Some(&1));
             }
             Subject::FredSet => {
                 let () = self
@@ -315,7 +392,6 @@ async fn cell(clients: &Clients, subject: Subject, mode: Mode, per_cell: Duratio
 }
 
 async fn throughput(url: &str, budget: &Budget) {
-    use fred::interfaces::ClientLike;
     println!("## Checks per second on one connection\n");
     // Throughput, not deadlines: the peers' clients wait as long as a reply
     // takes, and so does this one (the default 250 ms deadline can fire on
@@ -329,22 +405,19 @@ async fn throughput(url: &str, budget: &Budget) {
     let client = redis::Client::open(url).expect("a client");
     let mut raw = ConnectionManager::new(client).await.expect("connecting");
     let redis_rate_sha = load_redis_rate(&mut raw).await;
-    let fred = fred::types::Builder::from_config(
-        fred::types::config::Config::from_url(url).expect("a fred config"),
-    )
-    .build()
-    .expect("a fred client");
-    fred.init().await.expect("connecting with fred");
+    let tollgate_sha = load_tollgate(&mut raw).await;
+    let fred = fred_at_most_once(url).await;
     let clients = Clients {
         limiter: RedisLimiter::builder(
             "lab",
-            Quota::new(1_000_000, Duration::from_secs(1_000_000)).expect("a quota"),
+            Quota::new(BURST, Duration::from_secs(SPAN_US)).expect("a quota"),
         )
         .build(connection)
         .expect("a limiter"),
         raw,
         fred,
         redis_rate_sha,
+        tollgate_sha,
     };
     // Warm every key and the script cache, then interleave: each round runs
     // every (mode, subject) cell once, the subjects in a rotating order.
@@ -360,14 +433,34 @@ async fn throughput(url: &str, budget: &Budget) {
     // rates[mode][subject][round], latencies[subject][round]
     let mut rates = vec![vec![Vec::new(); n]; modes.len()];
     let mut latencies = vec![Vec::new(); n];
+    // The server's own time per call (INFO commandstats), one task.
+    let mut server_us = vec![Vec::new(); n];
+    // The server's reads per call, 16 in flight: how well the client
+    // batches its pipelined calls into writes.
+    let mut reads = vec![Vec::new(); n];
     for round in 0..budget.rounds {
         for (m, (mode, _)) in modes.iter().enumerate() {
             for k in 0..n {
                 let s = (round + k) % n;
+                let single = matches!(mode, Mode::Single);
+                let depth = matches!(mode, Mode::Depth);
+                if single || depth {
+                    reset_stats(&mut clients.raw.clone()).await;
+                }
                 let (rate, latency) = cell(&clients, SUBJECTS[s], *mode, budget.per_cell).await;
                 rates[m][s].push(rate);
-                if matches!(mode, Mode::Single) {
+                if single {
                     latencies[s].push(latency);
+                    let command = if matches!(SUBJECTS[s], Subject::Set | Subject::FredSet) {
+                        "set"
+                    } else {
+                        "evalsha"
+                    };
+                    server_us[s].push(usec_per_call(&mut clients.raw.clone(), command).await);
+                }
+                if depth {
+                    let calls = rate * budget.per_cell.as_secs_f64();
+                    reads[s].push(reads_processed(&mut clients.raw.clone()).await / calls);
                 }
             }
         }
@@ -388,8 +481,9 @@ async fn throughput(url: &str, budget: &Budget) {
     let pairs = [
         (0, 1, "tollgate / redis_rate"),
         (0, 2, "tollgate / SET"),
-        (3, 1, "fred / redis-rs, redis_rate's script"),
-        (4, 2, "fred / redis-rs, SET"),
+        (0, 3, "tollgate / its script by hand"),
+        (4, 3, "fred / redis-rs, tollgate's script"),
+        (5, 2, "fred / redis-rs, SET"),
     ];
     println!("| mode | {} |", pairs.map(|(_, _, name)| name).join(" | "));
     println!("|---|{}", "---:|".repeat(pairs.len()));
@@ -421,6 +515,21 @@ async fn throughput(url: &str, budget: &Budget) {
     println!(
         "\nMedian latency of one call, 1 task: {};\ntollgate / SET {latency:.2}× ({low:.2}–{high:.2}).\n",
         medians.join(", ")
+    );
+    let server: Vec<String> = (0..n)
+        .map(|s| format!("{} {:.2} µs", NAMES[s], median(&mut server_us[s].clone())))
+        .collect();
+    let (script, low, high) = ratio_spread(&server_us[0], &server_us[1]);
+    println!(
+        "The server's time per call, 1 task (INFO commandstats usec_per_call, median of the\nrounds): {};\ntollgate / redis_rate {script:.2}× ({low:.2}–{high:.2}).\n",
+        server.join(", ")
+    );
+    let batched: Vec<String> = (0..n)
+        .map(|s| format!("{} {:.3}", NAMES[s], median(&mut reads[s].clone())))
+        .collect();
+    println!(
+        "The server's reads per call, 16 in flight (INFO stats total_reads_processed):\n{}.\n",
+        batched.join(", ")
     );
     judged.push((
         "1 task: median latency ≤ 1.5× SET".to_owned(),
@@ -480,6 +589,144 @@ async fn memory(url: &str) {
     })
     .await;
     print_row(&mut raw, "redis_rate GCRA", row, rate_key(0).as_bytes()).await;
+    println!();
+}
+
+/// Zeroes the server's command statistics.
+async fn reset_stats(raw: &mut ConnectionManager) {
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(raw)
+        .await
+        .expect("CONFIG RESETSTAT");
+}
+
+/// The server's mean time per call of `command` since the statistics were
+/// zeroed, µs.
+async fn usec_per_call(raw: &mut ConnectionManager, command: &str) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(raw)
+        .await
+        .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:");
+    info.lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|stats| {
+            stats
+                .split(',')
+                .find_map(|field| field.strip_prefix("usec_per_call="))
+        })
+        .and_then(|value| value.trim().parse().ok())
+        .expect("usec_per_call in INFO commandstats")
+}
+
+/// The reads the server has processed since the statistics were zeroed.
+async fn reads_processed(raw: &mut ConnectionManager) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(raw)
+        .await
+        .expect("INFO stats");
+    info.lines()
+        .find_map(|line| line.strip_prefix("total_reads_processed:"))
+        .and_then(|value| value.trim().parse().ok())
+        .expect("total_reads_processed in INFO stats")
+}
+
+/// Loads tollgate's script; its SHA-1.
+async fn load_tollgate(raw: &mut ConnectionManager) -> String {
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(tollgate_redis::SCRIPT)
+        .query_async(raw)
+        .await
+        .expect("loading tollgate's script")
+}
+
+/// A call whose reply is lost after the script ran, for each client: a
+/// proxy in front of the server forwards the call, drops the reply and
+/// closes the client's connection (`redis/tests/support/proxy.rs`, the
+/// at-most-once tests' own). Each client checks one unit of a fresh key
+/// (10 per hour); the units the server then holds say how many times the
+/// call ran.
+async fn lost_replies(port: u16) {
+    use fred::interfaces::{ClientLike, LuaInterface};
+    println!("## A lost reply: how many times each client runs the call\n");
+    println!("A proxy forwards one check of a fresh key, lets the server run it, drops the reply");
+    println!("and closes the client's connection; the server's count after:\n");
+    println!("| client | the caller got | units charged |");
+    println!("|---|---|---:|");
+    let url = format!("redis://127.0.0.1:{port}/");
+    let quota = Quota::per_hour(10).expect("a quota");
+    let direct = Connection::open(url.as_str()).await.expect("connecting");
+    let observer = RedisLimiter::builder("lost", quota)
+        .build(direct)
+        .expect("a limiter");
+    let charged = |user: &'static str| {
+        let observer = &observer;
+        async move {
+            let peeked = observer.peek(user).await.expect("a peek");
+            // What remains after the unit a peek would take.
+            10 - 1 - peeked.remaining()
+        }
+    };
+    // tollgate's connection (redis-rs, no resend).
+    let proxy = Proxy::start(port).expect("a proxy");
+    let through = Connection::open(format!("redis://127.0.0.1:{}/", proxy.port()).as_str())
+        .await
+        .expect("connecting through the proxy");
+    let limiter = RedisLimiter::builder("lost", quota)
+        .build(through)
+        .expect("a limiter");
+    proxy.lose_next_script_reply();
+    let got = match limiter.check("tollgate").await {
+        Ok(decision) => format!("admitted: {}", decision.is_allowed()),
+        Err(error) => format!("error: {error}"),
+    };
+    println!(
+        "| tollgate-redis (redis-rs) | {got} | {} |",
+        charged("tollgate").await
+    );
+    // fred, with its default attempts (3) and at most once (1), both
+    // reconnecting.
+    for (label, attempts, user) in [
+        ("fred, defaults (3 attempts)", 3, "fred-3"),
+        ("fred, max_command_attempts = 1", 1, "fred-1"),
+    ] {
+        let proxy = Proxy::start(port).expect("a proxy");
+        let client = fred::types::Builder::from_config(
+            fred::types::config::Config::from_url(&format!("redis://127.0.0.1:{}/", proxy.port()))
+                .expect("a fred config"),
+        )
+        .with_connection_config(|config| config.max_command_attempts = attempts)
+        .set_policy(fred::types::config::ReconnectPolicy::new_constant(0, 50))
+        .build()
+        .expect("a fred client");
+        client.init().await.expect("connecting with fred");
+        let sha = tollgate_redis::SCRIPT;
+        let loaded: String = client.script_load(sha).await.expect("SCRIPT LOAD");
+        let mut arguments = tollgate_arguments();
+        arguments[4] = quota.emission_interval().as_micros().to_string();
+        arguments[5] = quota.burst().to_string();
+        proxy.lose_next_script_reply();
+        let reply: Result<Vec<i64>, _> = tokio::time::timeout(
+            Duration::from_secs(5),
+            client.evalsha(
+                loaded.as_str(),
+                fred::types::Key::from(&observer.redis_key(user)[..]),
+                arguments.to_vec(),
+            ),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{label}: no answer in 5 s"));
+        let got = match reply {
+            Ok(reply) => format!("admitted: {}", reply.first() == Some(&1)),
+            Err(error) => format!("error: {}", error.kind().to_str()),
+        };
+        println!("| {label} | {got} | {} |", charged(user).await);
+        let _ = client.quit().await;
+    }
     println!();
 }
 

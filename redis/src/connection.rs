@@ -62,6 +62,12 @@ impl Options {
 /// A command is never sent twice: a check whose reply is lost is reported
 /// as failed, not retried (at most once, as the design notes argue).
 ///
+/// Opening a connection spawns one small task on the current tokio runtime,
+/// which wakes every half call timeout (125 ms by default) while a clone of
+/// the connection lives: it keeps a timer pending, so that arming each
+/// call's timeout does not have to wake the thread that waits on tokio's
+/// timers.
+///
 /// TLS comes with the `rediss://` scheme and this crate's `tls-rustls`
 /// feature (rustls then needs a crypto provider: its `ring` or `aws-lc-rs`
 /// feature). A server whose certificate no system root signs is reached by
@@ -174,14 +180,16 @@ impl Connection {
     }
 
     fn new(inner: Inner, options: Options) -> Self {
+        let breaker = Arc::new(Breaker::new(
+            options.failures_to_open,
+            options.cooldown,
+            options.call_timeout,
+        ));
+        keep_the_timer_armed(Arc::downgrade(&breaker), options.call_timeout);
         Self {
             inner,
             options,
-            breaker: Arc::new(Breaker::new(
-                options.failures_to_open,
-                options.cooldown,
-                options.call_timeout,
-            )),
+            breaker,
         }
     }
 
@@ -220,6 +228,27 @@ impl Connection {
             ))),
         }
     }
+}
+
+/// Keeps a timer due within half a call timeout pending in the runtime, for
+/// as long as a clone of the connection lives (`alive`, its breaker).
+///
+/// Every call arms its own timeout. tokio wakes the thread parked on its
+/// time driver whenever a timer is registered that is due before the
+/// driver's next wake, or while none is pending: with calls sent from
+/// another thread (a runtime's other worker, a `block_on`), each batch of
+/// calls would cost that thread a wake-up (a syscall, and a redis-rs
+/// pipeline flushed early, splitting a batch of pipelined calls into more
+/// writes). A pending tick sooner than any call's deadline means no
+/// registration needs a wake-up; it costs one timer firing every half a
+/// call timeout (125 ms by default).
+fn keep_the_timer_armed(alive: std::sync::Weak<Breaker>, call_timeout: Duration) {
+    let period = (call_timeout / 2).max(Duration::from_millis(1));
+    tokio::spawn(async move {
+        while alive.strong_count() > 0 {
+            tokio::time::sleep(period).await;
+        }
+    });
 }
 
 /// Why a call returned no value.

@@ -267,8 +267,11 @@ impl<A: Scripted> RedisLimiter<A> {
         now: Now,
     ) -> Result<Enforced, Error> {
         let core = &self.core;
-        let mut call = Call::new(if peek { Op::Peek } else { Op::Check });
-        call.push(core.entry(core.namespace.key(key), cost, &now));
+        let entry = core.entry(core.namespace.key(key), cost, &now);
+        let call = Call::new(
+            if peek { Op::Peek } else { Op::Check },
+            std::slice::from_ref(&entry),
+        );
         let sent = call.send(&core.connection, &core.script).await;
         self.count(&sent);
         match sent {

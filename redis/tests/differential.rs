@@ -13,6 +13,11 @@
 //! (rounded up: the first whole microsecond at which the in-process limiter
 //! admits).
 //!
+//! GCRA runs in two places in the script: a path for one limit (checks and
+//! peeks) and the loop that decides several limits together. Its checks
+//! are compared twice: alone, and together with a second limit that always
+//! admits ([`Path::Together`]), so that the loop decides them.
+//!
 //! Planted bugs in copies of the script (a timestamp through `tostring`,
 //! truncation where the arithmetic rounds up, a float division where it
 //! divides exactly) must each make the comparison fail.
@@ -34,7 +39,7 @@ use tollgate::algorithm::{
 use tollgate::cell::{CellFor, Preferred};
 use tollgate::clock::ManualClock;
 use tollgate::{Builder, Decision, Quota};
-use tollgate_redis::{RedisLimiter, SCRIPT, Scripted};
+use tollgate_redis::{RedisLimiter, SCRIPT, Scripted, check_all};
 
 use support::target::{Kind, Target};
 
@@ -109,9 +114,21 @@ fn micro_quota<A: Scripted>(quota: &Quota) -> Option<Quota> {
     }
 }
 
+/// How the Redis limiter's checks are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// One limit a call (`check_n`).
+    Alone,
+    /// With a second limit in the same call (`check_all`), which admits
+    /// every check of a trace (a million units a million seconds), so that
+    /// the call's outcome is the limit's own. Peeks stay alone.
+    Together,
+}
+
 fn differential<A: Scripted>(
     target: &Target,
     script: Option<&str>,
+    path: Path,
     case: &Case,
 ) -> Result<(), TestCaseError>
 where
@@ -138,9 +155,22 @@ where
     let mut builder = RedisLimiter::builder(format!("d{}", unique()), quota)
         .algorithm::<A>()
         .clock(clock.clone());
+    let mut companion = RedisLimiter::builder(
+        format!("c{}", unique()),
+        Quota::new(1_000_000, Duration::from_secs(1_000_000)).expect("a quota"),
+    )
+    .clock(clock.clone());
+    if path == Path::Together {
+        builder = builder.hash_tag("together");
+        companion = companion.hash_tag("together");
+    }
     if let Some(script) = script {
         builder = builder.script_source(script);
+        companion = companion.script_source(script);
     }
+    let companion = companion
+        .build(target.connection.clone())
+        .expect("the companion limiter");
     let limiter = match builder.build(target.connection.clone()) {
         Ok(limiter) => limiter,
         // The log keeps at most one unit a microsecond of its window: a
@@ -174,10 +204,23 @@ where
                 target.runtime.block_on(limiter.peek(key)),
             )
         } else {
-            (
-                reference.check_n(&step.key, step.cost),
-                target.runtime.block_on(limiter.check_n(key, step.cost)),
-            )
+            let actual = match path {
+                Path::Alone => target.runtime.block_on(limiter.check_n(key, step.cost)),
+                Path::Together => target
+                    .runtime
+                    .block_on(check_all(&[
+                        limiter.request(key, step.cost),
+                        companion.request(key, 1),
+                    ]))
+                    .map(|decisions| {
+                        assert!(
+                            decisions.decisions()[1].is_allowed(),
+                            "the companion admits"
+                        );
+                        decisions.decisions()[0]
+                    }),
+            };
+            (reference.check_n(&step.key, step.cost), actual)
         };
         let actual = match actual {
             Ok(decision) => Ok(decision),
@@ -239,9 +282,14 @@ macro_rules! differential_tests {
             $(
                 #[test]
                 fn $name(case in cases()) {
-                    TARGET.with(|target| differential::<$algorithm>(target, None, &case))?;
+                    TARGET.with(|target| differential::<$algorithm>(target, None, Path::Alone, &case))?;
                 }
             )*
+
+            #[test]
+            fn gcra_checked_together_decides_as_in_process(case in cases()) {
+                TARGET.with(|target| differential::<Gcra>(target, None, Path::Together, &case))?;
+            }
         }
     };
 }
@@ -265,7 +313,7 @@ fn planted(from: &str, to: &str) -> String {
 }
 
 /// Runs the differential test with a planted bug: it must fail.
-fn assert_caught<A: Algorithm + Scripted>(script: &str, bug: &str)
+fn assert_caught<A: Algorithm + Scripted>(script: &str, path: Path, bug: &str)
 where
     Preferred: CellFor<A>,
 {
@@ -276,11 +324,14 @@ where
         ..Config::default()
     });
     let result = runner.run(&cases(), |case| {
-        differential::<A>(&target, Some(script), &case)
+        differential::<A>(&target, Some(script), path, &case)
     });
     match result {
         Err(proptest::test_runner::TestError::Fail(why, case)) => {
-            eprintln!("{bug} caught: {why} ({} steps)", case.steps.len());
+            eprintln!(
+                "{bug} ({path:?}) caught: {why} ({} steps)",
+                case.steps.len()
+            );
         }
         other => panic!("the differential test missed {bug}: {other:?}"),
     }
@@ -288,18 +339,24 @@ where
 
 #[test]
 fn canary_a_timestamp_through_tostring_is_caught() {
-    let gcra = planted("format(\"%d\", now + debt)", "tostring(now + debt)");
-    assert_caught::<Gcra>(&gcra, "tostring");
+    // GCRA's two copies: one limit alone, and the loop of several.
+    let alone = planted("string.format(\"%d\", now + debt)", "tostring(now + debt)");
+    assert_caught::<Gcra>(&alone, Path::Alone, "tostring");
+    let together = planted(
+        "{ \"SET\", key, format(\"%d\", now + debt)",
+        "{ \"SET\", key, tostring(now + debt)",
+    );
+    assert_caught::<Gcra>(&together, Path::Together, "tostring");
     let bucket = planted(
         "format(\"%d %d\", debt, last_at)",
         "tostring(debt) .. \" \" .. tostring(last_at)",
     );
-    assert_caught::<TokenBucket>(&bucket, "tostring");
+    assert_caught::<TokenBucket>(&bucket, Path::Alone, "tostring");
     let log = planted(
         "format(\"%d %d %d\", stamp, cost, top + cost)",
         "tostring(stamp) .. \" \" .. cost .. \" \" .. tostring(top + cost)",
     );
-    assert_caught::<SlidingWindowLog>(&log, "tostring");
+    assert_caught::<SlidingWindowLog>(&log, Path::Alone, "tostring");
 }
 
 #[test]
@@ -308,7 +365,7 @@ fn canary_truncation_where_the_wait_rounds_up_is_caught() {
         "return floor((window * (count - room) + count - 1) / count)",
         "return floor(window * (count - room) / count)",
     );
-    assert_caught::<SlidingWindowCounter>(&script, "truncation for ceiling");
+    assert_caught::<SlidingWindowCounter>(&script, Path::Alone, "truncation for ceiling");
 }
 
 #[test]
@@ -317,5 +374,5 @@ fn canary_a_float_division_is_caught() {
         "local stored_index, count = state[1] or 0, state[2] or 0\n    local index = floor(now / window)",
         "local stored_index, count = state[1] or 0, state[2] or 0\n    local index = now / window",
     );
-    assert_caught::<FixedWindow>(&script, "float division");
+    assert_caught::<FixedWindow>(&script, Path::Alone, "float division");
 }

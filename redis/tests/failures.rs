@@ -1,9 +1,12 @@
 //! Real faults: a killed and restarted `redis-server`, `CLIENT PAUSE` past
-//! the call timeout, a wrong password, an ACL user without the rights.
+//! the call timeout, a reply lost after the script ran (a proxy between
+//! client and server), a wrong password, an ACL user without the rights.
 //! Every outcome is a typed result; the breaker keeps a dead Redis from
 //! costing a timeout a check; recovery needs nothing from the caller.
 
 mod support {
+    #[allow(dead_code)]
+    pub mod proxy;
     #[allow(dead_code)]
     pub mod redis;
 }
@@ -11,8 +14,9 @@ mod support {
 use std::time::Duration;
 
 use tollgate::Quota;
-use tollgate_redis::{Connection, Error, OnFailure, Options, RedisLimiter, Unavailable};
+use tollgate_redis::{Connection, Enforced, Error, OnFailure, Options, RedisLimiter, Unavailable};
 
+use support::proxy::Proxy;
 use support::redis::{RedisCluster, RedisServer, command};
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -203,6 +207,203 @@ fn a_paused_cluster_times_out_and_the_late_script_still_counts_once() {
         ))
         .unwrap();
     a_late_script_counts_once(&runtime, connection, &cluster.ports());
+}
+
+/// Where the proxies stand.
+#[derive(Clone, Copy, Debug)]
+enum Deployment {
+    /// One server behind one proxy.
+    Standalone,
+    /// Three masters, each behind a proxy it announces as its address
+    /// (`cluster-announce-port`), so that the Cluster client reaches every
+    /// master through its proxy.
+    Cluster,
+}
+
+/// Servers with a proxy in front of each, and a connection through them.
+struct Proxied {
+    _servers: (Option<RedisServer>, Option<RedisCluster>),
+    proxies: Vec<Proxy>,
+    connection: Connection,
+}
+
+fn proxied(runtime: &tokio::runtime::Runtime, deployment: Deployment) -> Proxied {
+    match deployment {
+        Deployment::Standalone => {
+            let server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
+            let proxy = Proxy::start(server.port()).unwrap();
+            let connection = runtime
+                .block_on(Connection::open_with(
+                    format!("redis://127.0.0.1:{}/", proxy.port()),
+                    options(),
+                ))
+                .unwrap();
+            Proxied {
+                _servers: (Some(server), None),
+                proxies: vec![proxy],
+                connection,
+            }
+        }
+        Deployment::Cluster => {
+            let cluster = RedisCluster::start().unwrap_or_else(|error| panic!("{error}"));
+            let ports = cluster.ports();
+            let proxies: Vec<Proxy> = ports
+                .iter()
+                .map(|&port| Proxy::start(port).unwrap())
+                .collect();
+            for (port, proxy) in ports.iter().zip(&proxies) {
+                let announced = proxy.port().to_string();
+                let set = ["CONFIG", "SET", "cluster-announce-port", announced.as_str()];
+                assert_eq!(command(*port, &set).unwrap().trim(), "+OK");
+            }
+            // Every master must know every other by its proxy's port (the
+            // bus keeps the real one, port + 10 000).
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            let announced = |port: u16| {
+                let nodes = command(port, &["CLUSTER", "NODES"]).unwrap_or_default();
+                proxies
+                    .iter()
+                    .all(|proxy| nodes.contains(&format!("127.0.0.1:{}@", proxy.port())))
+            };
+            while !ports.iter().all(|&port| announced(port)) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the proxies' ports were not announced"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let urls: Vec<String> = proxies
+                .iter()
+                .map(|proxy| format!("redis://127.0.0.1:{}/", proxy.port()))
+                .collect();
+            let connection = runtime
+                .block_on(Connection::cluster_with(
+                    urls.iter().map(String::as_str),
+                    options(),
+                ))
+                .unwrap();
+            Proxied {
+                _servers: (None, Some(cluster)),
+                proxies,
+                connection,
+            }
+        }
+    }
+}
+
+/// A check whose reply is lost after the script ran: a proxy between the
+/// limiter and a real server forwards the call, drops the server's reply
+/// and closes the limiter's connection. Returns what the caller got, and
+/// the units the server then holds for the key (10 per hour: one admitted
+/// before, and whatever the lost call, and any resend of it, charged).
+///
+/// `resend` plants a client that sends the call again when it hears
+/// nothing back, as a client with retries does, so that the canary below
+/// can show the count telling it apart.
+fn lose_a_reply(
+    deployment: Deployment,
+    policy: OnFailure,
+    resend: bool,
+) -> (Result<Enforced, Error>, u32) {
+    let runtime = runtime();
+    let proxied = proxied(&runtime, deployment);
+    let quota = Quota::per_hour(10).unwrap();
+    let limiter = RedisLimiter::builder("lost", quota)
+        .on_failure(policy)
+        .build(proxied.connection.clone())
+        .unwrap();
+    // The same limit, without the policy: the server's count, read by a
+    // peek (once no loss is armed).
+    let observer = RedisLimiter::builder("lost", quota)
+        .build(proxied.connection)
+        .unwrap();
+    assert!(runtime.block_on(limiter.check("k")).unwrap().is_allowed());
+    // Armed on every proxy: the key's master's sees the call.
+    for proxy in &proxied.proxies {
+        proxy.lose_next_script_reply();
+    }
+    let mut outcome = runtime.block_on(limiter.check_n_enforced("k", 1));
+    let unanswered = match &outcome {
+        Err(Error::Unavailable(_)) => true,
+        Ok(enforced) => enforced.quota.is_none(),
+        Err(_) => false,
+    };
+    if resend && unanswered {
+        outcome = runtime.block_on(limiter.check_n_enforced("k", 1));
+    }
+    for proxy in &proxied.proxies {
+        proxy.disarm();
+    }
+    let lost: u32 = proxied.proxies.iter().map(Proxy::replies_lost).sum();
+    assert_eq!(lost, 1, "a proxy lost the call's reply");
+    // The connection comes back by itself (a Cluster client may first
+    // fail a call on the closed connection, before sending it).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let remaining = loop {
+        match runtime.block_on(observer.peek("k")) {
+            Ok(peeked) => break peeked.remaining(),
+            Err(Error::Unavailable(_)) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            other => panic!("no recovery: {other:?}"),
+        }
+    };
+    // A peek reports what remains after the unit it would take.
+    let charged = 10 - 1 - remaining;
+    let after = runtime.block_on(limiter.check("k")).unwrap();
+    assert!(after.is_allowed());
+    assert_eq!(after.remaining(), 10 - charged - 1, "counting on");
+    (outcome, charged)
+}
+
+/// At most once, for real: the lost call ran once and charged one unit,
+/// and was never sent again; the caller got a typed failure (`Error`) or
+/// the policy's answer (`Deny`, counted by no quota).
+fn a_lost_reply_charges_once(deployment: Deployment) {
+    let (outcome, charged) = lose_a_reply(deployment, OnFailure::Error, false);
+    match outcome {
+        Err(Error::Unavailable(Unavailable::Redis(error))) => {
+            assert!(
+                error.is_connection_dropped() || error.is_io_error(),
+                "{error}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(charged, 2, "the admitted unit and the lost call's, once");
+    let (outcome, charged) = lose_a_reply(deployment, OnFailure::Deny, false);
+    let denied = outcome.unwrap();
+    assert!(!denied.decision.is_allowed());
+    assert_eq!(denied.quota, None, "the policy's answer");
+    assert_eq!(charged, 2, "the admitted unit and the lost call's, once");
+}
+
+#[test]
+fn a_lost_reply_charges_once_and_the_policy_answers() {
+    a_lost_reply_charges_once(Deployment::Standalone);
+}
+
+#[test]
+fn a_lost_reply_on_a_cluster_charges_once_and_the_policy_answers() {
+    a_lost_reply_charges_once(Deployment::Cluster);
+}
+
+/// The tests above tell a resending client apart: with a resend planted,
+/// the caller sees an admission and the server holds one unit more than
+/// they allow.
+#[test]
+fn canary_a_resent_call_is_caught() {
+    for deployment in [Deployment::Standalone, Deployment::Cluster] {
+        let (outcome, charged) = lose_a_reply(deployment, OnFailure::Error, true);
+        assert!(
+            outcome.unwrap().decision.is_allowed(),
+            "{deployment:?}: the resend answered"
+        );
+        assert_eq!(
+            charged, 3,
+            "{deployment:?}: the lost call ran, and its resend too"
+        );
+    }
 }
 
 #[test]

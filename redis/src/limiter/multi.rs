@@ -123,15 +123,16 @@ pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
         .iter()
         .map(|request| request.limiter.time.now())
         .collect();
-    let mut call = Call::new(Op::Check);
-    for (request, now) in requests.iter().zip(&times) {
-        call.push(
+    let entries: Vec<_> = requests
+        .iter()
+        .zip(&times)
+        .map(|(request, now)| {
             request
                 .limiter
-                .entry(request.key.clone(), request.cost, now),
-        );
-    }
-    let replies = call
+                .entry(request.key.clone(), request.cost, now)
+        })
+        .collect();
+    let replies = Call::new(Op::Check, &entries)
         .send(&first.limiter.connection, &first.limiter.script)
         .await?;
     if replies.len() != 4 * requests.len() {

@@ -44,9 +44,10 @@ impl RedisLimiter<Gcra> {
             .min(MAX_SPAN_US.saturating_sub(tolerance_us));
         let now = core.time.now();
         let redis_key = core.namespace.key(key.as_ref());
-        let mut call = Call::new(Op::Reserve(max_wait_us));
-        call.push(core.entry(redis_key.clone(), cost, &now));
-        let reply = call.send(&core.connection, &core.script).await?;
+        let entry = core.entry(redis_key.clone(), cost, &now);
+        let reply = Call::new(Op::Reserve(max_wait_us), std::slice::from_ref(&entry))
+            .send(&core.connection, &core.script)
+            .await?;
         let (counts, tat_us) = reserved(&reply)?;
         if !counts.allowed {
             return Err(Error::Wait(WaitError::TooLong {

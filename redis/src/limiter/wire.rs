@@ -33,7 +33,7 @@ pub(super) enum Op {
 /// the command (the `EVAL` fallback writes them again).
 pub(super) struct Call<'a> {
     op: Op,
-    limits: Vec<Entry<'a>>,
+    limits: &'a [Entry<'a>],
 }
 
 /// One limit of a call.
@@ -45,24 +45,27 @@ pub(super) struct Entry<'a> {
     pub(super) grace_ms: u64,
 }
 
-impl<'a> Call<'a> {
-    pub(super) fn new(op: Op) -> Self {
-        Self {
-            op,
-            limits: Vec::new(),
-        }
-    }
+/// The bytes of a limit's arguments but its key, at most: the time, the
+/// algorithm, the cost, the span, the burst and the grace, each at most
+/// 20 digits.
+const ENTRY_BYTES: usize = 6 * 20;
 
-    pub(super) fn push(&mut self, limit: Entry<'a>) {
-        self.limits.push(limit);
+impl<'a> Call<'a> {
+    /// A call deciding `limits` (one for a check), in their order.
+    pub(super) fn new(op: Op, limits: &'a [Entry<'a>]) -> Self {
+        Self { op, limits }
     }
 
     /// Writes `EVALSHA` or `EVAL` (`name`) of `body`, with the keys and
-    /// arguments.
+    /// arguments, into a command sized for them at once.
     fn command(&self, name: &str, body: &str) -> redis::Cmd {
-        let mut command = redis::cmd(name);
-        command.arg(body).arg(self.limits.len());
-        for limit in &self.limits {
+        let keys: usize = self.limits.iter().map(|limit| limit.key.len()).sum();
+        let mut command = redis::Cmd::with_capacity(
+            4 + 7 * self.limits.len(),
+            name.len() + body.len() + 64 + keys + ENTRY_BYTES * self.limits.len(),
+        );
+        command.arg(name).arg(body).arg(self.limits.len());
+        for limit in self.limits {
             command.arg(&limit.key);
         }
         command.arg(match self.op {
@@ -76,7 +79,7 @@ impl<'a> Call<'a> {
             now,
             grace_ms,
             ..
-        } in &self.limits
+        } in self.limits
         {
             time_argument(&mut command, now);
             command

@@ -49,6 +49,53 @@
 -- the cost. Returns allowed, remaining, retry_after_us, reset_after_us,
 -- granted, the TAT after (the lease's last slot), now, units given back.
 
+-- One GCRA limit checked or peeked (modes "0" and "1", one key, algorithm
+-- "g"), the commonest call, is decided here, before the rest of the chunk
+-- makes its closures and tables: the same arithmetic as the loop's "g"
+-- branch below, written out for one key, which it writes at once (nothing
+-- else has to admit first). The differential test compares each copy
+-- with the in-process GCRA: this one through checks and peeks, the
+-- loop's through checks of several limits together.
+if #KEYS == 1 and ARGV[3] == "g" and (ARGV[1] == "0" or ARGV[1] == "1") then
+  local key, now = KEYS[1], ARGV[2]
+  if now == "" then
+    local time = redis.call("TIME")
+    now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  else
+    now = tonumber(now)
+  end
+  local cost, interval, burst = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+  if not cost or not burst or cost < 1 or cost > burst then
+    return redis.error_reply("tollgate: the cost must be 1 to the burst")
+  end
+  -- The value is the theoretical arrival time (TAT); the key owes
+  -- `debt` microseconds of refill, and a cost fits while
+  -- debt + cost * interval <= burst * interval.
+  local tat = tonumber(redis.call("GET", key) or "0")
+  local debt = 0
+  if tat > now then
+    debt = tat - now
+  end
+  local tolerance = burst * interval
+  local max_debt = tolerance - cost * interval
+  local allowed, retry = 0, debt - max_debt
+  if debt <= max_debt then
+    allowed, retry = 1, 0
+    debt = debt + cost * interval
+    if ARGV[1] == "0" then
+      -- Expires when fresh, the new TAT: PX rounded up, plus one and the
+      -- grace (as ttl_ms below).
+      redis.call("SET", key, string.format("%d", now + debt), "PX",
+        math.floor((debt + 999) / 1000) + 1 + (tonumber(ARGV[7]) or 0))
+    end
+  end
+  local remaining = 0
+  if tolerance - debt >= interval then
+    remaining = math.floor((tolerance - debt) / interval)
+  end
+  return { allowed, remaining, retry, debt }
+end
+
 -- The arguments of modes "2" and "3" are checked as the costs are: the
 -- script is published, and a restored TAT that is not a number, or later
 -- than the one written, would break the key until it expires.
