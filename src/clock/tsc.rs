@@ -31,7 +31,8 @@ use super::Clock;
 ///   they stand for. Every limiter tolerates an older reading (see
 ///   [`Clock`]). No reading is earlier than the clock's origin.
 ///
-/// Under Miri, which runs neither `cpuid` nor `rdtsc`, it reads the OS clock.
+/// Under Miri, which runs neither `cpuid` nor `rdtsc`, and in the loom
+/// models' build, it reads the OS clock.
 ///
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
@@ -47,11 +48,11 @@ use super::Clock;
 #[derive(Clone, Copy)]
 pub struct TscClock {
     /// The process's one calibrated clock.
-    #[cfg(not(miri))]
+    #[cfg(not(any(miri, crossbeam_loom)))]
     clock: &'static quanta::Clock,
-    #[cfg(not(miri))]
+    #[cfg(not(any(miri, crossbeam_loom)))]
     origin: u64,
-    #[cfg(miri)]
+    #[cfg(any(miri, crossbeam_loom))]
     os: super::MonotonicClock,
 }
 
@@ -60,7 +61,7 @@ impl TscClock {
     /// calibrates (see the type's documentation); later ones copy it.
     #[must_use]
     pub fn new() -> Self {
-        #[cfg(not(miri))]
+        #[cfg(not(any(miri, crossbeam_loom)))]
         {
             // quanta's `Clock::new` calibrates once a process but asks
             // `cpuid` each time, a VM exit on a hypervisor (about 20 µs on
@@ -71,7 +72,7 @@ impl TscClock {
             let origin = clock.raw();
             Self { clock, origin }
         }
-        #[cfg(miri)]
+        #[cfg(any(miri, crossbeam_loom))]
         {
             Self {
                 os: super::MonotonicClock::new(),
@@ -91,11 +92,11 @@ impl Clock for TscClock {
     fn now_ns(&self) -> u64 {
         // quanta returns 0 for a reading at or before the origin (another
         // core's counter, a few ticks behind).
-        #[cfg(not(miri))]
+        #[cfg(not(any(miri, crossbeam_loom)))]
         {
             self.clock.delta_as_nanos(self.origin, self.clock.raw())
         }
-        #[cfg(miri)]
+        #[cfg(any(miri, crossbeam_loom))]
         {
             self.os.now_ns()
         }
