@@ -71,7 +71,7 @@ mod refusal;
 mod rule;
 mod service;
 
-pub use body::LimitBody;
+pub use body::{LimitBody, RefusalBody};
 pub use fields::{RATELIMIT, RATELIMIT_POLICY};
 pub use future::ResponseFuture;
 pub use head::RequestHead;

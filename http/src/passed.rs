@@ -81,6 +81,7 @@ impl Passed {
     }
 
     /// Records rule `index`'s outcome; a refusal ends the checks.
+    #[inline]
     pub(crate) fn record(
         &mut self,
         config: &Config,
@@ -113,6 +114,7 @@ impl Passed {
     }
 
     /// Keeps every admission: the request went through.
+    #[inline]
     pub(crate) fn keep_all(&mut self) {
         self.refunds.clear();
     }
@@ -179,8 +181,11 @@ impl Passed {
 /// while a limit waited for its backend) gives its admissions back, as a
 /// refused one does.
 impl Drop for Passed {
+    #[inline]
     fn drop(&mut self) {
-        self.refund_all();
+        if !self.refunds.is_empty() {
+            self.refund_all();
+        }
     }
 }
 

@@ -158,6 +158,7 @@ impl Rule {
     /// Starts checking `request` against this rule; `refundable`:
     /// whether an admission must come with what gives it back (a later
     /// rule may refuse the request).
+    #[inline]
     pub(crate) fn start(&self, request: &RequestHead<'_>, refundable: bool) -> Step {
         if self.when.as_ref().is_some_and(|when| !when(request)) {
             return Step::Skip;
@@ -220,7 +221,12 @@ where
             Ok(key) => key,
             Err(error) => return Step::NoKey(error),
         };
-        if let Some(decided) = self.limiter.check_now(&key, cost) {
+        let decided = if refundable {
+            self.limiter.check_now(&key, cost)
+        } else {
+            self.limiter.check_now_without_receipt(&key, cost)
+        };
+        if let Some(decided) = decided {
             return Step::Done(
                 decided.map(|checked| with_refund(&self.limiter, key, cost, checked, refundable)),
             );

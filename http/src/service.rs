@@ -6,12 +6,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
 use http::{Request, Response};
-use http_body::Body;
 use tower_service::Service;
 
-use crate::body::LimitBody;
+use crate::body::RefusalBody;
 use crate::future::ResponseFuture;
 use crate::head::RequestHead;
 use crate::layer::Config;
@@ -38,7 +36,7 @@ enum Progress<B> {
     /// Every applicable rule admitted it: call the inner service.
     Admitted(Option<Fields>),
     /// Refused: this is the answer.
-    Refused(Response<LimitBody<B>>),
+    Refused(Response<B>),
     /// Rule `index` waits for its backend.
     Waiting(usize, Pending),
 }
@@ -46,7 +44,12 @@ enum Progress<B> {
 impl Config {
     /// Runs the rules from `first` on, until one must wait, one refuses, or
     /// all are done.
-    fn run<B>(&self, request: &RequestHead<'_>, passed: &mut Passed, first: usize) -> Progress<B> {
+    fn run<B: RefusalBody>(
+        &self,
+        request: &RequestHead<'_>,
+        passed: &mut Passed,
+        first: usize,
+    ) -> Progress<B> {
         for (index, rule) in self.rules.iter().enumerate().skip(first) {
             let refundable = index + 1 < self.rules.len();
             let outcome = match rule.start(request, refundable) {
@@ -79,9 +82,9 @@ where
     S::Future: Send + 'static,
     S::Error: Send + 'static,
     ReqBody: Send + 'static,
-    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody: RefusalBody + Send + 'static,
 {
-    type Response = Response<LimitBody<ResBody>>;
+    type Response = Response<ResBody>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future, ResBody, S::Error>;
 
@@ -120,9 +123,10 @@ async fn finish<S, ReqBody, ResBody>(
     mut index: usize,
     mut pending: Pending,
     mut inner: S,
-) -> Result<Response<LimitBody<ResBody>>, S::Error>
+) -> Result<Response<ResBody>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: RefusalBody,
 {
     let fields = loop {
         let outcome = pending.await;
@@ -143,7 +147,7 @@ where
     if let Some(fields) = fields {
         fields.add_to(response.headers_mut());
     }
-    Ok(response.map(LimitBody::inner))
+    Ok(response)
 }
 
 impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {

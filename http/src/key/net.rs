@@ -7,6 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
 /// Reads an IPv4-mapped IPv6 address as the IPv4 address it maps.
+#[inline]
 pub(super) fn canonical(address: IpAddr) -> IpAddr {
     match address {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(address, IpAddr::V4),
@@ -39,6 +40,7 @@ impl IpNet {
     /// # Errors
     ///
     /// [`PrefixError`] for a prefix longer than the address.
+    #[inline]
     pub fn new(address: IpAddr, prefix: u8) -> Result<Self, PrefixError> {
         let address = canonical(address);
         let max = match address {
@@ -75,6 +77,7 @@ impl IpNet {
 }
 
 /// Clears every bit of `address` past the first `prefix`.
+#[inline]
 fn mask(address: IpAddr, prefix: u8) -> IpAddr {
     match address {
         IpAddr::V4(v4) => {
@@ -137,6 +140,7 @@ pub struct IpKey {
 
 impl IpKey {
     /// Packs `net` into its key.
+    #[inline]
     pub(super) fn new(net: IpNet) -> Self {
         let mut bytes = [0; 18];
         bytes[1] = net.prefix;

@@ -86,7 +86,8 @@ pub struct PeerIp {
     ipv6_prefix: u8,
     trusted: Vec<IpNet>,
     forwarded: ForwardedHeader,
-    peer: fn(&Extensions) -> Option<IpAddr>,
+    /// `None`: [`peer_from_extensions`], called directly.
+    peer: Option<fn(&Extensions) -> Option<IpAddr>>,
 }
 
 /// Which header names the client behind a trusted proxy.
@@ -107,7 +108,7 @@ impl PeerIp {
             ipv6_prefix: 64,
             trusted: Vec::new(),
             forwarded: ForwardedHeader::None,
-            peer: peer_from_extensions,
+            peer: None,
         }
     }
 
@@ -168,16 +169,26 @@ impl PeerIp {
     /// `|extensions| extensions.get::<TcpConnectInfo>()?.remote_addr().map(|addr| addr.ip())`.
     #[must_use]
     pub fn peer_from(mut self, peer: fn(&Extensions) -> Option<IpAddr>) -> Self {
-        self.peer = peer;
+        self.peer = Some(peer);
         self
     }
 
     /// Finds the client's address, before grouping.
+    #[inline]
     fn client(&self, request: &RequestHead<'_>) -> Result<IpAddr, KeyError> {
-        let peer = canonical((self.peer)(request.extensions()).ok_or(KeyError::NoPeerAddress)?);
+        let peer = match self.peer {
+            None => peer_from_extensions(request.extensions()),
+            Some(peer) => peer(request.extensions()),
+        };
+        let peer = canonical(peer.ok_or(KeyError::NoPeerAddress)?);
         if self.forwarded == ForwardedHeader::None || !self.is_trusted(peer) {
             return Ok(peer);
         }
+        Ok(self.forwarded_client(request, peer))
+    }
+
+    /// Finds the client a trusted proxy at `peer` forwarded.
+    fn forwarded_client(&self, request: &RequestHead<'_>, peer: IpAddr) -> IpAddr {
         let name = match self.forwarded {
             ForwardedHeader::XForwardedFor => "x-forwarded-for",
             _ => "forwarded",
@@ -208,7 +219,7 @@ impl PeerIp {
                 break;
             }
         }
-        Ok(client)
+        client
     }
 
     fn is_trusted(&self, address: IpAddr) -> bool {
@@ -236,6 +247,7 @@ impl fmt::Debug for PeerIp {
 impl KeyExtractor for PeerIp {
     type Key = IpKey;
 
+    #[inline]
     fn extract(&self, request: &RequestHead<'_>) -> Result<IpKey, KeyError> {
         let client = self.client(request)?;
         let prefix = match client {
@@ -250,6 +262,7 @@ impl KeyExtractor for PeerIp {
 
 /// Finds the peer the default way: a `SocketAddr` in the extensions, or
 /// axum's `ConnectInfo<SocketAddr>`.
+#[inline]
 fn peer_from_extensions(extensions: &Extensions) -> Option<IpAddr> {
     if let Some(address) = extensions.get::<SocketAddr>() {
         return Some(address.ip());
