@@ -25,7 +25,7 @@ pin_project! {
 pin_project! {
     #[project = StateProjection]
     enum State<F, B, E> {
-        Inner { #[pin] future: F, fields: Option<Fields> },
+        Inner { #[pin] future: F, fields: Option<Box<Fields>> },
         Refused { response: Option<Response<B>> },
         Waiting { future: Finishing<B, E> },
     }
@@ -56,7 +56,7 @@ where
 
 impl<F, B, E> ResponseFuture<F, B, E> {
     /// Waits for the inner service's response, adding `fields` to it.
-    pub(crate) fn inner(future: F, fields: Option<Fields>) -> Self {
+    pub(crate) fn inner(future: F, fields: Option<Box<Fields>>) -> Self {
         Self {
             state: State::Inner { future, fields },
         }

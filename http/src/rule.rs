@@ -11,7 +11,7 @@ use crate::head::RequestHead;
 use http::HeaderValue;
 use tollgate::Quota;
 
-use crate::fields::{RuleJson, is_field_string, policy_item};
+use crate::fields::{RuleJson, is_field_string, limit_prefix, policy_item};
 use crate::key::{KeyError, KeyExtractor};
 use crate::limit::{Checked, Failure, Limit};
 
@@ -66,6 +66,8 @@ pub struct Rule {
     quota: Quota,
     /// Its `RateLimit-Policy` item, made once.
     policy: HeaderValue,
+    /// The start of its `RateLimit` items.
+    limit_prefix: String,
     /// Its pieces of a denial's problem body, made once.
     json: RuleJson,
     check: Box<dyn Check>,
@@ -101,6 +103,7 @@ impl Rule {
         let policy = policy_value(&name, &quota).ok_or_else(|| NameError(name.clone()))?;
         Ok(Self {
             json: RuleJson::new(&name),
+            limit_prefix: limit_prefix(&name),
             name: name.into(),
             quota,
             policy,
@@ -148,6 +151,11 @@ impl Rule {
         } else {
             policy_value(&self.name, quota)
         }
+    }
+
+    /// Returns the start of this rule's `RateLimit` items.
+    pub(crate) fn limit_prefix(&self) -> &str {
+        &self.limit_prefix
     }
 
     /// Returns this rule's pieces of a denial's problem body.

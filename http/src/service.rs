@@ -32,11 +32,14 @@ impl<S> RateLimit<S> {
 }
 
 /// Where a request stands after the checks that could be decided at once.
-enum Progress<B> {
-    /// Every applicable rule admitted it: call the inner service.
-    Admitted(Option<Fields>),
-    /// Refused: this is the answer.
-    Refused(Response<B>),
+enum Progress {
+    /// Every applicable rule admitted it: call the inner service, then add
+    /// these fields (boxed: the response future carries them while the
+    /// inner service runs, and a future without fields stays as small as
+    /// the inner one).
+    Admitted(Option<Box<Fields>>),
+    /// Refused, for this reason (what it charged is given back).
+    Refused(Refusal),
     /// Rule `index` waits for its backend.
     Waiting(usize, Pending),
 }
@@ -44,12 +47,7 @@ enum Progress<B> {
 impl Config {
     /// Runs the rules from `first` on, until one must wait, one refuses, or
     /// all are done.
-    fn run<B: RefusalBody>(
-        &self,
-        request: &RequestHead<'_>,
-        passed: &mut Passed,
-        first: usize,
-    ) -> Progress<B> {
+    fn run(&self, request: &RequestHead<'_>, passed: &mut Passed, first: usize) -> Progress {
         for (index, rule) in self.rules.iter().enumerate().skip(first) {
             let refundable = index + 1 < self.rules.len();
             let outcome = match rule.start(request, refundable) {
@@ -57,18 +55,25 @@ impl Config {
                 Step::Done(outcome) => outcome,
                 Step::NoKey(error) => {
                     passed.refund_all();
-                    return Progress::Refused(self.refuse(request, passed, &Refusal::NoKey(error)));
+                    return Progress::Refused(Refusal::NoKey(error));
                 }
                 Step::Pending(pending) => return Progress::Waiting(index, pending),
             };
-            if let Err(refusal) = passed.record(self, index, outcome) {
-                return Progress::Refused(self.refuse(request, passed, &refusal));
+            // The last rule's admission is kept only for the fields: no
+            // later rule can refuse the request, and nothing gives it back.
+            let needed = refundable
+                || self.fields_on_success
+                || !matches!(&outcome, Ok(checked) if checked.decision.is_allowed());
+            if needed {
+                if let Err(refusal) = passed.record(self, index, outcome) {
+                    return Progress::Refused(refusal);
+                }
             }
         }
         // Through: the admissions stand.
         passed.keep_all();
         let fields = if self.fields_on_success {
-            passed.fields(self, None)
+            passed.fields(self, None).map(Box::new)
         } else {
             None
         };
@@ -94,9 +99,12 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let mut passed = Passed::new();
-        match self.config.run(&RequestHead::of(&request), &mut passed, 0) {
+        let head = RequestHead::of(&request);
+        match self.config.run(&head, &mut passed, 0) {
             Progress::Admitted(fields) => ResponseFuture::inner(self.inner.call(request), fields),
-            Progress::Refused(response) => ResponseFuture::refused(response),
+            Progress::Refused(refusal) => {
+                ResponseFuture::refused(self.config.refuse(&head, &passed, &refusal))
+            }
             Progress::Waiting(index, pending) => {
                 // The inner service that was polled ready goes with the
                 // request; its clone stays here for the next one.
@@ -136,7 +144,7 @@ where
         }
         match config.run(&head, &mut passed, index + 1) {
             Progress::Admitted(fields) => break fields,
-            Progress::Refused(response) => return Ok(response),
+            Progress::Refused(refusal) => return Ok(config.refuse(&head, &passed, &refusal)),
             Progress::Waiting(next, next_pending) => {
                 index = next;
                 pending = next_pending;

@@ -50,10 +50,17 @@ impl IpNet {
         if prefix > max {
             return Err(PrefixError { bits: prefix, max });
         }
-        Ok(Self {
+        Ok(Self::masked(address, prefix))
+    }
+
+    /// Returns the network of `prefix` bits that holds `address`, which is
+    /// canonical, with `prefix` no longer than it.
+    #[inline]
+    pub(super) fn masked(address: IpAddr, prefix: u8) -> Self {
+        Self {
             address: mask(address, prefix),
             prefix,
-        })
+        }
     }
 
     /// Returns the network's first address.

@@ -254,9 +254,8 @@ impl KeyExtractor for PeerIp {
             IpAddr::V4(_) => self.ipv4_prefix,
             IpAddr::V6(_) => self.ipv6_prefix,
         };
-        Ok(IpKey::new(
-            IpNet::new(client, prefix).expect("prefix validated by PeerIp"),
-        ))
+        // Canonical, and the prefixes were checked against their family.
+        Ok(IpKey::new(IpNet::masked(client, prefix)))
     }
 }
 
