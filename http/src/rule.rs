@@ -163,11 +163,10 @@ impl Rule {
         &self.json
     }
 
-    /// Starts checking `request` against this rule; `refundable`:
-    /// whether an admission must come with what gives it back (a later
-    /// rule may refuse the request).
+    /// Starts checking `request` against this rule, keeping of an
+    /// admission what `keep` says.
     #[inline]
-    pub(crate) fn start(&self, request: &RequestHead<'_>, refundable: bool) -> Step {
+    pub(crate) fn start(&self, request: &RequestHead<'_>, keep: Keep) -> Step {
         if self.when.as_ref().is_some_and(|when| !when(request)) {
             return Step::Skip;
         }
@@ -175,7 +174,7 @@ impl Rule {
         if cost == 0 {
             return Step::Skip;
         }
-        self.check.start(request, cost, refundable)
+        self.check.start(request, cost, keep)
     }
 }
 
@@ -197,10 +196,26 @@ fn policy_value(name: &str, quota: &Quota) -> Option<HeaderValue> {
     HeaderValue::try_from(policy_item(name, quota)).ok()
 }
 
+/// What the layer needs of a rule's admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Keep {
+    /// Nothing: no later rule can refuse the request, and no field is
+    /// sent on success.
+    Nothing,
+    /// Its decision, for the fields.
+    Decision,
+    /// Its decision, and what gives it back: a later rule may refuse the
+    /// request.
+    Refund,
+}
+
 /// Where a rule's check of one request stands.
 pub(crate) enum Step {
     /// The rule does not apply, or the request costs nothing.
     Skip,
+    /// Admitted, and nothing of the admission is to be kept
+    /// ([`Keep::Nothing`]).
+    Admitted,
     /// Decided (or failed) without waiting.
     Done(Outcome),
     /// The request has no key for this rule.
@@ -211,7 +226,7 @@ pub(crate) enum Step {
 
 /// A limiter and its key extractor, with their types erased.
 trait Check: Send + Sync {
-    fn start(&self, request: &RequestHead<'_>, cost: u32, refundable: bool) -> Step;
+    fn start(&self, request: &RequestHead<'_>, cost: u32, keep: Keep) -> Step;
 }
 
 struct Bound<L, E> {
@@ -224,17 +239,23 @@ where
     E: KeyExtractor,
     L: Limit<E::Key>,
 {
-    fn start(&self, request: &RequestHead<'_>, cost: u32, refundable: bool) -> Step {
+    fn start(&self, request: &RequestHead<'_>, cost: u32, keep: Keep) -> Step {
         let key = match self.extractor.extract(request) {
             Ok(key) => key,
             Err(error) => return Step::NoKey(error),
         };
+        let refundable = keep == Keep::Refund;
         let decided = if refundable {
             self.limiter.check_now(&key, cost)
         } else {
             self.limiter.check_now_without_receipt(&key, cost)
         };
         if let Some(decided) = decided {
+            if keep == Keep::Nothing
+                && matches!(&decided, Ok(checked) if checked.decision.is_allowed())
+            {
+                return Step::Admitted;
+            }
             return Step::Done(
                 decided.map(|checked| with_refund(&self.limiter, key, cost, checked, refundable)),
             );

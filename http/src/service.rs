@@ -15,7 +15,7 @@ use crate::head::RequestHead;
 use crate::layer::Config;
 use crate::passed::{Fields, Passed};
 use crate::refusal::Refusal;
-use crate::rule::{Pending, Step};
+use crate::rule::{Keep, Pending, Step};
 
 /// The service [`RateLimitLayer`](crate::RateLimitLayer) wraps around
 /// another.
@@ -49,9 +49,17 @@ impl Config {
     /// all are done.
     fn run(&self, request: &RequestHead<'_>, passed: &mut Passed, first: usize) -> Progress {
         for (index, rule) in self.rules.iter().enumerate().skip(first) {
-            let refundable = index + 1 < self.rules.len();
-            let outcome = match rule.start(request, refundable) {
-                Step::Skip => continue,
+            // The last rule's admission is kept only for the fields: no
+            // later rule can refuse the request, and nothing gives it back.
+            let keep = if index + 1 < self.rules.len() {
+                Keep::Refund
+            } else if self.fields_on_success {
+                Keep::Decision
+            } else {
+                Keep::Nothing
+            };
+            let outcome = match rule.start(request, keep) {
+                Step::Skip | Step::Admitted => continue,
                 Step::Done(outcome) => outcome,
                 Step::NoKey(error) => {
                     passed.refund_all();
@@ -59,15 +67,8 @@ impl Config {
                 }
                 Step::Pending(pending) => return Progress::Waiting(index, pending),
             };
-            // The last rule's admission is kept only for the fields: no
-            // later rule can refuse the request, and nothing gives it back.
-            let needed = refundable
-                || self.fields_on_success
-                || !matches!(&outcome, Ok(checked) if checked.decision.is_allowed());
-            if needed {
-                if let Err(refusal) = passed.record(self, index, outcome) {
-                    return Progress::Refused(refusal);
-                }
+            if let Err(refusal) = passed.record(self, index, outcome) {
+                return Progress::Refused(refusal);
             }
         }
         // Through: the admissions stand.
