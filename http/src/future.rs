@@ -39,6 +39,8 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
+            // Without fields, the inner service's answer as it comes.
+            StateProjection::Inner { future, fields } if fields.is_none() => future.poll(cx),
             StateProjection::Inner { future, fields } => {
                 let mut response = std::task::ready!(future.poll(cx))?;
                 if let Some(fields) = fields.take() {

@@ -86,7 +86,7 @@ pub struct PeerIp {
     ipv6_prefix: u8,
     trusted: Vec<IpNet>,
     forwarded: ForwardedHeader,
-    /// `None`: [`peer_from_extensions`], called directly.
+    /// `None`: [`socket_from_extensions`], called directly.
     peer: Option<fn(&Extensions) -> Option<IpAddr>>,
 }
 
@@ -173,22 +173,27 @@ impl PeerIp {
         self
     }
 
-    /// Finds the client's address, before grouping.
+    /// Returns the key of `client`'s network: the address masked to its
+    /// family's prefix (an IPv4-mapped IPv6 address is IPv4), in integers
+    /// from the address on (this is on every request's path).
     #[inline]
-    fn client(&self, request: &RequestHead<'_>) -> Result<IpAddr, KeyError> {
-        let peer = match self.peer {
-            None => peer_from_extensions(request.extensions()),
-            Some(peer) => peer(request.extensions()),
-        };
-        let peer = canonical(peer.ok_or(KeyError::NoPeerAddress)?);
-        if self.forwarded == ForwardedHeader::None || !self.is_trusted(peer) {
-            return Ok(peer);
+    fn key(&self, client: IpAddr) -> IpKey {
+        match client {
+            IpAddr::V4(v4) => IpKey::v4(v4, self.ipv4_prefix),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => IpKey::v4(v4, self.ipv4_prefix),
+                None => IpKey::v6(v6, self.ipv6_prefix),
+            },
         }
-        Ok(self.forwarded_client(request, peer))
     }
 
-    /// Finds the client a trusted proxy at `peer` forwarded.
+    /// Finds the client a trusted proxy at `peer` forwarded, or `peer`
+    /// itself if it is not a trusted proxy.
     fn forwarded_client(&self, request: &RequestHead<'_>, peer: IpAddr) -> IpAddr {
+        let peer = canonical(peer);
+        if !self.is_trusted(peer) {
+            return peer;
+        }
         let name = match self.forwarded {
             ForwardedHeader::XForwardedFor => "x-forwarded-for",
             _ => "forwarded",
@@ -247,28 +252,46 @@ impl fmt::Debug for PeerIp {
 impl KeyExtractor for PeerIp {
     type Key = IpKey;
 
-    #[inline]
+    // Always inlined into the check that uses the key: returned from a
+    // call, the key crosses memory in pieces the caller reads back whole,
+    // and the read waits for the writes (a failed store-to-load forward,
+    // measured as most of `Bound::start`'s own time on every request).
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
     fn extract(&self, request: &RequestHead<'_>) -> Result<IpKey, KeyError> {
-        let client = self.client(request)?;
-        let prefix = match client {
-            IpAddr::V4(_) => self.ipv4_prefix,
-            IpAddr::V6(_) => self.ipv6_prefix,
+        let peer = match self.peer {
+            // The address read where the server recorded it, straight into
+            // the key when no proxy is trusted (no copy of it in between:
+            // this is on every request's path).
+            None => match socket_from_extensions(request.extensions()) {
+                Some(SocketAddr::V4(socket)) if self.forwarded == ForwardedHeader::None => {
+                    return Ok(IpKey::v4(*socket.ip(), self.ipv4_prefix));
+                }
+                socket => socket.map(SocketAddr::ip),
+            },
+            Some(peer) => peer(request.extensions()),
         };
-        // Canonical, and the prefixes were checked against their family.
-        Ok(IpKey::new(IpNet::masked(client, prefix)))
+        let Some(peer) = peer else {
+            return Err(KeyError::NoPeerAddress);
+        };
+        let client = match self.forwarded {
+            ForwardedHeader::None => peer,
+            _ => self.forwarded_client(request, peer),
+        };
+        Ok(self.key(client))
     }
 }
 
 /// Finds the peer the default way: a `SocketAddr` in the extensions, or
 /// axum's `ConnectInfo<SocketAddr>`.
 #[inline]
-fn peer_from_extensions(extensions: &Extensions) -> Option<IpAddr> {
+fn socket_from_extensions(extensions: &Extensions) -> Option<&SocketAddr> {
     if let Some(address) = extensions.get::<SocketAddr>() {
-        return Some(address.ip());
+        return Some(address);
     }
     #[cfg(feature = "axum")]
     if let Some(info) = extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
-        return Some(info.0.ip());
+        return Some(&info.0);
     }
     None
 }
@@ -281,6 +304,66 @@ mod tests {
     use super::PeerIp;
     use crate::head::RequestHead;
     use crate::key::KeyExtractor;
+
+    /// The key of a request from `peer`, recorded as a `SocketAddr` or as
+    /// axum's `ConnectInfo`, by `extractor`.
+    fn keys(extractor: &PeerIp, peer: &str) -> [String; 2] {
+        let peer: SocketAddr = peer.parse().unwrap();
+        let mut socket = http::Request::get("/").body(()).unwrap();
+        socket.extensions_mut().insert(peer);
+        let mut connect_info = http::Request::get("/").body(()).unwrap();
+        connect_info
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(peer));
+        [socket, connect_info].map(|request| {
+            extractor
+                .extract(&RequestHead::of(&request))
+                .unwrap()
+                .to_string()
+        })
+    }
+
+    /// The peer's own address, however the server recorded it: IPv4 whole,
+    /// IPv6 by /64, an IPv4-mapped IPv6 address as the IPv4 one; the
+    /// prefixes as configured; the same through a trusted proxy's path when
+    /// the peer is not one.
+    #[test]
+    fn a_peer_is_keyed_by_its_network_whatever_its_family() {
+        let default = PeerIp::new();
+        let wide = PeerIp::new()
+            .ipv4_prefix(24)
+            .unwrap()
+            .ipv6_prefix(48)
+            .unwrap();
+        let behind = PeerIp::new().trust_x_forwarded_for(["10.0.0.0/8".parse().unwrap()]);
+        for (peer, expected, widened) in [
+            ("198.51.100.7:443", "198.51.100.7/32", "198.51.100.0/24"),
+            (
+                "[::ffff:198.51.100.7]:443",
+                "198.51.100.7/32",
+                "198.51.100.0/24",
+            ),
+            (
+                "[2001:db8:1:2:3:4:5:6]:443",
+                "2001:db8:1:2::/64",
+                "2001:db8:1::/48",
+            ),
+        ] {
+            assert_eq!(keys(&default, peer), [expected, expected], "{peer}");
+            assert_eq!(keys(&wide, peer), [widened, widened], "{peer}");
+            assert_eq!(keys(&behind, peer), [expected, expected], "{peer}");
+        }
+        let mut none = http::Request::get("/").body(()).unwrap();
+        assert_eq!(
+            default.extract(&RequestHead::of(&none)),
+            Err(crate::KeyError::NoPeerAddress)
+        );
+        none.extensions_mut().insert(1_u8);
+        assert_eq!(
+            behind.extract(&RequestHead::of(&none)),
+            Err(crate::KeyError::NoPeerAddress)
+        );
+    }
 
     /// A client that sends an unclosed quote, and a `Host` that a proxy
     /// writes in its element's `host` parameter, cannot choose its own key:
