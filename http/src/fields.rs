@@ -67,7 +67,18 @@ pub(crate) fn policy_item(name: &str, quota: &Quota) -> String {
     item
 }
 
-/// One `RateLimit` item for a decision: `"name";r=R;t=T`.
+/// The start of a rule's `RateLimit` items: its name as a
+/// structured-field String, then `;r=` (made once, when the rule is).
+pub(crate) fn limit_prefix(name: &str) -> String {
+    let mut prefix = String::with_capacity(name.len() + 5);
+    push_field_string(&mut prefix, name);
+    prefix.push_str(";r=");
+    prefix
+}
+
+/// One `RateLimit` item for a decision: `"name";r=R;t=T`, from the rule's
+/// [`limit_prefix`], in a buffer of exactly its length (so that a `Bytes`
+/// made of it needs no allocation of its own).
 ///
 /// `r` is the units left; `t`, "the number of seconds until additional
 /// quota is made available" (the draft), is chosen so that a client that
@@ -80,8 +91,7 @@ pub(crate) fn policy_item(name: &str, quota: &Quota) -> String {
 /// * on an admission, the time until the key is full again, rounded up
 ///   (`0` for a key still full), which is never earlier than the next
 ///   unit's refill.
-pub(crate) fn limit_item(out: &mut String, name: &str, decision: &Decision) {
-    push_field_string(out, name);
+pub(crate) fn limit_item(prefix: &str, decision: &Decision) -> Vec<u8> {
     let t = if decision.is_allowed() {
         let reset = decision.reset_after();
         if reset.is_zero() {
@@ -92,16 +102,21 @@ pub(crate) fn limit_item(out: &mut String, name: &str, decision: &Decision) {
     } else {
         whole_seconds_up(decision.retry_after())
     };
-    out.push_str(";r=");
-    push_decimal(out, u64::from(decision.remaining()));
-    out.push_str(";t=");
-    push_decimal(out, t);
+    let (mut r_digits, mut t_digits) = ([0; 20], [0; 20]);
+    let r = decimal(u64::from(decision.remaining()), &mut r_digits);
+    let t = decimal(t, &mut t_digits);
+    let mut item = Vec::with_capacity(prefix.len() + r.len() + 3 + t.len());
+    item.extend_from_slice(prefix.as_bytes());
+    item.extend_from_slice(r);
+    item.extend_from_slice(b";t=");
+    item.extend_from_slice(t);
+    item
 }
 
-/// Appends `value` in decimal, without the formatting machinery (this is
-/// on every admitted request's path).
-pub(crate) fn push_decimal(out: &mut String, mut value: u64) {
-    let mut digits = [0u8; 20];
+/// Writes `value` in decimal at the end of `digits`, without the
+/// formatting machinery (this is on every admitted request's path), and
+/// returns the digits written.
+fn decimal(mut value: u64, digits: &mut [u8; 20]) -> &[u8] {
     let mut start = digits.len();
     loop {
         start -= 1;
@@ -114,7 +129,12 @@ pub(crate) fn push_decimal(out: &mut String, mut value: u64) {
             break;
         }
     }
-    for &digit in &digits[start..] {
+    &digits[start..]
+}
+
+/// Appends `value` in decimal.
+pub(crate) fn push_decimal(out: &mut String, value: u64) {
+    for &digit in decimal(value, &mut [0; 20]) {
         out.push(char::from(digit));
     }
 }
@@ -230,8 +250,8 @@ mod tests {
     use tollgate::{Decision, Quota};
 
     use super::{
-        QUOTA_EXCEEDED, RuleJson, exhausted_detail, exhausted_problem, limit_item, policy_item,
-        problem, whole_seconds_up,
+        QUOTA_EXCEEDED, RuleJson, exhausted_detail, exhausted_problem, limit_item, limit_prefix,
+        policy_item, problem, whole_seconds_up,
     };
 
     #[test]
@@ -279,14 +299,21 @@ mod tests {
             Duration::from_secs(60),
         )
         .unwrap();
-        let mut item = String::new();
-        limit_item(&mut item, "burst", &denied);
-        assert_eq!(item, r#""burst";r=0;t=20"#);
+        let prefix = limit_prefix("burst");
+        let item = limit_item(&prefix, &denied);
+        assert_eq!(item, br#""burst";r=0;t=20"#);
+        assert_eq!(item.len(), item.capacity());
         let allowed =
             Decision::from_parts(100, 98, Duration::ZERO, Duration::from_millis(1_200)).unwrap();
-        item.clear();
-        limit_item(&mut item, "burst", &allowed);
-        assert_eq!(item, r#""burst";r=98;t=2"#);
+        let item = limit_item(&prefix, &allowed);
+        assert_eq!(item, br#""burst";r=98;t=2"#);
+        assert_eq!(item.len(), item.capacity());
+        let full =
+            Decision::from_parts(u32::MAX, u32::MAX, Duration::ZERO, Duration::ZERO).unwrap();
+        assert_eq!(
+            limit_item(&limit_prefix(r#"a"b"#), &full),
+            br#""a\"b";r=4294967295;t=0"#
+        );
     }
 
     #[test]

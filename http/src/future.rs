@@ -9,12 +9,10 @@ use std::task::{Context, Poll};
 use http::Response;
 use pin_project_lite::pin_project;
 
-use crate::body::LimitBody;
 use crate::passed::Fields;
 
 /// The checks still waiting for a backend, then the inner service.
-pub(crate) type Finishing<B, E> =
-    Pin<Box<dyn Future<Output = Result<Response<LimitBody<B>>, E>> + Send>>;
+pub(crate) type Finishing<B, E> = Pin<Box<dyn Future<Output = Result<Response<B>, E>> + Send>>;
 
 pin_project! {
     /// The response future of [`RateLimit`](crate::RateLimit).
@@ -27,8 +25,8 @@ pin_project! {
 pin_project! {
     #[project = StateProjection]
     enum State<F, B, E> {
-        Inner { #[pin] future: F, fields: Option<Fields> },
-        Refused { response: Option<Response<LimitBody<B>>> },
+        Inner { #[pin] future: F, fields: Option<Box<Fields>> },
+        Refused { response: Option<Response<B>> },
         Waiting { future: Finishing<B, E> },
     }
 }
@@ -37,16 +35,18 @@ impl<F, B, E> Future for ResponseFuture<F, B, E>
 where
     F: Future<Output = Result<Response<B>, E>>,
 {
-    type Output = Result<Response<LimitBody<B>>, E>;
+    type Output = Result<Response<B>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
+            // Without fields, the inner service's answer as it comes.
+            StateProjection::Inner { future, fields } if fields.is_none() => future.poll(cx),
             StateProjection::Inner { future, fields } => {
                 let mut response = std::task::ready!(future.poll(cx))?;
                 if let Some(fields) = fields.take() {
                     fields.add_to(response.headers_mut());
                 }
-                Poll::Ready(Ok(response.map(LimitBody::inner)))
+                Poll::Ready(Ok(response))
             }
             StateProjection::Refused { response } => {
                 Poll::Ready(Ok(response.take().expect("polled after completion")))
@@ -58,14 +58,14 @@ where
 
 impl<F, B, E> ResponseFuture<F, B, E> {
     /// Waits for the inner service's response, adding `fields` to it.
-    pub(crate) fn inner(future: F, fields: Option<Fields>) -> Self {
+    pub(crate) fn inner(future: F, fields: Option<Box<Fields>>) -> Self {
         Self {
             state: State::Inner { future, fields },
         }
     }
 
     /// Answers with the layer's refusal.
-    pub(crate) fn refused(response: Response<LimitBody<B>>) -> Self {
+    pub(crate) fn refused(response: Response<B>) -> Self {
         Self {
             state: State::Refused {
                 response: Some(response),

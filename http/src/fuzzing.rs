@@ -38,7 +38,6 @@ pub fn policy_item(name: &str, quota: &Quota) -> String {
 /// Writes the `RateLimit` item of policy `name` for `decision`.
 #[must_use]
 pub fn limit_item(name: &str, decision: &Decision) -> String {
-    let mut item = String::new();
-    crate::fields::limit_item(&mut item, name, decision);
-    item
+    let item = crate::fields::limit_item(&crate::fields::limit_prefix(name), decision);
+    String::from_utf8(item).expect("an item is written from text")
 }

@@ -31,6 +31,11 @@ pub enum OnUnavailable {
 /// A tower [`Layer`] that holds every request to its [`Rule`]s, in front
 /// of any HTTP or gRPC service (axum, hyper, tonic).
 ///
+/// Its service answers with the inner service's body type, which must be
+/// a [`RefusalBody`](crate::RefusalBody) so that refusals can be written in
+/// it: axum's `Body` (feature `axum`) and tonic's (feature `tonic`) are;
+/// wrap any other in a [`LimitBody`](crate::LimitBody).
+///
 /// Each request is checked against every rule that applies to it, in the
 /// order the rules were added. The first refusal answers the request,
 /// which goes no further: the rules after it are not checked (nor

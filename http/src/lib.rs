@@ -21,6 +21,10 @@
 //!   the draft's quota-exceeded type and `violated-policies`; gRPC's
 //!   `RESOURCE_EXHAUSTED` with a `RetryInfo`; 503 with the draft's
 //!   temporary-reduced-capacity type when a limiter cannot decide.
+//! * **The inner service's body type**: a response through the layer is
+//!   the inner service's own, and a refusal is written in the same type
+//!   ([`RefusalBody`]: axum's and, with feature `tonic`, tonic's bodies,
+//!   hyper's `Full` and the boxed bodies; [`LimitBody`] wraps any other).
 //!
 //! ```
 //! use std::net::SocketAddr;
@@ -71,7 +75,7 @@ mod refusal;
 mod rule;
 mod service;
 
-pub use body::LimitBody;
+pub use body::{LimitBody, RefusalBody};
 pub use fields::{RATELIMIT, RATELIMIT_POLICY};
 pub use future::ResponseFuture;
 pub use head::RequestHead;

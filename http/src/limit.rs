@@ -54,6 +54,18 @@ pub trait Limit<K: ?Sized>: Send + Sync + 'static {
         None
     }
 
+    /// Checks as [`check_now`](Limit::check_now) does, for an admission
+    /// that is never given back (the layer's last rule, which no later one
+    /// can refuse): a limiter whose receipts cost time to make may skip
+    /// them. By default, [`check_now`](Limit::check_now).
+    fn check_now_without_receipt(
+        &self,
+        key: &K,
+        cost: u32,
+    ) -> Option<Result<Checked<Self::Receipt>, Failure>> {
+        self.check_now(key, cost)
+    }
+
     /// Checks `cost` units for `key` (all or nothing), waiting for the
     /// backend's answer.
     fn check_n(
@@ -157,6 +169,18 @@ where
         ))
     }
 
+    #[inline]
+    fn check_now_without_receipt(
+        &self,
+        key: &K,
+        cost: u32,
+    ) -> Option<Result<Checked<Self::Receipt>, Failure>> {
+        Some(checked(
+            self.check_n(key, cost).map(|decision| (decision, None)),
+            RateLimiter::quota(self),
+        ))
+    }
+
     fn check_n(
         &self,
         key: &K,
@@ -208,6 +232,18 @@ where
     fn check_now(&self, _key: &K, cost: u32) -> Option<Result<Checked<Self::Receipt>, Failure>> {
         Some(checked(
             self.check_n_receipt(cost),
+            DirectLimiter::quota(self),
+        ))
+    }
+
+    #[inline]
+    fn check_now_without_receipt(
+        &self,
+        _key: &K,
+        cost: u32,
+    ) -> Option<Result<Checked<Self::Receipt>, Failure>> {
+        Some(checked(
+            self.check_n(cost).map(|decision| (decision, None)),
             DirectLimiter::quota(self),
         ))
     }
@@ -294,6 +330,15 @@ where
     #[inline]
     fn check_now(&self, key: &K, cost: u32) -> Option<Result<Checked<L::Receipt>, Failure>> {
         (**self).check_now(key, cost)
+    }
+
+    #[inline]
+    fn check_now_without_receipt(
+        &self,
+        key: &K,
+        cost: u32,
+    ) -> Option<Result<Checked<L::Receipt>, Failure>> {
+        (**self).check_now_without_receipt(key, cost)
     }
 
     fn check_n(

@@ -2,6 +2,7 @@
 //! admitted it, what gives their admissions back should a later rule
 //! refuse it, and the `RateLimit-Policy` and `RateLimit` lines they make.
 
+use bytes::Bytes;
 use http::HeaderValue;
 use tollgate::{Decision, Quota};
 
@@ -81,6 +82,7 @@ impl Passed {
     }
 
     /// Records rule `index`'s outcome; a refusal ends the checks.
+    #[inline]
     pub(crate) fn record(
         &mut self,
         config: &Config,
@@ -113,6 +115,7 @@ impl Passed {
     }
 
     /// Keeps every admission: the request went through.
+    #[inline]
     pub(crate) fn keep_all(&mut self) {
         self.refunds.clear();
     }
@@ -150,11 +153,6 @@ impl Passed {
     /// rule's policy is the quota that made its decision; a decision no
     /// quota made has no lines.
     pub(crate) fn fields(&self, config: &Config, extra: Option<&RuleDecision>) -> Option<Fields> {
-        thread_local! {
-            // Where each `RateLimit` item is written before it is copied
-            // into its header value: no allocation of its own a request.
-            static ITEM: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
-        }
         let mut fields = Few::new();
         for decided in self.decisions.iter().chain(extra) {
             let Some(quota) = &decided.quota else {
@@ -162,13 +160,10 @@ impl Passed {
             };
             let rule = &config.rules[decided.rule];
             let policy = rule.policy(quota)?;
-            let limit = ITEM.with(|item| {
-                let mut item = item.borrow_mut();
-                item.clear();
-                limit_item(&mut item, rule.name(), &decided.decision);
-                // Printable ASCII (names are checked when a rule is made).
-                HeaderValue::from_str(&item).ok()
-            })?;
+            // Printable ASCII (names are checked when a rule is made), in a
+            // buffer the value then owns.
+            let item = limit_item(rule.limit_prefix(), &decided.decision);
+            let limit = HeaderValue::from_maybe_shared(Bytes::from(item)).ok()?;
             fields.push((policy, limit));
         }
         (fields.len() > 0).then_some(Fields(fields))
@@ -179,8 +174,11 @@ impl Passed {
 /// while a limit waited for its backend) gives its admissions back, as a
 /// refused one does.
 impl Drop for Passed {
+    #[inline]
     fn drop(&mut self) {
-        self.refund_all();
+        if !self.refunds.is_empty() {
+            self.refund_all();
+        }
     }
 }
 

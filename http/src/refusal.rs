@@ -6,7 +6,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
 
-use crate::body::LimitBody;
+use crate::body::RefusalBody;
 use crate::fields::{
     QUOTA_EXCEEDED, TEMPORARY_REDUCED_CAPACITY, exhausted_problem, problem, push_decimal,
     whole_seconds_up,
@@ -30,12 +30,12 @@ pub(crate) enum Refusal {
 
 impl Config {
     /// Writes the layer's answer to a refused request.
-    pub(crate) fn refuse<B>(
+    pub(crate) fn refuse<B: RefusalBody>(
         &self,
         request: &RequestHead<'_>,
         passed: &Passed,
         refusal: &Refusal,
-    ) -> Response<LimitBody<B>> {
+    ) -> Response<B> {
         let grpc = request
             .headers()
             .get(CONTENT_TYPE)
@@ -163,8 +163,22 @@ impl Answer<'_> {
 
     /// Writes the answer as a response: an HTTP status with a problem
     /// body, or for gRPC a trailers-only response.
-    fn into_response<B>(self, grpc: bool) -> Response<LimitBody<B>> {
-        let mut response = Response::new(LimitBody::empty());
+    fn into_response<B: RefusalBody>(self, grpc: bool) -> Response<B> {
+        let body = if grpc {
+            // A trailers-only response: no body.
+            Bytes::new()
+        } else {
+            Bytes::from(self.body.unwrap_or_else(|| {
+                problem(
+                    self.kind,
+                    self.title,
+                    self.status.as_u16(),
+                    &self.detail,
+                    self.violated.as_slice(),
+                )
+            }))
+        };
+        let mut response = Response::new(B::refusal(body));
         let headers = response.headers_mut();
         // Room for every field below in one allocation.
         headers.reserve(8);
@@ -175,7 +189,7 @@ impl Answer<'_> {
             fields.add_to(headers);
         }
         if grpc {
-            // A trailers-only response: HTTP 200, the status in headers.
+            // HTTP 200, the status in headers.
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
             headers.insert("grpc-status", HeaderValue::from(self.grpc_code));
             if let Ok(message) = HeaderValue::try_from(grpc::percent_encode(&self.detail)) {
@@ -194,16 +208,6 @@ impl Answer<'_> {
             HeaderValue::from_static("application/problem+json"),
         );
         *response.status_mut() = self.status;
-        let body = self.body.unwrap_or_else(|| {
-            problem(
-                self.kind,
-                self.title,
-                self.status.as_u16(),
-                &self.detail,
-                self.violated.as_slice(),
-            )
-        });
-        *response.body_mut() = LimitBody::full(Bytes::from(body));
         response
     }
 }

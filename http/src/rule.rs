@@ -11,7 +11,7 @@ use crate::head::RequestHead;
 use http::HeaderValue;
 use tollgate::Quota;
 
-use crate::fields::{RuleJson, is_field_string, policy_item};
+use crate::fields::{RuleJson, is_field_string, limit_prefix, policy_item};
 use crate::key::{KeyError, KeyExtractor};
 use crate::limit::{Checked, Failure, Limit};
 
@@ -66,6 +66,8 @@ pub struct Rule {
     quota: Quota,
     /// Its `RateLimit-Policy` item, made once.
     policy: HeaderValue,
+    /// The start of its `RateLimit` items.
+    limit_prefix: String,
     /// Its pieces of a denial's problem body, made once.
     json: RuleJson,
     check: Box<dyn Check>,
@@ -101,6 +103,7 @@ impl Rule {
         let policy = policy_value(&name, &quota).ok_or_else(|| NameError(name.clone()))?;
         Ok(Self {
             json: RuleJson::new(&name),
+            limit_prefix: limit_prefix(&name),
             name: name.into(),
             quota,
             policy,
@@ -150,15 +153,20 @@ impl Rule {
         }
     }
 
+    /// Returns the start of this rule's `RateLimit` items.
+    pub(crate) fn limit_prefix(&self) -> &str {
+        &self.limit_prefix
+    }
+
     /// Returns this rule's pieces of a denial's problem body.
     pub(crate) fn json(&self) -> &RuleJson {
         &self.json
     }
 
-    /// Starts checking `request` against this rule; `refundable`:
-    /// whether an admission must come with what gives it back (a later
-    /// rule may refuse the request).
-    pub(crate) fn start(&self, request: &RequestHead<'_>, refundable: bool) -> Step {
+    /// Starts checking `request` against this rule, keeping of an
+    /// admission what `keep` says.
+    #[inline]
+    pub(crate) fn start(&self, request: &RequestHead<'_>, keep: Keep) -> Step {
         if self.when.as_ref().is_some_and(|when| !when(request)) {
             return Step::Skip;
         }
@@ -166,7 +174,7 @@ impl Rule {
         if cost == 0 {
             return Step::Skip;
         }
-        self.check.start(request, cost, refundable)
+        self.check.start(request, cost, keep)
     }
 }
 
@@ -188,10 +196,26 @@ fn policy_value(name: &str, quota: &Quota) -> Option<HeaderValue> {
     HeaderValue::try_from(policy_item(name, quota)).ok()
 }
 
+/// What the layer needs of a rule's admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Keep {
+    /// Nothing: no later rule can refuse the request, and no field is
+    /// sent on success.
+    Nothing,
+    /// Its decision, for the fields.
+    Decision,
+    /// Its decision, and what gives it back: a later rule may refuse the
+    /// request.
+    Refund,
+}
+
 /// Where a rule's check of one request stands.
 pub(crate) enum Step {
     /// The rule does not apply, or the request costs nothing.
     Skip,
+    /// Admitted, and nothing of the admission is to be kept
+    /// ([`Keep::Nothing`]).
+    Admitted,
     /// Decided (or failed) without waiting.
     Done(Outcome),
     /// The request has no key for this rule.
@@ -202,7 +226,7 @@ pub(crate) enum Step {
 
 /// A limiter and its key extractor, with their types erased.
 trait Check: Send + Sync {
-    fn start(&self, request: &RequestHead<'_>, cost: u32, refundable: bool) -> Step;
+    fn start(&self, request: &RequestHead<'_>, cost: u32, keep: Keep) -> Step;
 }
 
 struct Bound<L, E> {
@@ -215,12 +239,23 @@ where
     E: KeyExtractor,
     L: Limit<E::Key>,
 {
-    fn start(&self, request: &RequestHead<'_>, cost: u32, refundable: bool) -> Step {
+    fn start(&self, request: &RequestHead<'_>, cost: u32, keep: Keep) -> Step {
         let key = match self.extractor.extract(request) {
             Ok(key) => key,
             Err(error) => return Step::NoKey(error),
         };
-        if let Some(decided) = self.limiter.check_now(&key, cost) {
+        let refundable = keep == Keep::Refund;
+        let decided = if refundable {
+            self.limiter.check_now(&key, cost)
+        } else {
+            self.limiter.check_now_without_receipt(&key, cost)
+        };
+        if let Some(decided) = decided {
+            if keep == Keep::Nothing
+                && matches!(&decided, Ok(checked) if checked.decision.is_allowed())
+            {
+                return Step::Admitted;
+            }
             return Step::Done(
                 decided.map(|checked| with_refund(&self.limiter, key, cost, checked, refundable)),
             );

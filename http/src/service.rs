@@ -6,18 +6,16 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
 use http::{Request, Response};
-use http_body::Body;
 use tower_service::Service;
 
-use crate::body::LimitBody;
+use crate::body::RefusalBody;
 use crate::future::ResponseFuture;
 use crate::head::RequestHead;
 use crate::layer::Config;
 use crate::passed::{Fields, Passed};
 use crate::refusal::Refusal;
-use crate::rule::{Pending, Step};
+use crate::rule::{Keep, Pending, Step};
 
 /// The service [`RateLimitLayer`](crate::RateLimitLayer) wraps around
 /// another.
@@ -34,11 +32,14 @@ impl<S> RateLimit<S> {
 }
 
 /// Where a request stands after the checks that could be decided at once.
-enum Progress<B> {
-    /// Every applicable rule admitted it: call the inner service.
-    Admitted(Option<Fields>),
-    /// Refused: this is the answer.
-    Refused(Response<LimitBody<B>>),
+enum Progress {
+    /// Every applicable rule admitted it: call the inner service, then add
+    /// these fields (boxed: the response future carries them while the
+    /// inner service runs, and a future without fields stays as small as
+    /// the inner one).
+    Admitted(Option<Box<Fields>>),
+    /// Refused, for this reason (what it charged is given back).
+    Refused(Refusal),
     /// Rule `index` waits for its backend.
     Waiting(usize, Pending),
 }
@@ -46,26 +47,34 @@ enum Progress<B> {
 impl Config {
     /// Runs the rules from `first` on, until one must wait, one refuses, or
     /// all are done.
-    fn run<B>(&self, request: &RequestHead<'_>, passed: &mut Passed, first: usize) -> Progress<B> {
+    fn run(&self, request: &RequestHead<'_>, passed: &mut Passed, first: usize) -> Progress {
         for (index, rule) in self.rules.iter().enumerate().skip(first) {
-            let refundable = index + 1 < self.rules.len();
-            let outcome = match rule.start(request, refundable) {
-                Step::Skip => continue,
+            // The last rule's admission is kept only for the fields: no
+            // later rule can refuse the request, and nothing gives it back.
+            let keep = if index + 1 < self.rules.len() {
+                Keep::Refund
+            } else if self.fields_on_success {
+                Keep::Decision
+            } else {
+                Keep::Nothing
+            };
+            let outcome = match rule.start(request, keep) {
+                Step::Skip | Step::Admitted => continue,
                 Step::Done(outcome) => outcome,
                 Step::NoKey(error) => {
                     passed.refund_all();
-                    return Progress::Refused(self.refuse(request, passed, &Refusal::NoKey(error)));
+                    return Progress::Refused(Refusal::NoKey(error));
                 }
                 Step::Pending(pending) => return Progress::Waiting(index, pending),
             };
             if let Err(refusal) = passed.record(self, index, outcome) {
-                return Progress::Refused(self.refuse(request, passed, &refusal));
+                return Progress::Refused(refusal);
             }
         }
         // Through: the admissions stand.
         passed.keep_all();
         let fields = if self.fields_on_success {
-            passed.fields(self, None)
+            passed.fields(self, None).map(Box::new)
         } else {
             None
         };
@@ -79,9 +88,9 @@ where
     S::Future: Send + 'static,
     S::Error: Send + 'static,
     ReqBody: Send + 'static,
-    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody: RefusalBody + Send + 'static,
 {
-    type Response = Response<LimitBody<ResBody>>;
+    type Response = Response<ResBody>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future, ResBody, S::Error>;
 
@@ -91,9 +100,12 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let mut passed = Passed::new();
-        match self.config.run(&RequestHead::of(&request), &mut passed, 0) {
+        let head = RequestHead::of(&request);
+        match self.config.run(&head, &mut passed, 0) {
             Progress::Admitted(fields) => ResponseFuture::inner(self.inner.call(request), fields),
-            Progress::Refused(response) => ResponseFuture::refused(response),
+            Progress::Refused(refusal) => {
+                ResponseFuture::refused(self.config.refuse(&head, &passed, &refusal))
+            }
             Progress::Waiting(index, pending) => {
                 // The inner service that was polled ready goes with the
                 // request; its clone stays here for the next one.
@@ -120,9 +132,10 @@ async fn finish<S, ReqBody, ResBody>(
     mut index: usize,
     mut pending: Pending,
     mut inner: S,
-) -> Result<Response<LimitBody<ResBody>>, S::Error>
+) -> Result<Response<ResBody>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: RefusalBody,
 {
     let fields = loop {
         let outcome = pending.await;
@@ -132,7 +145,7 @@ where
         }
         match config.run(&head, &mut passed, index + 1) {
             Progress::Admitted(fields) => break fields,
-            Progress::Refused(response) => return Ok(response),
+            Progress::Refused(refusal) => return Ok(config.refuse(&head, &passed, &refusal)),
             Progress::Waiting(next, next_pending) => {
                 index = next;
                 pending = next_pending;
@@ -143,7 +156,7 @@ where
     if let Some(fields) = fields {
         fields.add_to(response.headers_mut());
     }
-    Ok(response.map(LimitBody::inner))
+    Ok(response)
 }
 
 impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {

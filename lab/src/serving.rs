@@ -3,11 +3,17 @@
 //! allowed path and the denied one.
 //!
 //! Two measurements, each in interleaved rounds (every variant once per
-//! round, in turn), reported as the median and the range over rounds:
+//! round, in turn), reported as the median and its 95 % interval over
+//! rounds (the order-statistics interval of `stats::median_ci`):
 //!
 //! * **in memory**: the router called as a tower service on one thread,
-//!   no network, so a request's time is CPU time, and the layer's added
-//!   CPU time is the difference from the router without it;
+//!   no network, timed by the thread's CPU clock (so another process's
+//!   turn on a shared core is not counted), and the layer's added CPU
+//!   time is the difference from the router without it. Each router is
+//!   first given its state (`Router::with_state`), as `axum::serve` does
+//!   through `into_make_service`: a router called without it builds each
+//!   route's service, and runs each layer's `Layer::layer`, on every
+//!   request, which no server does;
 //! * **over loopback**: a real server (one worker thread) and a real
 //!   client (reqwest), requests per second with 16 in flight, and the
 //!   latency of one request at a time.
@@ -28,7 +34,7 @@ use tower::{Service, ServiceExt};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
 
-use crate::stats::{median, ratio_spread};
+use crate::stats::{Estimate, median, median_ci};
 
 /// How long each cell runs, and how many rounds.
 pub struct Budget {
@@ -126,6 +132,34 @@ fn router(index: usize, path: Path) -> Router {
     }
 }
 
+/// The round-by-round ratios `a / b`: their median and its 95 % interval.
+fn ratio(a: &[f64], b: &[f64]) -> Estimate {
+    let mut ratios: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+    median_ci(&mut ratios)
+}
+
+/// The CPU time this thread has used: what the requests on it cost,
+/// whatever else the machine runs meanwhile. Wall time since the first
+/// reading where the OS has no per-thread clock.
+fn thread_cpu() -> Duration {
+    #[cfg(unix)]
+    {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `clock_gettime` writes one `timespec` into `now`, which
+        // outlives the call.
+        if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut now) } == 0 {
+            // A thread's CPU time is never negative.
+            #[allow(clippy::cast_sign_loss)]
+            return Duration::new(now.tv_sec as u64, now.tv_nsec as u32);
+        }
+    }
+    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    ORIGIN.get_or_init(Instant::now).elapsed()
+}
+
 /// Runs `cell` for each variant in turn, `rounds` times, starting each
 /// round one variant further on (so that no variant always follows the
 /// same one); returns each variant's measurements in round order.
@@ -140,11 +174,13 @@ fn interleaved(rounds: usize, mut cell: impl FnMut(usize) -> f64) -> Vec<Vec<f64
     results
 }
 
-/// Requests through `service` for `budget`, one at a time; ns a request.
+/// Requests through `service` for `budget`, one at a time; CPU ns a
+/// request.
 fn time_in_memory(runtime: &Runtime, service: &mut Router, budget: Duration) -> f64 {
     let peer: SocketAddr = (Ipv4Addr::new(198, 51, 100, 7), 40_000).into();
     runtime.block_on(async {
         let started = Instant::now();
+        let cpu = thread_cpu();
         let mut requests = 0u64;
         while started.elapsed() < budget {
             for _ in 0..64 {
@@ -162,7 +198,7 @@ fn time_in_memory(runtime: &Runtime, service: &mut Router, budget: Duration) -> 
             }
             requests += 64;
         }
-        started.elapsed().as_nanos() as f64 / requests as f64
+        (thread_cpu() - cpu).as_nanos() as f64 / requests as f64
     })
 }
 
@@ -178,7 +214,7 @@ pub fn run(budget: &Budget) {
 
 fn in_memory(runtime: &Runtime, budget: &Budget) {
     println!(
-        "## In memory: ns per request through the router on one thread ({} interleaved rounds of {:?})",
+        "## In memory: CPU ns per request through the router on one thread ({} interleaved rounds of {:?})",
         budget.rounds, budget.per_cell
     );
     println!(
@@ -186,8 +222,9 @@ fn in_memory(runtime: &Runtime, budget: &Budget) {
         "variant", "path", "ns/request", "added ns (CPU)", "time × its governor (lower: faster)"
     );
     for path in Path::ALL {
+        // As `axum::serve` runs them: each route's service built once.
         let mut services: Vec<Router> = (0..VARIANTS.len())
-            .map(|index| router(index, path))
+            .map(|index| router(index, path).with_state(()))
             .collect();
         // Warm-up: drains the denied path's key, fills caches.
         for service in &mut services {
@@ -198,22 +235,20 @@ fn in_memory(runtime: &Runtime, budget: &Budget) {
         });
         let base = median(&mut results[0].clone());
         for (variant, samples) in results.iter().enumerate() {
-            let (ratio, low, high) = ratio_spread(samples, &results[JUDGED_AGAINST[variant]]);
+            let ratio = ratio(samples, &results[JUDGED_AGAINST[variant]]);
             let ns = median(&mut samples.clone());
             println!(
-                "{:<36} {:>8} {:>12.0} {:>16.0} {:>18.2} ({:.2}–{:.2})",
+                "{:<36} {:>8} {:>12.0} {:>16.0} {:>30}",
                 VARIANTS[variant],
                 path.name(),
                 ns,
                 ns - base,
-                ratio,
-                low,
-                high
+                ratio.show(2)
             );
         }
     }
     println!(
-        "(each variant against the tower_governor one that sends as much on success; target: tollgate no\n slower than tower_governor on either path, and under 1 µs of added CPU time a request)\n"
+        "(each variant against the tower_governor one that sends as much on success, median of the rounds'\n ratios and its 95 % interval; target: tollgate no slower than tower_governor on either path, the\n interval's upper end at most 1, and under 1 µs of added CPU time a request)\n"
     );
 }
 
@@ -332,16 +367,13 @@ fn loopback(runtime: &Runtime, budget: &Budget) {
             load(runtime, &client, &urls[variant], 1, budget.per_cell).1
         });
         for variant in 0..VARIANTS.len() {
-            let (ratio, low, high) =
-                ratio_spread(&throughput[variant], &throughput[JUDGED_AGAINST[variant]]);
+            let ratio = ratio(&throughput[variant], &throughput[JUDGED_AGAINST[variant]]);
             println!(
-                "{:<36} {:>8} {:>16.0} {:>18.2} ({:.2}–{:.2}) {:>16.1}",
+                "{:<36} {:>8} {:>16.0} {:>30} {:>16.1}",
                 VARIANTS[variant],
                 path.name(),
                 median(&mut throughput[variant].clone()),
-                ratio,
-                low,
-                high,
+                ratio.show(2),
                 median(&mut latency[variant].clone())
             );
         }

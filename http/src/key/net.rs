@@ -7,6 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
 /// Reads an IPv4-mapped IPv6 address as the IPv4 address it maps.
+#[inline]
 pub(super) fn canonical(address: IpAddr) -> IpAddr {
     match address {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(address, IpAddr::V4),
@@ -39,6 +40,7 @@ impl IpNet {
     /// # Errors
     ///
     /// [`PrefixError`] for a prefix longer than the address.
+    #[inline]
     pub fn new(address: IpAddr, prefix: u8) -> Result<Self, PrefixError> {
         let address = canonical(address);
         let max = match address {
@@ -75,19 +77,24 @@ impl IpNet {
 }
 
 /// Clears every bit of `address` past the first `prefix`.
+#[inline]
 fn mask(address: IpAddr, prefix: u8) -> IpAddr {
     match address {
-        IpAddr::V4(v4) => {
-            let bits = u32::from(v4);
-            let kept = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
-            IpAddr::V4(Ipv4Addr::from(bits & kept))
-        }
-        IpAddr::V6(v6) => {
-            let bits = u128::from(v6);
-            let kept = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
-            IpAddr::V6(Ipv6Addr::from(bits & kept))
-        }
+        IpAddr::V4(v4) => IpAddr::V4(Ipv4Addr::from(mask_v4(v4, prefix))),
+        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(mask_v6(v6, prefix))),
     }
+}
+
+/// The bits of `v4`'s first `prefix` (at most 32), the others cleared.
+#[inline]
+fn mask_v4(v4: Ipv4Addr, prefix: u8) -> u32 {
+    u32::from(v4) & u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0)
+}
+
+/// The bits of `v6`'s first `prefix` (at most 128), the others cleared.
+#[inline]
+fn mask_v6(v6: Ipv6Addr, prefix: u8) -> u128 {
+    u128::from(v6) & u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0)
 }
 
 impl fmt::Display for IpNet {
@@ -136,23 +143,26 @@ pub struct IpKey {
 }
 
 impl IpKey {
-    /// Packs `net` into its key.
-    pub(super) fn new(net: IpNet) -> Self {
+    /// The key of the network of `prefix` bits (at most 32) that holds
+    /// `v4`.
+    #[inline]
+    pub(super) fn v4(v4: Ipv4Addr, prefix: u8) -> Self {
         let mut bytes = [0; 18];
-        bytes[1] = net.prefix;
-        let len = match net.address {
-            IpAddr::V4(v4) => {
-                bytes[0] = 4;
-                bytes[2..6].copy_from_slice(&v4.octets());
-                6
-            }
-            IpAddr::V6(v6) => {
-                bytes[0] = 6;
-                bytes[2..18].copy_from_slice(&v6.octets());
-                18
-            }
-        };
-        Self { bytes, len }
+        bytes[0] = 4;
+        bytes[1] = prefix;
+        bytes[2..6].copy_from_slice(&mask_v4(v4, prefix).to_be_bytes());
+        Self { bytes, len: 6 }
+    }
+
+    /// The key of the network of `prefix` bits (at most 128) that holds
+    /// `v6`.
+    #[inline]
+    pub(super) fn v6(v6: Ipv6Addr, prefix: u8) -> Self {
+        let mut bytes = [0; 18];
+        bytes[0] = 6;
+        bytes[1] = prefix;
+        bytes[2..18].copy_from_slice(&mask_v6(v6, prefix).to_be_bytes());
+        Self { bytes, len: 18 }
     }
 
     /// Returns the network.

@@ -86,7 +86,8 @@ pub struct PeerIp {
     ipv6_prefix: u8,
     trusted: Vec<IpNet>,
     forwarded: ForwardedHeader,
-    peer: fn(&Extensions) -> Option<IpAddr>,
+    /// `None`: [`socket_from_extensions`], called directly.
+    peer: Option<fn(&Extensions) -> Option<IpAddr>>,
 }
 
 /// Which header names the client behind a trusted proxy.
@@ -107,7 +108,7 @@ impl PeerIp {
             ipv6_prefix: 64,
             trusted: Vec::new(),
             forwarded: ForwardedHeader::None,
-            peer: peer_from_extensions,
+            peer: None,
         }
     }
 
@@ -168,15 +169,30 @@ impl PeerIp {
     /// `|extensions| extensions.get::<TcpConnectInfo>()?.remote_addr().map(|addr| addr.ip())`.
     #[must_use]
     pub fn peer_from(mut self, peer: fn(&Extensions) -> Option<IpAddr>) -> Self {
-        self.peer = peer;
+        self.peer = Some(peer);
         self
     }
 
-    /// Finds the client's address, before grouping.
-    fn client(&self, request: &RequestHead<'_>) -> Result<IpAddr, KeyError> {
-        let peer = canonical((self.peer)(request.extensions()).ok_or(KeyError::NoPeerAddress)?);
-        if self.forwarded == ForwardedHeader::None || !self.is_trusted(peer) {
-            return Ok(peer);
+    /// Returns the key of `client`'s network: the address masked to its
+    /// family's prefix (an IPv4-mapped IPv6 address is IPv4), in integers
+    /// from the address on (this is on every request's path).
+    #[inline]
+    fn key(&self, client: IpAddr) -> IpKey {
+        match client {
+            IpAddr::V4(v4) => IpKey::v4(v4, self.ipv4_prefix),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => IpKey::v4(v4, self.ipv4_prefix),
+                None => IpKey::v6(v6, self.ipv6_prefix),
+            },
+        }
+    }
+
+    /// Finds the client a trusted proxy at `peer` forwarded, or `peer`
+    /// itself if it is not a trusted proxy.
+    fn forwarded_client(&self, request: &RequestHead<'_>, peer: IpAddr) -> IpAddr {
+        let peer = canonical(peer);
+        if !self.is_trusted(peer) {
+            return peer;
         }
         let name = match self.forwarded {
             ForwardedHeader::XForwardedFor => "x-forwarded-for",
@@ -208,7 +224,7 @@ impl PeerIp {
                 break;
             }
         }
-        Ok(client)
+        client
     }
 
     fn is_trusted(&self, address: IpAddr) -> bool {
@@ -236,27 +252,46 @@ impl fmt::Debug for PeerIp {
 impl KeyExtractor for PeerIp {
     type Key = IpKey;
 
+    // Always inlined into the check that uses the key: returned from a
+    // call, the key crosses memory in pieces the caller reads back whole,
+    // and the read waits for the writes (a failed store-to-load forward on
+    // every request: about half of `Bound::start`'s own samples by `perf`).
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
     fn extract(&self, request: &RequestHead<'_>) -> Result<IpKey, KeyError> {
-        let client = self.client(request)?;
-        let prefix = match client {
-            IpAddr::V4(_) => self.ipv4_prefix,
-            IpAddr::V6(_) => self.ipv6_prefix,
+        let peer = match self.peer {
+            // The address read where the server recorded it, straight into
+            // the key when no proxy is trusted (no copy of it in between:
+            // this is on every request's path).
+            None => match socket_from_extensions(request.extensions()) {
+                Some(SocketAddr::V4(socket)) if self.forwarded == ForwardedHeader::None => {
+                    return Ok(IpKey::v4(*socket.ip(), self.ipv4_prefix));
+                }
+                socket => socket.map(SocketAddr::ip),
+            },
+            Some(peer) => peer(request.extensions()),
         };
-        Ok(IpKey::new(
-            IpNet::new(client, prefix).expect("prefix validated by PeerIp"),
-        ))
+        let Some(peer) = peer else {
+            return Err(KeyError::NoPeerAddress);
+        };
+        let client = match self.forwarded {
+            ForwardedHeader::None => peer,
+            _ => self.forwarded_client(request, peer),
+        };
+        Ok(self.key(client))
     }
 }
 
 /// Finds the peer the default way: a `SocketAddr` in the extensions, or
 /// axum's `ConnectInfo<SocketAddr>`.
-fn peer_from_extensions(extensions: &Extensions) -> Option<IpAddr> {
+#[inline]
+fn socket_from_extensions(extensions: &Extensions) -> Option<&SocketAddr> {
     if let Some(address) = extensions.get::<SocketAddr>() {
-        return Some(address.ip());
+        return Some(address);
     }
     #[cfg(feature = "axum")]
     if let Some(info) = extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
-        return Some(info.0.ip());
+        return Some(&info.0);
     }
     None
 }
@@ -269,6 +304,66 @@ mod tests {
     use super::PeerIp;
     use crate::head::RequestHead;
     use crate::key::KeyExtractor;
+
+    /// The key of a request from `peer`, recorded as a `SocketAddr` or as
+    /// axum's `ConnectInfo`, by `extractor`.
+    fn keys(extractor: &PeerIp, peer: &str) -> [String; 2] {
+        let peer: SocketAddr = peer.parse().unwrap();
+        let mut socket = http::Request::get("/").body(()).unwrap();
+        socket.extensions_mut().insert(peer);
+        let mut connect_info = http::Request::get("/").body(()).unwrap();
+        connect_info
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(peer));
+        [socket, connect_info].map(|request| {
+            extractor
+                .extract(&RequestHead::of(&request))
+                .unwrap()
+                .to_string()
+        })
+    }
+
+    /// The peer's own address, however the server recorded it: IPv4 whole,
+    /// IPv6 by /64, an IPv4-mapped IPv6 address as the IPv4 one; the
+    /// prefixes as configured; the same through a trusted proxy's path when
+    /// the peer is not one.
+    #[test]
+    fn a_peer_is_keyed_by_its_network_whatever_its_family() {
+        let default = PeerIp::new();
+        let wide = PeerIp::new()
+            .ipv4_prefix(24)
+            .unwrap()
+            .ipv6_prefix(48)
+            .unwrap();
+        let behind = PeerIp::new().trust_x_forwarded_for(["10.0.0.0/8".parse().unwrap()]);
+        for (peer, expected, widened) in [
+            ("198.51.100.7:443", "198.51.100.7/32", "198.51.100.0/24"),
+            (
+                "[::ffff:198.51.100.7]:443",
+                "198.51.100.7/32",
+                "198.51.100.0/24",
+            ),
+            (
+                "[2001:db8:1:2:3:4:5:6]:443",
+                "2001:db8:1:2::/64",
+                "2001:db8:1::/48",
+            ),
+        ] {
+            assert_eq!(keys(&default, peer), [expected, expected], "{peer}");
+            assert_eq!(keys(&wide, peer), [widened, widened], "{peer}");
+            assert_eq!(keys(&behind, peer), [expected, expected], "{peer}");
+        }
+        let mut none = http::Request::get("/").body(()).unwrap();
+        assert_eq!(
+            default.extract(&RequestHead::of(&none)),
+            Err(crate::KeyError::NoPeerAddress)
+        );
+        none.extensions_mut().insert(1_u8);
+        assert_eq!(
+            behind.extract(&RequestHead::of(&none)),
+            Err(crate::KeyError::NoPeerAddress)
+        );
+    }
 
     /// A client that sends an unclosed quote, and a `Host` that a proxy
     /// writes in its element's `host` parameter, cannot choose its own key:
