@@ -93,9 +93,9 @@
 //!
 //! **The clock** ([`clock`]). [`TscClock`](clock::TscClock) by default: the
 //! CPU's time-stamp counter, read in a few nanoseconds, calibrated once a
-//! process (under a millisecond here), and the OS clock where the CPU has no
-//! invariant TSC; [`MonotonicClock`](clock::MonotonicClock) is std's
-//! `Instant`, a vDSO call; [`CoarseClock`](clock::CoarseClock)
+//! process (0.6 ms in most processes on the notes' VM), and the OS clock
+//! where the CPU has no invariant TSC; [`MonotonicClock`](clock::MonotonicClock)
+//! is std's `Instant`, a vDSO call; [`CoarseClock`](clock::CoarseClock)
 //! reads a cached value a background thread refreshes;
 //! [`ManualClock`](clock::ManualClock) moves only when told, for tests:
 //!

@@ -16,7 +16,7 @@ use crate::wait::Queues;
 /// API token) gets its own budget.
 ///
 /// Built by [`RateLimiter::keyed`] with the defaults (GCRA, the default store,
-/// the monotonic clock), or by a [`Builder`] that chooses each part.
+/// the [`TscClock`]), or by a [`Builder`] that chooses each part.
 ///
 /// ```
 /// use tollgate::{Quota, RateLimiter};

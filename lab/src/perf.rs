@@ -118,8 +118,8 @@ pub struct Judged {
 pub enum Verdict {
     /// Every block's whole interval meets the target.
     Met,
-    /// Some block's interval reaches the target, not every block's whole
-    /// interval: judged missed.
+    /// Some block's interval reaches the target, but not every block's
+    /// whole interval meets it: judged missed.
     Straddles,
     /// Every block's whole interval misses the target.
     Missed,
@@ -129,7 +129,7 @@ impl Verdict {
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::Met => "MET",
-            Verdict::Straddles => "MISSED (straddles)",
+            Verdict::Straddles => "MISSED (some blocks)",
             Verdict::Missed => "MISSED",
         }
     }

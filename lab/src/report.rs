@@ -117,7 +117,8 @@ pub fn summary(out: &mut String, results: Option<&Results>, sweep: &[SweepRow], 
              interval, the lowest and highest of the blocks' medians,\nand how many blocks' own \
              intervals clear the target. A ratio is MET only if every block's\ninterval clears \
              it (≥ t: its lower bound is at least t; ≤ t: its upper bound at most t); if\n\
-             some block's interval only reaches the target, it is MISSED (straddles).",
+             some block's interval reaches the target but not every one clears it, it is \
+             MISSED (some blocks).",
             first.blocks.len(),
             first.blocks.first().map_or(0, |block| block.samples),
             first.ratio.samples

@@ -20,7 +20,7 @@ const RETIRED_WORD: u64 = u64::MAX;
 // `compare_exchange_weak` from the word it decided on to the packed
 // admission. When the word has changed (another thread won, or the weak CAS
 // failed spuriously), it re-decides on the word it found, after a `Backoff`
-// spin, on a `#[cold]` path. The word `RETIRED_WORD` (`u64::MAX`) marks the
+// spin (the spin alone out of line, on a `#[cold]` path). The word `RETIRED_WORD` (`u64::MAX`) marks the
 // cell retired: every check answers `None`; any other word is
 // `algorithm.unpack(word)`, the key's state.
 //

@@ -12,12 +12,17 @@ use super::Clock;
 /// - **Start-up:** the first `TscClock` a process builds calibrates the
 ///   counter against the OS monotonic clock: quanta's loop of at least 500
 ///   one-microsecond rounds, which stops once its mean error is below 10 ns
-///   and never runs past 200 ms (0.6–0.7 ms on the 2-core KVM VM of
-///   tollgate's notes). Every later clock copies that calibration.
+///   or after the round that passes 200 ms of wall time (0.6 ms in most
+///   fresh processes on the 2-core AMD EPYC VM of tollgate's notes, a few
+///   ms with the machine loaded). Every later clock reads that calibrated
+///   clock. The first `Builder::new` of a process builds one, whatever
+///   clock it is then given.
 /// - **Fallback:** quanta uses the counter only where the CPU reports an
 ///   invariant TSC (and `rdtscp`); elsewhere every reading is the OS
 ///   clock's, as fast as [`MonotonicClock`](super::MonotonicClock) and as
-///   exact. Hypervisors advertise an invariant TSC to a guest only when
+///   exact. On aarch64 it reads the system counter (its frequency's
+///   resolution, tens of nanoseconds). Hypervisors advertise an invariant
+///   TSC to a guest only when
 ///   asked (QEMU/KVM's `invtsc`), and then migrate the guest only to hosts
 ///   that keep its TSC frequency.
 /// - **Error:** a reading is scaled from ticks by the calibration, so the

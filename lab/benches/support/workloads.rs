@@ -330,9 +330,10 @@ pub fn admit_distinct_at<A: Algorithm, S: StoreKind<u64, A>>(
 }
 
 /// The keys `0..keys` in the order the distinct-key workloads first admit
-/// them: scattered (`i × p mod keys`, `p` a prime above any key count, so
-/// every key once), not in the order of the quarters the threads then
-/// check. In a server a key is first seen by whichever core took its first
+/// them: scattered (`i × p mod keys`, `p` = 0x9E37_79B9, odd, so coprime
+/// to the powers of two the lab's key counts are, and every key comes
+/// once; 9 mod 16, so even 16 keys are interleaved), not in the order of
+/// the quarters the threads then check. In a server a key is first seen by whichever core took its first
 /// request; admitted in order, the keys of one thread would sit side by
 /// side in a map that allocates each entry as it arrives (papaya, flurry),
 /// so that no cache line of theirs held two threads' keys, a separation
@@ -340,8 +341,8 @@ pub fn admit_distinct_at<A: Algorithm, S: StoreKind<u64, A>>(
 /// (tollgate's, governor's, `scc`'s) never get.
 /// [`admit_distinct_admitted_in_order`] measures that difference.
 pub fn first_admission_order(keys: u64) -> impl Iterator<Item = u64> {
-    const PRIME: u64 = 2_654_435_761;
-    (0..keys).map(move |i| i * PRIME % keys)
+    const STEP: u64 = 0x9E37_79B9;
+    (0..keys).map(move |i| i * STEP % keys)
 }
 
 /// Admits each of `keys` keys once with `check` (in
