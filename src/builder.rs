@@ -56,9 +56,35 @@ use crate::wait::Queues;
 /// ```
 pub struct Builder<A = Gcra, C = TscClock, T = NoStoreChosen> {
     quota: Quota,
-    clock: C,
+    clock: ChosenClock<C>,
     keyed: T,
     algorithm: PhantomData<fn() -> A>,
+}
+
+/// A builder's clock: the one chosen, or the default, made only when a
+/// limiter is built, so that a builder given another clock never builds
+/// (and never calibrates) a [`TscClock`].
+enum ChosenClock<C> {
+    Chosen(C),
+    Default(fn() -> C),
+}
+
+impl<C> ChosenClock<C> {
+    fn into_clock(self) -> C {
+        match self {
+            Self::Chosen(clock) => clock,
+            Self::Default(make) => make(),
+        }
+    }
+}
+
+impl<C: fmt::Debug> fmt::Debug for ChosenClock<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Chosen(clock) => clock.fmt(f),
+            Self::Default(_) => f.write_str("the default clock, made when a limiter is built"),
+        }
+    }
 }
 
 /// The builder state before a store or a key cap is chosen: it builds keyed
@@ -80,7 +106,7 @@ impl Builder {
     pub fn new(quota: Quota) -> Self {
         Self {
             quota,
-            clock: TscClock::new(),
+            clock: ChosenClock::Default(TscClock::new),
             keyed: NoStoreChosen,
             algorithm: PhantomData,
         }
@@ -104,7 +130,7 @@ impl<A: Algorithm, C: Clock, T> Builder<A, C, T> {
     pub fn clock<C2: Clock>(self, clock: C2) -> Builder<A, C2, T> {
         Builder {
             quota: self.quota,
-            clock,
+            clock: ChosenClock::Chosen(clock),
             keyed: self.keyed,
             algorithm: PhantomData,
         }
@@ -171,7 +197,7 @@ impl<A: Algorithm, C: Clock> Builder<A, C, NoStoreChosen> {
             algorithm,
             queues: Queues::new(),
             quota: self.quota,
-            clock: self.clock,
+            clock: self.clock.into_clock(),
         }
     }
 }
@@ -200,7 +226,7 @@ impl<A: Algorithm, C: Clock, S> Builder<A, C, StoreChosen<S>> {
         RateLimiter {
             algorithm: A::from_quota(&self.quota),
             quota: self.quota,
-            clock: self.clock,
+            clock: self.clock.into_clock(),
             store: self.keyed.store.build(self.keyed.cap),
             receipts: self
                 .keyed

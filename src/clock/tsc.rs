@@ -15,8 +15,8 @@ use super::Clock;
 ///   or after the round that passes 200 ms of wall time (0.6 ms in most
 ///   fresh processes on the 2-core AMD EPYC VM of tollgate's notes, a few
 ///   ms with the machine loaded). Every later clock reads that calibrated
-///   clock. The first `Builder::new` of a process builds one, whatever
-///   clock it is then given.
+///   clock. A builder makes its default `TscClock` only when it builds a
+///   limiter: one given another clock never calibrates.
 /// - **Fallback:** quanta uses the counter only where the CPU reports an
 ///   invariant TSC (and `rdtscp`); elsewhere every reading is the OS
 ///   clock's, as fast as [`MonotonicClock`](super::MonotonicClock) and as
