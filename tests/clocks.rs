@@ -80,17 +80,20 @@ fn the_refresher_thread_keeps_the_cache_moving_and_stops_when_dropped() {
 }
 
 #[test]
-fn tsc_clock_is_monotonic_and_agrees_with_the_os_clock() {
+fn tsc_clock_keeps_order_within_a_microsecond_and_agrees_with_the_os_clock() {
     use tollgate::clock::TscClock;
     let os = MonotonicClock::new();
     let tsc = TscClock::new();
     // The TSC clock's origin is later than the OS clock's by at most this.
     let origin_gap_ns = os.now_ns();
+    // A thread moved to another core may read an instant a few ns before
+    // its last (cores' counters differ by a few ticks; `TscClock`'s
+    // "Order"): never a microsecond.
     let mut last = tsc.now_ns();
     for _ in 0..100_000 {
         let now = tsc.now_ns();
-        assert!(now >= last);
-        last = now;
+        assert!(now + 1_000 >= last, "stepped back {} ns", last - now);
+        last = last.max(now);
     }
     std::thread::sleep(Duration::from_millis(20));
     // A sandwich of OS readings: preemption anywhere cannot break it. The

@@ -18,14 +18,16 @@
 //!   is the median of its rounds, with its order-statistics interval.
 //! - **Judged ratios** come from pairs: the subject and its baseline run
 //!   back to back, alternately first, each pair giving one ratio. The pairs
-//!   run in blocks (2 of 5 pairs; 6 of 10 in `--full`) spread over the
-//!   whole run, each block in a fresh process of this program on workloads
-//!   built afresh, so that what moves between processes (placement, hash
-//!   seeds, the host's load) shows as a difference between blocks. A
-//!   target is met only if every block's interval around its median (95 %
-//!   where a block has 6 pairs or more; its range below) meets it; the
-//!   report gives every block's pairs together, and the spread of the
-//!   blocks' medians.
+//!   run in blocks (2 of 6 pairs; 6 of 10 in `--full`) spread evenly over
+//!   the run's rounds, each block in a fresh process of this program
+//!   (started from `/proc/self/exe` on Linux, so a rebuild during the run
+//!   changes nothing) on workloads built afresh, so that what moves between
+//!   processes (placement, hash seeds, the host's load) shows as a
+//!   difference between blocks. A target is met only if every block's
+//!   interval around its median (95 % or more: a block of 6 pairs gives its
+//!   range) meets it; a block whose process fails or runs past its limit
+//!   counts as missed and is named in the report, which gives every block's
+//!   pairs together and the spread of the blocks' medians.
 //! - Measuring threads are pinned to CPUs (`parallel.rs`).
 
 use std::time::Duration;
@@ -110,6 +112,9 @@ pub struct Judged {
     pub ratio: Estimate,
     /// Each block's pairs alone, in the order the blocks ran.
     pub blocks: Vec<Estimate>,
+    /// How many blocks failed (their process did not finish, or printed
+    /// nothing readable): each counts as a block that missed.
+    pub failed: usize,
     pub target: Target,
 }
 
@@ -146,21 +151,28 @@ impl Judged {
         }
     }
 
-    /// Met only if every block's whole interval meets the target; `None`
-    /// for a ratio shown, not judged.
+    /// Met only if every block ran and its whole interval meets the target;
+    /// `None` for a ratio shown, not judged.
     pub fn verdict(&self) -> Option<Verdict> {
         let blocks: Vec<(bool, bool)> = self
             .blocks
             .iter()
             .map(|block| self.standing(block))
             .collect::<Option<_>>()?;
-        Some(if blocks.iter().all(|&(inside, _)| inside) {
-            Verdict::Met
-        } else if blocks.iter().any(|&(_, reaching)| reaching) {
-            Verdict::Straddles
-        } else {
-            Verdict::Missed
-        })
+        Some(
+            if self.failed == 0 && blocks.iter().all(|&(inside, _)| inside) {
+                Verdict::Met
+            } else if blocks.iter().any(|&(_, reaching)| reaching) {
+                Verdict::Straddles
+            } else {
+                Verdict::Missed
+            },
+        )
+    }
+
+    /// How many blocks were run, the failed ones included.
+    pub fn blocks_run(&self) -> usize {
+        self.blocks.len() + self.failed
     }
 
     /// How many blocks' whole intervals meet the target.
@@ -173,6 +185,9 @@ impl Judged {
 
     /// The lowest and the highest of the blocks' medians.
     pub fn between_blocks(&self) -> (f64, f64) {
+        if self.blocks.is_empty() {
+            return (f64::NAN, f64::NAN);
+        }
         self.blocks
             .iter()
             .fold((f64::INFINITY, f64::NEG_INFINITY), |(low, high), block| {
@@ -199,6 +214,8 @@ pub struct Results {
     pub judged: Vec<Judged>,
     /// Whether the diagnostic rows, tables and ratios were measured.
     pub diagnostics: bool,
+    /// Each judged block that failed, and why.
+    pub failures: Vec<String>,
 }
 
 /// The rows of the deny table that the headline reads: the judged ratios'
@@ -278,8 +295,15 @@ impl Shuffle {
 
 /// Measures a table in interleaved rounds: each round runs every row at
 /// every thread count, the rows in a fresh random order at each (so that
-/// no row always follows the same one).
-fn table(title: String, makers: &Makers, budget: &Budget, bar: &ProgressBar) -> Table {
+/// no row always follows the same one). `after_round` runs after each
+/// round (the run's judged blocks that are due then).
+fn table(
+    title: String,
+    makers: &Makers,
+    budget: &Budget,
+    bar: &ProgressBar,
+    after_round: &mut dyn FnMut(),
+) -> Table {
     bar.set_message(format!("{title}: building"));
     let ops: Vec<(&'static str, workloads::Op)> =
         makers.iter().map(|(name, make)| (*name, make())).collect();
@@ -301,6 +325,8 @@ fn table(title: String, makers: &Makers, budget: &Budget, bar: &ProgressBar) -> 
             }
         }
         bar.inc(1);
+        bar.set_message(title.clone());
+        after_round();
     }
     let rows = ops
         .iter()
@@ -657,6 +683,8 @@ struct Case<'a> {
     throughput: bool,
     /// Each block's pairs' ratios `subject ns / baseline ns`.
     blocks: Vec<Vec<f64>>,
+    /// How many blocks failed.
+    failed: usize,
 }
 
 /// The ratios the lab judges, each from its own pairs at 2 threads (the
@@ -959,6 +987,7 @@ fn into_cases<'a>(cases: Vec<(&'static str, Side<'a>, Side<'a>, Target, bool)>) 
             target,
             throughput,
             blocks: Vec::new(),
+            failed: 0,
         })
         .collect()
 }
@@ -1000,14 +1029,25 @@ pub fn run_block(budget: &Budget, block: usize) {
 }
 
 /// Runs block `block` of every case's pairs in a fresh process of this
-/// program ([`run_block`]), and adds each case's ratios.
-fn judge_block(cases: &mut [Case<'_>], budget: &Budget, block: usize, bar: &ProgressBar) {
-    bar.set_message(format!(
-        "judging: block {} of {}, in a fresh process",
-        block + 1,
-        budget.blocks
-    ));
-    let program = std::env::current_exe().expect("the lab's own executable");
+/// program ([`run_block`]) and returns each case's ratios, in the cases'
+/// order; or why the block failed (the process could not start, failed,
+/// ran past `limit`, or printed something other than every case's pairs).
+///
+/// On Linux the process is started from `/proc/self/exe`: the very file
+/// this process runs, even if a build has since replaced the lab's
+/// executable at its path, so that every block measures the same code.
+fn judge_block(
+    cases: usize,
+    budget: &Budget,
+    block: usize,
+    limit: Duration,
+) -> Result<Vec<Vec<f64>>, String> {
+    use std::io::Read;
+    let program = if cfg!(target_os = "linux") {
+        std::path::PathBuf::from("/proc/self/exe")
+    } else {
+        std::env::current_exe().map_err(|error| format!("the lab's own executable: {error}"))?
+    };
     let mut command = std::process::Command::new(program);
     command.args([JUDGE_BLOCK_FLAG, &block.to_string()]);
     if budget.full {
@@ -1016,34 +1056,84 @@ fn judge_block(cases: &mut [Case<'_>], budget: &Budget, block: usize, bar: &Prog
     if budget.diagnostics {
         command.arg("--diagnostics");
     }
-    let output = command
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())
-        .output()
-        .expect("could not start the lab's own executable for a block of pairs");
-    assert!(
-        output.status.success(),
-        "block {block} of the judged pairs failed: {}",
-        output.status
-    );
-    let stdout = String::from_utf8(output.stdout).expect("the block's output is UTF-8");
-    let mut lines = stdout.lines();
-    for (index, case) in cases.iter_mut().enumerate() {
-        let line = lines
-            .next()
-            .unwrap_or_else(|| panic!("block {block} printed no line for case {index}"));
-        let mut fields = line.split(' ');
-        assert_eq!(
-            fields.next(),
-            Some(index.to_string().as_str()),
-            "block {block} printed its cases out of order"
-        );
-        let ratios: Vec<f64> = fields
-            .map(|field| field.parse().expect("a ratio"))
-            .collect();
-        assert_eq!(ratios.len(), budget.pairs, "block {block}, case {index}");
-        case.blocks.push(ratios);
+        .spawn()
+        .map_err(|error| format!("could not start: {error}"))?;
+    // Read on a thread of its own, so that a full pipe cannot stall the
+    // child while this one waits for it to exit.
+    let mut stdout = child.stdout.take().expect("stdout is piped");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        stdout.read_to_string(&mut text).map(|_| text)
+    });
+    let started = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() < limit => std::thread::sleep(Duration::from_millis(50)),
+            Ok(None) => {
+                // Killed, then reaped: a kill that fails means it exited.
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("still running after {} s: killed", limit.as_secs()));
+            }
+            Err(error) => return Err(format!("could not wait for it: {error}")),
+        }
+    };
+    let stdout = reader
+        .join()
+        .map_err(|_| "its output's reader panicked".to_owned())?
+        .map_err(|error| format!("its output: {error}"))?;
+    if !status.success() {
+        return Err(format!("it failed: {status}"));
     }
-    bar.inc(1);
+    parse_block(&stdout, cases, budget.pairs)
+}
+
+/// Each case's ratios from a block's output: one line a case, its index,
+/// then `pairs` ratios.
+fn parse_block(stdout: &str, cases: usize, pairs: usize) -> Result<Vec<Vec<f64>>, String> {
+    let mut lines = stdout.lines();
+    let parsed = (0..cases)
+        .map(|index| {
+            let line = lines
+                .next()
+                .ok_or_else(|| format!("it printed no line for case {index}"))?;
+            let mut fields = line.split(' ');
+            if fields.next() != Some(index.to_string().as_str()) {
+                return Err(format!("its line for case {index} is {line:?}"));
+            }
+            let ratios = fields
+                .map(|field| {
+                    field
+                        .parse::<f64>()
+                        .map_err(|_| format!("not a ratio: {field:?}"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            if ratios.len() == pairs {
+                Ok(ratios)
+            } else {
+                Err(format!(
+                    "case {index}: {} ratios, not {pairs}",
+                    ratios.len()
+                ))
+            }
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    match lines.next() {
+        None => Ok(parsed),
+        Some(line) => Err(format!("an extra line {line:?}")),
+    }
+}
+
+/// How long a block may run before it is judged stuck: ten times what its
+/// pairs should take (each pair runs both sides for about a slice, after a
+/// calibration of each side), and at least two minutes.
+fn block_limit(cases: usize, budget: &Budget) -> Duration {
+    let pairs = u32::try_from(cases * (budget.pairs + 2) * 2).unwrap_or(u32::MAX);
+    (budget.slice * pairs * 10).max(Duration::from_secs(120))
 }
 
 /// Runs every workload and the judged pairs. The pairs run in blocks
@@ -1098,16 +1188,41 @@ pub fn run(budget: &Budget) -> Results {
         ProgressStyle::with_template("{bar:40} {pos}/{len} {elapsed} {msg}").expect("template"),
     );
     let mut cases = cases(&deny_makers, &widest, diagnostics);
-    let mut tables = Vec::new();
-    let mut judged_blocks = 0;
-    for (index, (title, makers)) in specs.iter().enumerate() {
-        tables.push(table((*title).to_owned(), makers, budget, &bar));
-        // Block b runs after table ⌈(b + 1) × tables / blocks⌉ − 1.
-        while judged_blocks < blocks && (judged_blocks + 1) * specs.len() <= (index + 1) * blocks {
-            judge_block(&mut cases, budget, judged_blocks, &bar);
+    let limit = block_limit(cases.len(), budget);
+    let mut failures = Vec::new();
+    // Block b runs after round ⌈(b + 1) × rounds / blocks⌉ of the run's
+    // rounds (every table's), so that the blocks are spread evenly over the
+    // run however few its tables.
+    let rounds = specs.len() * budget.rounds;
+    let (mut rounds_done, mut judged_blocks) = (0, 0);
+    let mut after_round = || {
+        rounds_done += 1;
+        while judged_blocks < blocks && (judged_blocks + 1) * rounds <= rounds_done * blocks {
+            bar.set_message(format!(
+                "judging: block {} of {blocks}, in a fresh process",
+                judged_blocks + 1
+            ));
+            match judge_block(cases.len(), budget, judged_blocks, limit) {
+                Ok(ratios) => {
+                    for (case, ratios) in cases.iter_mut().zip(ratios) {
+                        case.blocks.push(ratios);
+                    }
+                }
+                Err(why) => {
+                    for case in &mut cases {
+                        case.failed += 1;
+                    }
+                    failures.push(format!("block {} of {blocks}: {why}", judged_blocks + 1));
+                }
+            }
+            bar.inc(1);
             judged_blocks += 1;
         }
-    }
+    };
+    let tables: Vec<Table> = specs
+        .iter()
+        .map(|(title, makers)| table((*title).to_owned(), makers, budget, &bar, &mut after_round))
+        .collect();
     bar.finish_and_clear();
     let judged = cases
         .into_iter()
@@ -1129,6 +1244,7 @@ pub fn run(budget: &Budget) -> Results {
                 name: case.name,
                 ratio: oriented(median_ci(&mut all)),
                 blocks,
+                failed: case.failed,
                 target: case.target,
             }
         })
@@ -1150,6 +1266,7 @@ pub fn run(budget: &Budget) -> Results {
             pieces: components(),
             judged,
             diagnostics,
+            failures,
         }
     } else {
         let (deny, distinct) = (next(), next());
@@ -1163,6 +1280,7 @@ pub fn run(budget: &Budget) -> Results {
             pieces: Vec::new(),
             judged,
             diagnostics,
+            failures,
         }
     }
 }
@@ -1207,4 +1325,79 @@ pub fn print_table(out: &mut String, table: &Table, baseline: Option<&str>) {
         first.samples,
         first.coverage * 100.0
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(pairs: usize) -> Budget {
+        Budget {
+            slice: Duration::from_millis(25),
+            rounds: 6,
+            pairs,
+            blocks: 2,
+            full: false,
+            diagnostics: false,
+        }
+    }
+
+    #[test]
+    fn a_block_prints_every_case_pairs() {
+        let parsed = parse_block("0 1.5 2\n1 0.25 4\n", 2, 2).unwrap();
+        assert_eq!(parsed, vec![vec![1.5, 2.0], vec![0.25, 4.0]]);
+    }
+
+    #[test]
+    fn a_block_that_printed_anything_else_failed() {
+        let cases = [
+            ("0 1 2\n", "it printed no line for case 1"),
+            ("0 1 2\n2 1 2\n", "its line for case 1 is \"2 1 2\""),
+            ("0 1 2\n1 1\n", "case 1: 1 ratios, not 2"),
+            ("0 1 2\n1 1 x\n", "not a ratio: \"x\""),
+            (
+                "0 1 2\n1 1 2\nthread 'main' panicked\n",
+                "an extra line \"thread 'main' panicked\"",
+            ),
+        ];
+        for (stdout, why) in cases {
+            assert_eq!(parse_block(stdout, 2, 2), Err(why.to_owned()), "{stdout:?}");
+        }
+    }
+
+    #[test]
+    fn a_failed_block_misses_the_target() {
+        let block = Estimate {
+            median: 5.0,
+            low: 4.0,
+            high: 6.0,
+            coverage: 0.97,
+            samples: 6,
+        };
+        let mut judged = Judged {
+            name: "ratio",
+            ratio: block,
+            blocks: vec![block, block],
+            failed: 0,
+            target: Target::AtLeast(3.0),
+        };
+        assert!(matches!(judged.verdict(), Some(Verdict::Met)));
+        judged.failed = 1;
+        assert!(matches!(judged.verdict(), Some(Verdict::Straddles)));
+        assert_eq!((judged.blocks_met(), judged.blocks_run()), (2, 3));
+        judged.blocks.clear();
+        assert!(matches!(judged.verdict(), Some(Verdict::Missed)));
+        assert!(judged.between_blocks().0.is_nan());
+    }
+
+    #[test]
+    fn a_block_runs_at_least_two_minutes_before_it_is_stuck() {
+        assert_eq!(block_limit(4, &budget(6)), Duration::from_secs(120));
+        // 10 cases × (10 + 2) × 2 slices of 100 ms, ten times over.
+        let full = Budget {
+            slice: Duration::from_millis(100),
+            ..budget(10)
+        };
+        assert_eq!(block_limit(10, &full), Duration::from_secs(240));
+    }
 }

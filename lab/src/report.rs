@@ -58,7 +58,7 @@ pub fn summary(out: &mut String, results: Option<&Results>, sweep: &[SweepRow], 
             measured: format!("{:.2}×", judged.ratio.median),
             interval: format!("{:.2}–{:.2}", judged.ratio.low, judged.ratio.high),
             between: format!("{lowest:.2}–{highest:.2}"),
-            blocks: format!("{}/{}", judged.blocks_met(), judged.blocks.len()),
+            blocks: format!("{}/{}", judged.blocks_met(), judged.blocks_run()),
             target,
             verdict,
         });
@@ -119,7 +119,7 @@ pub fn summary(out: &mut String, results: Option<&Results>, sweep: &[SweepRow], 
              it (≥ t: its lower bound is at least t; ≤ t: its upper bound at most t); if\n\
              some block's interval reaches the target but not every one clears it, it is \
              MISSED (some blocks).",
-            first.blocks.len(),
+            first.blocks_run(),
             first.blocks.first().map_or(0, |block| block.samples),
             first.ratio.samples
         );
@@ -159,6 +159,13 @@ pub fn summary(out: &mut String, results: Option<&Results>, sweep: &[SweepRow], 
         .filter(|line| line.verdict == Verdict::Met)
         .count();
     say!(out, "\n{met} of {} targets met.\n", lines.len());
+    for failure in results.iter().flat_map(|results| &results.failures) {
+        say!(
+            out,
+            "FAILED: {failure} (its pairs are missing from every ratio above, and each \
+             counts as a block that missed)"
+        );
+    }
 }
 
 /// A key count in thousands or millions: "100 k", "2 M".

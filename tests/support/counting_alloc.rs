@@ -5,7 +5,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Wraps the system allocator and counts what is live; with `PER_THREAD`,
 /// also each thread's own share ([`thread_live`]), which costs every
@@ -15,6 +15,27 @@ pub struct Counting<const PER_THREAD: bool = false>;
 static LIVE_BYTES: AtomicU64 = AtomicU64::new(0);
 static PEAK_BYTES: AtomicU64 = AtomicU64::new(0);
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+/// Cleared for good by [`stop`].
+static COUNTING: AtomicBool = AtomicBool::new(true);
+
+/// Stops counting for the rest of the process, so that what runs after
+/// (timed code that allocates) does not pay for three shared atomic
+/// read-modify-writes an allocation; reading the counts afterwards panics.
+/// Allocations still pay one relaxed load.
+#[allow(dead_code)] // the lab's alone
+pub fn stop() {
+    COUNTING.store(false, Ordering::Relaxed);
+}
+
+/// Whether the counts are still kept (no [`stop`] yet).
+fn counting() -> bool {
+    COUNTING.load(Ordering::Relaxed)
+}
+
+/// Panics if the counts stopped: they are no longer what is live.
+fn assert_counting() {
+    assert!(counting(), "the counting allocator was stopped");
+}
 
 thread_local! {
     // This thread's own share: bytes it allocated less bytes it freed, and
@@ -50,7 +71,7 @@ unsafe impl<const PER_THREAD: bool> GlobalAlloc for Counting<PER_THREAD> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's valid layout.
         let pointer = unsafe { System.alloc(layout) };
-        if !pointer.is_null() {
+        if !pointer.is_null() && counting() {
             grew(layout.size() as u64);
             if PER_THREAD {
                 thread_moved(layout.size() as i64);
@@ -64,6 +85,9 @@ unsafe impl<const PER_THREAD: bool> GlobalAlloc for Counting<PER_THREAD> {
         // SAFETY: forwarded; the caller guarantees `pointer` came from us with
         // this layout.
         unsafe { System.dealloc(pointer, layout) };
+        if !counting() {
+            return;
+        }
         LIVE_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
         if PER_THREAD {
             thread_moved(-(layout.size() as i64));
@@ -74,7 +98,7 @@ unsafe impl<const PER_THREAD: bool> GlobalAlloc for Counting<PER_THREAD> {
     unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: forwarded with the caller's arguments.
         let moved = unsafe { System.realloc(pointer, layout, new_size) };
-        if !moved.is_null() {
+        if !moved.is_null() && counting() {
             // Counted as the new block arriving before the old one leaves:
             // the most a moving realloc can have live at once.
             grew(new_size as u64);
@@ -92,6 +116,7 @@ unsafe impl<const PER_THREAD: bool> GlobalAlloc for Counting<PER_THREAD> {
 /// Live bytes and live allocations right now. Relaxed: read from the thread
 /// that did the allocating, or after joining the others.
 pub fn live() -> (u64, u64) {
+    assert_counting();
     (
         LIVE_BYTES.load(Ordering::Relaxed),
         ALLOCATIONS.load(Ordering::Relaxed),
@@ -100,11 +125,13 @@ pub fn live() -> (u64, u64) {
 
 /// Starts a peak measurement: the peak becomes the live bytes now.
 pub fn reset_peak() {
+    assert_counting();
     PEAK_BYTES.store(LIVE_BYTES.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
 /// The most bytes live at any instant since [`reset_peak`].
 pub fn peak() -> u64 {
+    assert_counting();
     PEAK_BYTES.load(Ordering::Relaxed)
 }
 
