@@ -5,7 +5,7 @@
 //! Run: `cargo loom` (an alias in `.cargo/config.toml`), or
 //! `cargo test --features loom`, which hands over to it
 //! (`model-tests/cargo_loom.rs`). The models need crossbeam built with
-//! `--cfg crossbeam_loom` (crossbeam-epoch and crossbeam-utils use loom's
+//! `--cfg tollgate_loom` (crossbeam-epoch and crossbeam-utils use loom's
 //! primitives only then, so that the lock-free table runs under loom as it
 //! is), a flag no Cargo feature or profile can set, and a release build, in
 //! a target directory of their own so that the flag does not rebuild the
@@ -14,7 +14,7 @@
 //! (`cargo loom -- --nocapture` shows them); notes/07-model-checking.md
 //! records them with their times.
 
-#![cfg(all(feature = "loom", crossbeam_loom))]
+#![cfg(all(feature = "loom", tollgate_loom))]
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, DefaultHasher};
