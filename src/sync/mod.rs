@@ -50,7 +50,7 @@ mod primitives {
 #[cfg(all(feature = "loom", not(feature = "shuttle")))]
 mod primitives {
     pub(crate) use loom::sync::atomic::{
-        AtomicBool, AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Ordering, fence,
+        AtomicBool, AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Ordering,
     };
     pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
     pub(crate) use std::sync::PoisonError;
@@ -65,7 +65,11 @@ mod primitives {
 
 pub(crate) use crossbeam_utils::Backoff;
 #[cfg(not(feature = "shuttle"))]
-pub(crate) use primitives::{AtomicPtr, AtomicU8, fence};
+pub(crate) use primitives::{AtomicPtr, AtomicU8};
+// The read-copy-update's fences: not under loom, whose build models them
+// otherwise (`rcu::loom_entry`).
+#[cfg(not(any(feature = "shuttle", feature = "loom")))]
+pub(crate) use primitives::fence;
 pub(crate) use primitives::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 
 /// Locks `mutex`, recovering the guard if a previous holder panicked.

@@ -133,11 +133,16 @@ impl Record {
             // Only this thread writes `state`.
             let state = self.state.load(Ordering::Relaxed);
             debug_assert_eq!(state & 1, 0, "entering a section inside one");
-            // Release, as the brief of every RCU has it; the order that
-            // matters, this store before the table pointer's load, is the
-            // fence's (or the writer's heavy barrier's).
-            self.state.store(state.wrapping_add(1), Ordering::Release);
-            reader_fence();
+            // The order that matters, this store before the section's loads
+            // (of the table pointer), is the fence's, or the writer's heavy
+            // barrier's; Release costs nothing more than a plain store.
+            #[cfg(not(feature = "loom"))]
+            {
+                self.state.store(state.wrapping_add(1), Ordering::Release);
+                reader_fence();
+            }
+            #[cfg(feature = "loom")]
+            loom_entry(&self.state, state.wrapping_add(1));
         }
     }
 
@@ -282,10 +287,11 @@ pub(crate) fn is_inside() -> bool {
 }
 
 /// How the process orders readers' entries against writers' snapshots.
+#[cfg(not(feature = "loom"))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
     /// Readers: a compiler fence; writers: `membarrier`.
-    #[cfg_attr(any(feature = "loom", miri, not(target_os = "linux")), allow(dead_code))]
+    #[cfg_attr(any(miri, not(target_os = "linux")), allow(dead_code))]
     Membarrier,
     /// Readers and writers: `fence(SeqCst)`.
     Fences,
@@ -298,6 +304,7 @@ enum Mode {
 static LIGHT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The process's mode, decided once.
+#[cfg(not(feature = "loom"))]
 fn mode() -> Mode {
     #[cfg(all(target_os = "linux", not(any(feature = "loom", miri))))]
     {
@@ -322,6 +329,7 @@ fn mode() -> Mode {
 }
 
 /// The reader's side of the barrier, after its entry store.
+#[cfg(not(feature = "loom"))]
 #[inline]
 fn reader_fence() {
     if canary::planted(Canary::ReaderEntryWithoutFence) {
@@ -337,7 +345,30 @@ fn reader_fence() {
     heavy_reader_fence();
 }
 
+/// Under loom, the entry's store and the barrier it pairs with, as an
+/// exchange (`AcqRel`), which reads the latest value of the record: the
+/// writer's barrier is a read-modify-write of every record too
+/// (`heavy_barrier`), so either the barrier reads the entry (the writer's
+/// snapshot sees the section), or the entry reads the barrier's (and the
+/// section happens after the writer's swap, and loads the new table). This
+/// is what the heavy barrier guarantees, in a form loom checks as the C++
+/// memory model has it. Not `SeqCst` fences, as Miri's build runs: loom
+/// makes every `SeqCst` fence and every mutex operation synchronise with
+/// all earlier ones, which orders far more than the hardware does and
+/// hides real bugs (a `Relaxed` publication of the new table,
+/// `Canary::RelaxedTableSwap`, is caught only without them).
+#[cfg(feature = "loom")]
+fn loom_entry(state: &AtomicUsize, odd: usize) {
+    if canary::planted(Canary::ReaderEntryWithoutFence) {
+        // The canary: a plain store, which pairs with nothing.
+        state.store(odd, Ordering::Relaxed);
+    } else {
+        state.swap(odd, Ordering::AcqRel);
+    }
+}
+
 /// A reader's full fence: before the mode is known, or without membarrier.
+#[cfg(not(feature = "loom"))]
 #[cold]
 #[inline(never)]
 fn heavy_reader_fence() {
@@ -353,8 +384,14 @@ fn heavy_barrier() {
     if canary::planted(Canary::WriterWithoutBarrier) {
         return;
     }
+    #[cfg(feature = "loom")]
+    for record in lock(&registry().0).iter() {
+        // See `loom_entry`.
+        record.state.fetch_add(0, Ordering::AcqRel);
+    }
+    #[cfg(not(feature = "loom"))]
     match mode() {
-        #[cfg(all(target_os = "linux", not(any(feature = "loom", miri))))]
+        #[cfg(all(target_os = "linux", not(miri)))]
         Mode::Membarrier => membarrier::private_expedited(),
         _ => super::fence(Ordering::SeqCst),
     }

@@ -411,7 +411,9 @@ impl<K, V> RawTable<K, V> {
 
     /// Drops a table its store discarded (replaced, or abandoned by a
     /// panicking rebuild): a panic in a key's `Drop` is discarded, as
-    /// `store::Discarded` discards it.
+    /// `store::Discarded` discards it. (Under loom a replaced table is
+    /// poisoned and kept instead: `shard::Retired`.)
+    #[cfg_attr(feature = "loom", allow(dead_code))]
     pub(crate) fn discard(mut self) {
         drop(self.drop_slots());
     }
