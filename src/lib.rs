@@ -223,6 +223,33 @@ pub mod lab_hooks {
     pub fn is_pinned() -> bool {
         crate::sync::rcu::is_inside()
     }
+
+    /// A grace period of tollgate's read-copy-update, begun by
+    /// [`grace_period`]: it has elapsed once every section that was inside
+    /// when it began has left (`tests/barriers.rs`).
+    #[derive(Debug)]
+    pub struct GracePeriod(crate::sync::rcu::Snapshot);
+
+    /// Begins a grace period now (as a writer does after unlinking a table:
+    /// the heavy barrier, then a snapshot of the sections inside).
+    pub fn grace_period() -> GracePeriod {
+        GracePeriod(crate::sync::rcu::ticket().snapshot())
+    }
+
+    impl GracePeriod {
+        /// Whether every section inside when it began has left.
+        #[must_use]
+        pub fn elapsed(&self) -> bool {
+            self.0.elapsed()
+        }
+    }
+
+    /// The registry's records: `(allocated, held by a thread)`. Records are
+    /// never freed; a thread that exits gives its record back for the next.
+    #[must_use]
+    pub fn records() -> (usize, usize) {
+        crate::sync::rcu::records()
+    }
 }
 
 pub use builder::Builder;
