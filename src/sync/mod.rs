@@ -1,22 +1,22 @@
 //! The one door for concurrency primitives.
 //!
-//! Every atomic, `Mutex`, `Arc`, `UnsafeCell`, epoch guard and `Backoff`
-//! whose behaviour a model checker must see is imported from here and from
-//! nowhere else. This file alone knows which implementation is in use:
+//! Every atomic, `Mutex`, `Arc`, `UnsafeCell`, read section (`rcu`) and
+//! `Backoff` whose behaviour a model checker must see is imported from here
+//! and from nowhere else. This module alone knows which implementation is
+//! in use:
 //!
-//! * std (and crossbeam's std build), normally;
+//! * std, normally (and crossbeam-utils' `Backoff`, a spin loop);
 //! * loom's under `--features loom`, so that loom models explore every
-//!   interleaving of the crate's own code (`model-tests/loom.rs`). The
-//!   lock-free table runs under loom too: crossbeam-epoch and crossbeam-utils
-//!   swap in loom's atomics, thread-locals and statics when built with
-//!   `--cfg crossbeam_loom`. Without that cfg the loom feature still
-//!   builds (loom's primitives here, crossbeam's std build), so that
-//!   `cargo test --features loom` can compile and hand over to the models'
-//!   real build, `cargo loom` (`model-tests/cargo_loom.rs`); such a library
-//!   works only inside a loom model, as it does with the cfg;
-//! * shuttle's under `--features shuttle` (`model-tests/shuttle.rs`).
-//!   crossbeam has no shuttle build, so the lock-free table compiles out
-//!   there and `PerKey` is the default store.
+//!   interleaving of the crate's own code (`model-tests/loom.rs`), the
+//!   lock-free table and its read-copy-update (`rcu`, built on these
+//!   primitives alone) included. The models build only with
+//!   `--cfg tollgate_loom`; without it the loom feature still builds, so
+//!   that `cargo test --features loom` can compile and hand over to the
+//!   models' real build, `cargo loom` (`model-tests/cargo_loom.rs`); such a
+//!   library works only inside a loom model, as it does with the cfg;
+//! * shuttle's under `--features shuttle` (`model-tests/shuttle.rs`). The
+//!   lock-free table and its read-copy-update compile out there (their
+//!   models are loom's), and `PerKey` is the default store.
 //!
 //! [`lock`] is the only way the crate takes a mutex. It ignores poisoning,
 //! which is sound because no critical section leaves a half-written state
