@@ -620,7 +620,7 @@ fn insert_against_lookup() {
 fn lock_free_insert_against_lookup() {
     explore(
         "lock-free table, insert vs lookup",
-        2,
+        3,
         insert_against_lookup,
     );
 }
@@ -648,7 +648,7 @@ fn canary_relaxed_publish_is_caught() {
 /// admission.
 #[test]
 fn lock_free_two_inserters_of_one_key() {
-    explore("lock-free table, two inserters of one key", 2, || {
+    explore("lock-free table, two inserters of one key", 3, || {
         let limiter = one_table(Quota::per_hour(1).unwrap(), &ManualClock::new());
         let first = spawn_on(&limiter, |limiter| allowed(limiter, 9));
         let second = spawn_on(&limiter, |limiter| allowed(limiter, 9));
@@ -1163,7 +1163,7 @@ fn stalled_reader_keeps_two_replaced_tables() {
 fn a_stalled_reader_keeps_at_most_two_replaced_tables() {
     explore(
         "lock-free: a reader stalled through the table's rebuilds",
-        2,
+        3,
         stalled_reader_keeps_two_replaced_tables,
     );
 }
