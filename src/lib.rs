@@ -232,6 +232,7 @@ pub mod lab_hooks {
 
     /// Begins a grace period now (as a writer does after unlinking a table:
     /// the heavy barrier, then a snapshot of the sections inside).
+    #[must_use]
     pub fn grace_period() -> GracePeriod {
         GracePeriod(crate::sync::rcu::ticket().snapshot())
     }

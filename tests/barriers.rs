@@ -52,14 +52,20 @@ fn grace_periods() {
     let reader = stalled_reader();
     let blocked = lab_hooks::grace_period();
     for _ in 0..1_000 {
-        assert!(!blocked.elapsed(), "a grace period ended under a stalled reader");
+        assert!(
+            !blocked.elapsed(),
+            "a grace period ended under a stalled reader"
+        );
         thread::yield_now();
     }
     // ...and a section entered after the grace period began does not.
     let late = stalled_reader();
     reader.leave();
     assert!(blocked.elapsed(), "the stalled reader left");
-    assert!(!lab_hooks::grace_period().elapsed(), "the late reader is inside");
+    assert!(
+        !lab_hooks::grace_period().elapsed(),
+        "the late reader is inside"
+    );
     late.leave();
     assert!(lab_hooks::grace_period().elapsed());
 
@@ -143,7 +149,10 @@ fn records_are_reused() {
         after_first <= bound,
         "{after_first} records after 8 threads (from {before})"
     );
-    assert_eq!(held, 1, "only this thread's record is held once they exited");
+    assert_eq!(
+        held, 1,
+        "only this thread's record is held once they exited"
+    );
     // 400 threads more, never more than eight at once: the registry stays
     // within the same bound (a registry that kept exited threads' records
     // would hold 400 more).

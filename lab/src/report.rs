@@ -888,9 +888,15 @@ pub fn plots(
                 rows: &[
                     ("GCRA", "keyed GCRA"),
                     ("GCRA, its control", "keyed GCRA, wrapped"),
-                    ("GCRA in a held read section", "keyed GCRA, in a held read section"),
+                    (
+                        "GCRA in a held read section",
+                        "keyed GCRA, in a held read section",
+                    ),
                     ("GCRA cell in a HashMap", "cell in a HashMap"),
-                    ("the same, a crossbeam-epoch pin", "cell in a HashMap, crossbeam-epoch pinned"),
+                    (
+                        "the same, a crossbeam-epoch pin",
+                        "cell in a HashMap, crossbeam-epoch pinned",
+                    ),
                     ("the same, a read counter", "cell in a HashMap, counted"),
                 ],
                 diagnostic: true,
@@ -929,7 +935,10 @@ pub fn plots(
                     ("lock-free", "lock-free (default)"),
                     ("lock-free, foldhash", "lock-free, foldhash"),
                     ("lock-free, its control", "lock-free, wrapped"),
-                    ("lock-free in a held read section", "lock-free, in a held read section"),
+                    (
+                        "lock-free in a held read section",
+                        "lock-free, in a held read section",
+                    ),
                 ],
                 diagnostic: true,
             },

@@ -517,7 +517,14 @@ mod membarrier {
         // SAFETY: `membarrier(cmd, flags, cpu_id)` reads and writes no
         // memory of ours; an unknown command or a refusal is an error
         // return (`-1`), never undefined behaviour.
-        unsafe { libc::syscall(libc::SYS_membarrier, command, 0 as libc::c_long, 0 as libc::c_long) }
+        unsafe {
+            libc::syscall(
+                libc::SYS_membarrier,
+                command,
+                0 as libc::c_long,
+                0 as libc::c_long,
+            )
+        }
     }
 
     /// Whether the kernel offers the expedited private barrier and took this
@@ -558,7 +565,11 @@ mod tests {
         assert_eq!(state & 1, 1);
         {
             let _inner = enter();
-            assert_eq!(record.state.load(Ordering::Relaxed), state, "a nested entry stores nothing");
+            assert_eq!(
+                record.state.load(Ordering::Relaxed),
+                state,
+                "a nested entry stores nothing"
+            );
         }
         assert!(is_inside());
         drop(outer);

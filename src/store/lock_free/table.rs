@@ -230,6 +230,7 @@ impl<K, V> RawTable<K, V> {
     /// Under loom, fails if the table was freed: a reader calls it before it
     /// leaves the read section it read the table in. Nothing elsewhere.
     #[inline]
+    #[cfg_attr(not(feature = "loom"), allow(clippy::unused_self))]
     pub(crate) fn assert_not_freed(&self) {
         #[cfg(feature = "loom")]
         assert!(
