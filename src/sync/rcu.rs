@@ -62,9 +62,11 @@
 //! either (its fence pairs with the writer's `SeqCst` fence, and the
 //! heavy barrier is at least one).
 //!
-//! Under loom and under Miri there is no `membarrier`: readers and writers
-//! both fence (`SeqCst`), with the model checker's atomics, so that the
-//! models explore the protocol itself.
+//! Under Miri there is no `membarrier`: readers and writers both fence
+//! (`SeqCst`), the `Fences` mode. Under loom neither: the reader's entry is
+//! an exchange and the writer's barrier a read-modify-write of every record,
+//! which give the barrier's guarantee in a form loom checks
+//! (`loom_entry` says why not fences).
 //!
 //! # Threads that exit, stall or panic
 //!
