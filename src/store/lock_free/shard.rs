@@ -49,8 +49,8 @@ use crate::sync::{AtomicPtr, Backoff, Mutex, Ordering, lock, wait_step};
 pub(super) const PROMPT_ROUNDS: usize = 2;
 
 /// How many rounds (each a look at the sections of the grace period's
-/// snapshot and a backoff step: spins, then yields) a rebuild waits for the shard's last replaced table to be
-/// free to go, and `evict_idle` for the tables it replaced, before going on
+/// snapshot and a backoff step: spins, then yields) a rebuild waits for the
+/// shard's last replaced table to be free to go, and `evict_idle` for the tables it replaced, before going on
 /// without it. A bound, not a wait until done: a check that stays inside a
 /// table (a key's `Eq` blocked on a lock, maybe one the waiting thread
 /// holds) would otherwise stall every writer of every lock-free store, or
@@ -66,7 +66,7 @@ pub(super) const GRACE_ROUNDS: usize = 2;
 
 /// The most replaced tables a shard keeps awaiting their grace period. One
 /// would do while checks pass through the tables; a reader descheduled
-/// while pinned (an ordinary preemption on a busy host) holds them for a
+/// inside its section (an ordinary preemption on a busy host) holds them for a
 /// scheduler's time slice, long beside a wait of `GRACE_ROUNDS`, and with
 /// one a second rebuild in that slice would refuse a new key with no real
 /// stall. Two let a rebuild pass such a preemption; a third is refused.
