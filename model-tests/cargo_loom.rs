@@ -1,6 +1,6 @@
 //! `cargo test --features loom` runs the loom models.
 //!
-//! The models (`model-tests/loom.rs`) need `--cfg crossbeam_loom`, which no
+//! The models (`model-tests/loom.rs`) need `--cfg tollgate_loom`, which no
 //! Cargo feature or profile can set, and a release build in a target
 //! directory of their own: the `cargo loom` alias (`.cargo/config.toml`)
 //! spells that out and runs this target beside the models. This target has
@@ -18,24 +18,24 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    #[cfg(crossbeam_loom)]
+    #[cfg(tollgate_loom)]
     {
         ExitCode::SUCCESS
     }
-    #[cfg(not(crossbeam_loom))]
+    #[cfg(not(tollgate_loom))]
     {
         hand_over()
     }
 }
 
-#[cfg(not(crossbeam_loom))]
+#[cfg(not(tollgate_loom))]
 fn hand_over() -> ExitCode {
     // Set by the alias (`--config env...`) for the builds it runs.
     if option_env!("TOLLGATE_LOOM_ALIAS").is_some() {
         eprintln!(
-            "cargo loom: the build lost `--cfg crossbeam_loom`, so no model ran: \
+            "cargo loom: the build lost `--cfg tollgate_loom`, so no model ran: \
              RUSTFLAGS, CARGO_ENCODED_RUSTFLAGS or a target's `rustflags` override \
-             the alias's `build.rustflags`; add `--cfg crossbeam_loom` to them, or \
+             the alias's `build.rustflags`; add `--cfg tollgate_loom` to them, or \
              run `cargo test --features loom`"
         );
         return ExitCode::FAILURE;
@@ -43,7 +43,7 @@ fn hand_over() -> ExitCode {
     // RUSTFLAGS overrides the alias's `build.rustflags`, and in the child it
     // carries the cfg (after anything the caller set).
     let mut rustflags = std::env::var("RUSTFLAGS").unwrap_or_default();
-    rustflags.push_str(" --cfg crossbeam_loom");
+    rustflags.push_str(" --cfg tollgate_loom");
     let status = std::process::Command::new(env!("CARGO"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .args(["loom", "--"])

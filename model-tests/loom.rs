@@ -4,17 +4,15 @@
 //!
 //! Run: `cargo loom` (an alias in `.cargo/config.toml`), or
 //! `cargo test --features loom`, which hands over to it
-//! (`model-tests/cargo_loom.rs`). The models need crossbeam built with
-//! `--cfg crossbeam_loom` (crossbeam-epoch and crossbeam-utils use loom's
-//! primitives only then, so that the lock-free table runs under loom as it
-//! is), a flag no Cargo feature or profile can set, and a release build, in
-//! a target directory of their own so that the flag does not rebuild the
-//! ordinary one: the alias spells that out, and `cargo loom <filter>` runs
+//! (`model-tests/cargo_loom.rs`). The models build only with
+//! `--cfg tollgate_loom`, a flag no Cargo feature or profile can set, and
+//! need a release build, in a target directory of their own so that the
+//! flag does not rebuild the ordinary one: the alias spells that out, and `cargo loom <filter>` runs
 //! some of them. Each model prints how many executions loom explored
 //! (`cargo loom -- --nocapture` shows them); notes/07-model-checking.md
 //! records them with their times.
 
-#![cfg(all(feature = "loom", crossbeam_loom))]
+#![cfg(all(feature = "loom", tollgate_loom))]
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, DefaultHasher};
@@ -65,7 +63,8 @@ fn explore_with(
     builder.preemption_bound = Some(preemption_bound);
     // Branches are loom's scheduling points in one execution; the table
     // models' single-threaded setup (a dozen inserts through two rebuilds,
-    // each pinning and flushing the epoch) passes the default 1 000.
+    // each taking a grace period's barrier and snapshot) passes the default
+    // 1 000.
     builder.max_branches = 20_000;
     let started = std::time::Instant::now();
     builder.check(move || {
@@ -525,10 +524,13 @@ fn canary_counter_store_instead_of_cas_is_caught() {
 }
 
 // ---------------------------------------------------------------------------
-// The lock-free store, on the real table: crossbeam-epoch (the guards, the
-// collector, its deferred functions) and crossbeam-utils (`Backoff`) run on
-// loom's primitives, and every slot access goes through loom's `UnsafeCell`,
-// which reports any read of a slot not ordered after its write.
+// The lock-free store, on the real table: its read-copy-update
+// (`sync::rcu`: the readers' records, the writers' barrier, which under loom
+// is a `SeqCst` fence on each side, and their snapshots) runs on loom's
+// primitives, and every slot access goes through loom's `UnsafeCell`,
+// which reports any read of a slot not ordered after its write. A replaced
+// table is poisoned rather than freed under loom, and a check asserts
+// before it leaves its section that the table it read was not.
 
 /// A fixed hasher: loom replays each execution, so the slots a key lands in
 /// must not change from one execution to the next (std's `RandomState`
@@ -557,11 +559,12 @@ const CANARY_CHILD: &str = "TOLLGATE_LOOM_CANARY_CHILD";
 /// Runs a canary of the lock-free table in a child process (this test
 /// binary, running only `test`), and asserts that it failed with `expected`.
 ///
-/// A child, because a caught canary panics inside the model, and loom then
-/// drops the model's crossbeam collector (a loom object) after its execution
-/// state is gone, which panics again and aborts the process. The child's
-/// abort is the expected outcome; a child that exits successfully means the
-/// checker missed the planted bug, and fails the test.
+/// A child, because a caught canary panics inside the model, and loom may
+/// then drop the model's statics and thread-locals (loom objects) after its
+/// execution state is gone, which panics again and aborts the process. The
+/// child's failure is the expected outcome; a child that exits
+/// successfully means the checker missed the planted bug, and fails the
+/// test.
 fn canary_in_child(test: &str, expected: &str, model: impl FnOnce()) {
     if std::env::var_os(CANARY_CHILD).is_some() {
         model();
@@ -617,7 +620,7 @@ fn insert_against_lookup() {
 fn lock_free_insert_against_lookup() {
     explore(
         "lock-free table, insert vs lookup",
-        2,
+        3,
         insert_against_lookup,
     );
 }
@@ -645,7 +648,7 @@ fn canary_relaxed_publish_is_caught() {
 /// admission.
 #[test]
 fn lock_free_two_inserters_of_one_key() {
-    explore("lock-free table, two inserters of one key", 2, || {
+    explore("lock-free table, two inserters of one key", 3, || {
         let limiter = one_table(Quota::per_hour(1).unwrap(), &ManualClock::new());
         let first = spawn_on(&limiter, |limiter| allowed(limiter, 9));
         let second = spawn_on(&limiter, |limiter| allowed(limiter, 9));
@@ -656,7 +659,7 @@ fn lock_free_two_inserters_of_one_key() {
 }
 
 /// A `u64` key whose comparison yields to loom's scheduler: a check that
-/// compares it is pinned and has read the key from its slot, and the yield
+/// compares it is inside its read section and has read the key from its slot, and the yield
 /// lets every other thread run there without spending a preemption. Its
 /// hash is the `u64`'s, so the table's layout is that of `u64` keys.
 #[derive(Clone, Debug)]
@@ -703,23 +706,24 @@ fn check_against_rebuild_with<K: tollgate::store::Key>(key: fn(u64) -> K) {
     assert_eq!(limiter.len(), 8);
 }
 
-/// Bound 1, like eviction and compaction, with the keys' comparison
+/// Bound 3, like eviction and compaction, with the keys' comparison
 /// yielding (`YieldingKey`). The check against the retiring move of its
 /// cell and against the new table's publication each need one preemption.
 /// A free that overtakes a reader needs the reader paused between a read of
-/// the old table and its unpin while the writer frees: the yield gives such
-/// a pause at each key comparison (not between the pointer's load and the
-/// control bytes, nor between the cell's load and its compare-and-swap)
-/// with no preemption spent, at 5 % more executions (83 376 against 79 180
-/// with `u64` keys). The three canaries below are caught at
-/// bound 1, and the retire-before-unlink canary with `u64` keys too. At
-/// bound 2 with `u64` keys the model explored 3 265 230 executions in 10 to
-/// 18 minutes and made CI run past its hour (notes/07).
+/// the old table and the end of its section while the writer frees: the
+/// yield gives such a pause at each key comparison (not between the
+/// pointer's load and the control bytes, nor between the cell's load and
+/// its compare-and-swap) with no preemption spent. The canaries below are
+/// caught at bound 1, the retire-before-unlink canary with `u64` keys too.
+/// (On crossbeam-epoch, whose pin and collector are many more atomic
+/// operations, bound 1 took 83 376 executions and bound 2 ran past CI's
+/// hour; the store's own read-copy-update takes a few per section, and
+/// bound 3 takes under two thousand: notes/07.)
 #[test]
 fn lock_free_check_against_rebuild() {
     explore(
         "lock-free table, hot-key check vs 8->11 rebuild",
-        1,
+        3,
         check_against_rebuild,
     );
 }
@@ -733,28 +737,31 @@ fn rebuild_canary(test: &str, canary: Canary, expected: &str, model: fn()) {
     });
 }
 
+/// What a check asserts when the table it read was freed (poisoned, under
+/// loom) before it left its read section.
+const READ_AFTER_FREE: &str = "a check read a table freed before it left its read section";
+
 /// Canary: the replaced table freed at once, without waiting for the check
-/// that may still be reading it: loom reports the check's read of a slot the
-/// free has dropped.
+/// that may still be reading it: the check finds it poisoned.
 #[test]
 fn canary_free_without_grace_is_caught() {
     rebuild_canary(
         "canary_free_without_grace_is_caught",
         Canary::FreeWithoutGrace,
-        "Causality violation",
+        READ_AFTER_FREE,
         check_against_rebuild,
     );
 }
 
-/// Canary: the old table's grace period begun before it is unlinked; the
-/// collector frees it while a check that pinned after that start still
-/// reads it.
+/// Canary: the old table's snapshot of sections taken before it is
+/// unlinked; the table is freed while a check that entered after the
+/// snapshot still reads it.
 #[test]
 fn canary_retire_before_unlink_is_caught() {
     rebuild_canary(
         "canary_retire_before_unlink_is_caught",
         Canary::RetireBeforeUnlink,
-        "Causality violation",
+        READ_AFTER_FREE,
         check_against_rebuild,
     );
 }
@@ -766,8 +773,36 @@ fn canary_retire_before_unlink_is_caught_with_u64_keys() {
     rebuild_canary(
         "canary_retire_before_unlink_is_caught_with_u64_keys",
         Canary::RetireBeforeUnlink,
-        "Causality violation",
+        READ_AFTER_FREE,
         || check_against_rebuild_with(|n| n),
+    );
+}
+
+/// Canary of the read-copy-update itself: a reader's entry store with no
+/// fence after it (the writer still fences). The writer's snapshot can read
+/// the record from before the entry while the reader's load of the table
+/// pointer reads from before the swap (store buffering): the table is
+/// freed under the check.
+#[test]
+fn canary_reader_entry_without_fence_is_caught() {
+    rebuild_canary(
+        "canary_reader_entry_without_fence_is_caught",
+        Canary::ReaderEntryWithoutFence,
+        READ_AFTER_FREE,
+        check_against_rebuild,
+    );
+}
+
+/// Canary of the read-copy-update itself: the writer's snapshot with no
+/// barrier before it (the readers still fence): as above, from the other
+/// side.
+#[test]
+fn canary_writer_without_barrier_is_caught() {
+    rebuild_canary(
+        "canary_writer_without_barrier_is_caught",
+        Canary::WriterWithoutBarrier,
+        READ_AFTER_FREE,
+        check_against_rebuild,
     );
 }
 
@@ -804,15 +839,15 @@ fn check_against_eviction() {
     assert_eq!(limiter.len(), 1);
 }
 
-/// Bound 1, as for compaction below: the check against the sweep that
-/// tombstones its cell needs one preemption, and since `evict_idle` also
-/// compacts the table it leaves with a tombstone and waits on crossbeam's
-/// collector, bound 2 runs past 15 minutes (notes/07).
+/// Bound 3, as for compaction below: the check against the sweep that
+/// tombstones its cell needs one preemption; `evict_idle` also compacts the
+/// table it leaves with a tombstone and waits for its grace period (on
+/// crossbeam-epoch, bound 2 ran past 15 minutes: notes/07).
 #[test]
 fn lock_free_check_against_eviction() {
     explore(
         "lock-free table, check vs eviction",
-        1,
+        3,
         check_against_eviction,
     );
 }
@@ -874,16 +909,15 @@ fn check_against_compaction() {
     );
 }
 
-/// Bound 1: the race this model is for (the check against the swap that
+/// Bound 3: the race this model is for (the check against the swap that
 /// retires its cell, and against the publication of the smaller table)
-/// needs one preemption, and at bound 2 the evictor's sweep, rebuild and
-/// bounded wait on crossbeam's collector take 2.5 million executions and
-/// 16 minutes, past CI's budget (notes/07).
+/// needs one preemption (on crossbeam-epoch, bound 2 took 2.5 million
+/// executions and 16 minutes, past CI's budget: notes/07).
 #[test]
 fn lock_free_check_against_compaction() {
     explore(
         "lock-free table, check vs compaction",
-        1,
+        3,
         check_against_compaction,
     );
 }
@@ -1083,8 +1117,8 @@ fn canary_bound_falls_back_is_caught_by_loom() {
     );
 }
 
-/// A reader stalled inside the store (a thread that holds a guard of the
-/// store's collector, as a check whose key's `Eq` blocks would) while new
+/// A reader stalled inside the store (a thread inside a read section of the
+/// store's read-copy-update, as a check whose key's `Eq` blocks would) while new
 /// keys grow the one table through its rebuilds. The first two rebuilds
 /// keep their replaced tables for the reader; the third would keep a third,
 /// so it is refused, and its key gets `Reclaiming`, before 64 keys; once the
@@ -1129,7 +1163,7 @@ fn stalled_reader_keeps_two_replaced_tables() {
 fn a_stalled_reader_keeps_at_most_two_replaced_tables() {
     explore(
         "lock-free: a reader stalled through the table's rebuilds",
-        2,
+        3,
         stalled_reader_keeps_two_replaced_tables,
     );
 }

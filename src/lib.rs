@@ -173,8 +173,9 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_op_in_unsafe_fn, missing_docs, missing_debug_implementations)]
-// Unsafe code lives in two modules only (the lock-free table and the store
-// that reclaims it), each allowing it locally; every block states its safety
+// Unsafe code lives in three modules only (the lock-free table, the store
+// that reclaims it and its read-copy-update, `sync::rcu`), each allowing it
+// locally; every block states its safety
 // argument. `sync` is the one door for concurrency primitives.
 #![deny(unsafe_code)]
 #![warn(clippy::pedantic, clippy::undocumented_unsafe_blocks)]
@@ -198,31 +199,57 @@ pub mod wait;
 #[cfg(all(feature = "lab-hooks", not(feature = "shuttle")))]
 #[doc(hidden)]
 pub mod lab_hooks {
-    /// A guard of tollgate's epoch collector, held until dropped. Opaque:
-    /// it offers no `defer`, so that the collector still runs only the
-    /// store's own deferred functions, which set a flag and nothing else.
+    /// A read section of the lock-free store's read-copy-update, held until
+    /// dropped. Not `Send`.
     #[must_use]
     #[derive(Debug)]
-    pub struct Pinned(#[allow(dead_code)] crossbeam_epoch::Guard);
+    pub struct Pinned(#[allow(dead_code)] crate::sync::rcu::Guard);
 
-    /// Pins this thread on tollgate's epoch collector, the one the
-    /// lock-free store's checks pin (`sync::epoch`, private to the crate so
-    /// that no other library's guard stalls it). While the guard lives, a
-    /// check's own pin on this thread nests: crossbeam counts the guard,
-    /// with no atomic read-modify-write, no unpin store and no collection.
-    /// It also keeps every table any store retires from being freed (past
-    /// the one a shard's writer otherwise leaves), and a new key's check on
-    /// this thread then takes a shard lock while pinned, so that other
-    /// writers' grace waits run out their bound: hold it only around checks
-    /// of keys already stored, and briefly.
+    /// Enters a read section on this thread, of the read-copy-update the
+    /// lock-free store's checks enter (`sync::rcu`, private to the crate).
+    /// While it is held, a check's own section on this thread nests: a
+    /// count in the thread's record, with no store another thread reads and
+    /// no fence. It also keeps every table any store retires from being
+    /// freed (past the one a shard's writer otherwise leaves), and a new
+    /// key's check on this thread then takes a shard lock inside a section,
+    /// so that other writers' grace waits run out their bound: hold it only
+    /// around checks of keys already stored, and briefly.
     pub fn pin() -> Pinned {
-        Pinned(crate::sync::epoch::pin())
+        Pinned(crate::sync::rcu::enter())
     }
 
-    /// Whether this thread holds a guard of tollgate's collector.
+    /// Whether this thread is inside a section of tollgate's read-copy-update.
     #[must_use]
     pub fn is_pinned() -> bool {
-        crate::sync::epoch::is_pinned()
+        crate::sync::rcu::is_inside()
+    }
+
+    /// A grace period of tollgate's read-copy-update, begun by
+    /// [`grace_period`]: it has elapsed once every section that was inside
+    /// when it began has left (`tests/barriers.rs`).
+    #[derive(Debug)]
+    pub struct GracePeriod(crate::sync::rcu::Snapshot);
+
+    /// Begins a grace period now (as a writer does after unlinking a table:
+    /// the heavy barrier, then a snapshot of the sections inside).
+    #[must_use]
+    pub fn grace_period() -> GracePeriod {
+        GracePeriod(crate::sync::rcu::ticket().snapshot())
+    }
+
+    impl GracePeriod {
+        /// Whether every section inside when it began has left.
+        #[must_use]
+        pub fn elapsed(&self) -> bool {
+            self.0.elapsed()
+        }
+    }
+
+    /// The registry's records: `(allocated, held by a thread)`. Records are
+    /// never freed; a thread that exits gives its record back for the next.
+    #[must_use]
+    pub fn records() -> (usize, usize) {
+        crate::sync::rcu::records()
     }
 }
 

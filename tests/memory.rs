@@ -337,9 +337,9 @@ fn waiting_queues_hold_only_the_reservations_held() {
     }
 }
 
-/// A reader stalled inside a check: a thread holds a guard of the
-/// collector the lock-free store's checks pin (`tollgate::lab_hooks::pin`)
-/// for the whole churn, as a check whose key's `Eq` blocks, or a thread
+/// A reader stalled inside a check: a thread holds a read section of the
+/// read-copy-update the lock-free store's checks enter
+/// (`tollgate::lab_hooks::pin`) for the whole churn, as a check whose key's `Eq` blocks, or a thread
 /// descheduled mid-probe, would. No replaced table can be freed meanwhile.
 /// The store is warmed by 10 waves first (its tables sized), then runs 10
 /// stalled waves on `threads` threads; the heap's peak from the store's

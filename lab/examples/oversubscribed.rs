@@ -1,7 +1,7 @@
 //! More checking threads than cores, no deliberate stall: how many new keys
 //! the lock-free store refuses with `CheckError::Reclaiming` because a
-//! reader the scheduler descheduled while pinned held the shard's replaced
-//! tables past a rebuild's wait. Eight threads check 64 hot keys, four
+//! reader the scheduler descheduled inside a check's read section held the
+//! shard's replaced tables past a rebuild's wait. Eight threads check 64 hot keys, four
 //! insert new keys (the clock moving 10 s every 20 000 of them, so growth
 //! sweeps evict the idle ones and the tables rebuild all the time), for
 //! `SECONDS` seconds (default 8).

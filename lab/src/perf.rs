@@ -390,9 +390,10 @@ fn one_thread_cost(step: &(dyn Fn(u64) -> u64 + Sync)) -> f64 {
 }
 
 /// One of each piece a keyed check is made of, on one thread: the clock
-/// reads, the two hashers, and an epoch pin (crossbeam-epoch's default
-/// collector through its thread-local handle, as the lock-free store's
-/// read path pins on every check, its `lock cmpxchg` included).
+/// reads, the two hashers, the lock-free store's read section (its
+/// read-copy-update's entry and exit, as every check makes them), and, for
+/// comparison, a pin of crossbeam-epoch's default collector (the store's
+/// read side before, its `lock cmpxchg` included).
 fn components() -> Vec<(&'static str, f64)> {
     use std::hash::BuildHasher;
     let (monotonic, tsc, coarse) = (MonotonicClock::new(), TscClock::new(), CoarseClock::new());
@@ -417,7 +418,15 @@ fn components() -> Vec<(&'static str, f64)> {
             one_thread_cost(&|key| fold.hash_one(key)),
         ),
         (
-            "epoch pin and unpin (crossbeam)",
+            "read section enter and leave (tollgate's RCU)",
+            one_thread_cost(&|call| {
+                let section = tollgate::lab_hooks::pin();
+                drop(std::hint::black_box(section));
+                call
+            }),
+        ),
+        (
+            "epoch pin and unpin (crossbeam-epoch, for comparison)",
             one_thread_cost(&|call| {
                 let guard = crossbeam_epoch::pin();
                 drop(std::hint::black_box(guard));
@@ -467,7 +476,7 @@ fn deny_ops() -> Makers {
         ),
         ("GCRA", workloads::deny_hot_key_default()),
         (
-            "GCRA in a held guard",
+            "GCRA in a held read section",
             workloads::in_outer_guard(workloads::deny_hot_key::<Gcra, _>(TscClock::new()), true),
         ),
         (
@@ -499,7 +508,7 @@ fn deny_ops() -> Makers {
             workloads::deny_hot_key_in_hashmap::<workloads::Unguarded>()
         ),
         (
-            "the same, pinned",
+            "the same, a crossbeam-epoch pin",
             workloads::deny_hot_key_in_hashmap::<workloads::EpochPinned>()
         ),
         (
@@ -580,13 +589,13 @@ fn distinct_ops(keys: u64) -> Makers {
     ]
 }
 
-/// The lock-free store's admissions with the pin nested in a held guard,
+/// The lock-free store's admissions with its section nested in a held one,
 /// and its control (`workloads::in_outer_guard`): rows of the widest
 /// distinct-key table only, where their pairs run.
 fn held_guard_ops(keys: u64) -> Makers {
     rows![
         (
-            "lock-free in a held guard",
+            "lock-free in a held read section",
             workloads::in_outer_guard(
                 workloads::admit_distinct::<Gcra, _>(LockFree::default(), keys),
                 true
@@ -800,15 +809,15 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers, diagnostics: bool) -> Vec<C
             false,
         ),
         (
-            "  the cell in a HashMap, pinned ÷ not guarded (cost), 2 threads",
-            two(op(deny, "the same, pinned")),
+            "  the cell in a HashMap, crossbeam-epoch pinned ÷ not guarded (cost), 2 threads",
+            two(op(deny, "the same, a crossbeam-epoch pin")),
             two(op(deny, "GCRA cell in a HashMap")),
             Target::Shown,
             false,
         ),
         (
-            "  pinned, 1 thread",
-            at(op(deny, "the same, pinned"), 1),
+            "  crossbeam-epoch pinned, 1 thread",
+            at(op(deny, "the same, a crossbeam-epoch pin"), 1),
             at(op(deny, "GCRA cell in a HashMap"), 1),
             Target::Shown,
             false,
@@ -835,16 +844,16 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers, diagnostics: bool) -> Vec<C
             false,
         ),
         (
-            "  keyed GCRA deny, wrapped ÷ in a held guard (cost): the pin's worth",
+            "  keyed GCRA deny, wrapped ÷ in a held read section (cost): the read section's worth",
             two(op(deny, "GCRA, its control")),
-            two(op(deny, "GCRA in a held guard")),
+            two(op(deny, "GCRA in a held read section")),
             Target::Shown,
             false,
         ),
         (
-            "  the pin's worth, 1 thread",
+            "  the read section's worth, 1 thread",
             at(op(deny, "GCRA, its control"), 1),
-            at(op(deny, "GCRA in a held guard"), 1),
+            at(op(deny, "GCRA in a held read section"), 1),
             Target::Shown,
             false,
         ),
@@ -856,15 +865,15 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers, diagnostics: bool) -> Vec<C
             false,
         ),
         (
-            "  keyed GCRA deny in a held guard ÷ direct GCRA deny (cost)",
-            two(op(deny, "GCRA in a held guard")),
+            "  keyed GCRA deny in a held read section ÷ direct GCRA deny (cost)",
+            two(op(deny, "GCRA in a held read section")),
             two(op(deny, "GCRA direct")),
             Target::Shown,
             false,
         ),
         (
-            "  keyed GCRA deny in a held guard × governor keyed",
-            two(op(deny, "GCRA in a held guard")),
+            "  keyed GCRA deny in a held read section × governor keyed",
+            two(op(deny, "GCRA in a held read section")),
             two(op(deny, "governor keyed")),
             Target::Shown,
             true,
@@ -877,16 +886,16 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers, diagnostics: bool) -> Vec<C
             false,
         ),
         (
-            "GCRA admit, 65 536 keys, in a held guard × governor keyed",
-            two(op(distinct, "lock-free in a held guard")),
+            "GCRA admit, 65 536 keys, in a held read section × governor keyed",
+            two(op(distinct, "lock-free in a held read section")),
             two(op(distinct, "governor keyed")),
             Target::Shown,
             true,
         ),
         (
-            "  the same admit, wrapped ÷ in a held guard (cost): the pin's worth",
+            "  the same admit, wrapped ÷ in a held read section (cost): the read section's worth",
             two(op(distinct, "lock-free, its control")),
-            two(op(distinct, "lock-free in a held guard")),
+            two(op(distinct, "lock-free in a held read section")),
             Target::Shown,
             false,
         ),

@@ -895,9 +895,15 @@ pub fn plots(
                 rows: &[
                     ("GCRA", "keyed GCRA"),
                     ("GCRA, its control", "keyed GCRA, wrapped"),
-                    ("GCRA in a held guard", "keyed GCRA, in a held guard"),
+                    (
+                        "GCRA in a held read section",
+                        "keyed GCRA, in a held read section",
+                    ),
                     ("GCRA cell in a HashMap", "cell in a HashMap"),
-                    ("the same, pinned", "cell in a HashMap, pinned"),
+                    (
+                        "the same, a crossbeam-epoch pin",
+                        "cell in a HashMap, crossbeam-epoch pinned",
+                    ),
                     ("the same, a read counter", "cell in a HashMap, counted"),
                 ],
                 diagnostic: true,
@@ -936,7 +942,10 @@ pub fn plots(
                     ("lock-free", "lock-free (default)"),
                     ("lock-free, foldhash", "lock-free, foldhash"),
                     ("lock-free, its control", "lock-free, wrapped"),
-                    ("lock-free in a held guard", "lock-free, in a held guard"),
+                    (
+                        "lock-free in a held read section",
+                        "lock-free, in a held read section",
+                    ),
                 ],
                 diagnostic: true,
             },

@@ -55,11 +55,11 @@ use super::Clock;
 #[derive(Clone, Copy)]
 pub struct TscClock {
     /// The process's one calibrated clock.
-    #[cfg(not(any(miri, crossbeam_loom)))]
+    #[cfg(not(any(miri, tollgate_loom)))]
     clock: &'static quanta::Clock,
-    #[cfg(not(any(miri, crossbeam_loom)))]
+    #[cfg(not(any(miri, tollgate_loom)))]
     origin: u64,
-    #[cfg(any(miri, crossbeam_loom))]
+    #[cfg(any(miri, tollgate_loom))]
     os: super::MonotonicClock,
 }
 
@@ -68,7 +68,7 @@ impl TscClock {
     /// calibrates (see the type's documentation); later ones copy it.
     #[must_use]
     pub fn new() -> Self {
-        #[cfg(not(any(miri, crossbeam_loom)))]
+        #[cfg(not(any(miri, tollgate_loom)))]
         {
             // quanta's `Clock::new` calibrates once a process but asks
             // `cpuid` each time, a VM exit on a hypervisor (about 20 µs on
@@ -79,7 +79,7 @@ impl TscClock {
             let origin = clock.raw();
             Self { clock, origin }
         }
-        #[cfg(any(miri, crossbeam_loom))]
+        #[cfg(any(miri, tollgate_loom))]
         {
             Self {
                 os: super::MonotonicClock::new(),
@@ -99,11 +99,11 @@ impl Clock for TscClock {
     fn now_ns(&self) -> u64 {
         // quanta returns 0 for a reading at or before the origin (another
         // core's counter, a few ticks behind).
-        #[cfg(not(any(miri, crossbeam_loom)))]
+        #[cfg(not(any(miri, tollgate_loom)))]
         {
             self.clock.delta_as_nanos(self.origin, self.clock.raw())
         }
-        #[cfg(any(miri, crossbeam_loom))]
+        #[cfg(any(miri, tollgate_loom))]
         {
             self.os.now_ns()
         }

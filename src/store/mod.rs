@@ -47,7 +47,7 @@
 //! at every call of every site in turn.
 //!
 //! A key's `Eq`, `Hash` and `Borrow` run inside the store's critical
-//! sections (under a shard's lock, or a lock-free check's epoch guard): they
+//! sections (under a shard's lock, or a lock-free check's read section): they
 //! must not call back into the same limiter, which, like a `HashMap` key
 //! whose `Eq` locks the map it is in, can deadlock. One that blocks delays
 //! the checks that wait for it, and, on the lock-free store, the reclamation
@@ -69,10 +69,9 @@
 mod discard;
 #[doc(hidden)]
 pub mod kit;
-// The lock-free table reclaims memory with crossbeam-epoch, which runs under
-// loom (with `--cfg crossbeam_loom`) but has no shuttle build: under shuttle
-// the table compiles out and `PerKey`, built only on `crate::sync`, stands in
-// for it.
+// The lock-free table and its read-copy-update (`sync::rcu`) run under loom
+// but compile out under shuttle, where `PerKey`, built only on
+// `crate::sync`, stands in for the table.
 #[cfg(not(feature = "shuttle"))]
 #[allow(unsafe_code)]
 mod lock_free;

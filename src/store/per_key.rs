@@ -27,9 +27,9 @@ use crate::sync::{Arc, Mutex, lock};
 /// take none.
 // It evicts with the lock-free store's retire-then-unlink protocol, built
 // only from `crate::sync` primitives, so it is also the shuttle tests'
-// stand-in for the lock-free store (crossbeam-epoch, which the lock-free
-// table reclaims memory with, has no shuttle build): under `--features
-// shuttle` it is the default store.
+// stand-in for the lock-free store (whose table and read-copy-update
+// compile out under shuttle): under `--features shuttle` it is the default
+// store.
 pub struct PerKey<P = Preferred> {
     cells: PhantomData<fn() -> P>,
 }

@@ -16,8 +16,8 @@ pub const ONE_OFF_KEYS_PER_WAVE: u64 = 5_000;
 /// waiting in a thread's garbage bag: each wave advances the clock 2 s,
 /// admits 5 000 keys never seen before (one request each), then checks the
 /// 5 000 steady keys twice each. The requests run on `threads` threads
-/// that live for the whole run, as a server's do (a thread that exits hands
-/// its epoch garbage to the collector, which would hide the defect), each
+/// that live for the whole run, as a server's do (a thread that exits can
+/// hand its deferred garbage on, which would hide the defect), each
 /// taking its share of every wave; between waves, the calling thread moves
 /// the clock and runs `after_wave` (to sample the store's size). `check` is
 /// one request. Keys of wave `w` are `STEADY_KEYS + w × 5 000 + i`.

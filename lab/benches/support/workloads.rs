@@ -142,9 +142,10 @@ impl ReadSection for Unguarded {
     }
 }
 
-/// A crossbeam-epoch guard, pinned and unpinned as the lock-free store's
-/// check pins its own collector's; but where the store pins after the hash
-/// and the clock read, this section opens before both.
+/// A crossbeam-epoch guard, pinned and unpinned around each check: the
+/// read side the lock-free store had before its own read-copy-update
+/// (`sync::rcu`), kept for comparison; this section opens before the hash
+/// and the clock read.
 pub struct EpochPinned(
     // Held for its drop, which unpins.
     #[allow(dead_code)] crossbeam_epoch::Guard,
@@ -233,49 +234,45 @@ pub fn deny_hot_key_in_hashmap<S: ReadSection>() -> Op {
 }
 
 thread_local! {
-    /// The guard [`in_outer_guard`] keeps this thread pinned with.
+    /// The section [`in_outer_guard`] keeps this thread inside.
     static HELD: std::cell::RefCell<Option<tollgate::lab_hooks::Pinned>> =
         const { std::cell::RefCell::new(None) };
 }
 
-/// How many calls of [`in_outer_guard`]'s operation one outer guard spans.
+/// How many calls of [`in_outer_guard`]'s operation one outer section spans.
 const HELD_CALLS: u64 = 1_024;
 
-/// `op` run, with `hold`, with its thread already pinned on tollgate's
-/// epoch collector (`tollgate::lab_hooks::pin`, the collector the lock-free
-/// store's checks pin; crossbeam's default collector is another, whose
-/// guard would leave the store's pin untouched): an outer guard, replaced
-/// every 1 024 calls (so that the collector still advances between them),
-/// is held around each call. The store's own pin then nests: crossbeam
-/// finds the thread pinned and only counts the guard (a thread-local
-/// lookup and a counter in it), with no `lock cmpxchg`, no unpin store and
-/// no collection every 128 pins. Without `hold`, the same wrapper (the
-/// same indirect call, the same thread-local step every 1 024 calls) pins
-/// nothing: the control, so that the two, in pairs in one process, differ
-/// in the pin alone. Their ratio is what the pin's atomic read-modify-write
-/// and its unpin cost inside a real check: what a read path that keeps a
-/// thread-local record but writes no shared line (the asymmetric-fence
-/// design of notes/08) could save, short of its thread-local work. Sound:
-/// the store's guard is a real one, nested. For checks of keys already
-/// stored only: a held guard keeps retired tables from being freed.
+/// `op` run, with `hold`, with its thread already inside a read section of
+/// tollgate's read-copy-update (`tollgate::lab_hooks::pin`, the one the
+/// lock-free store's checks enter): an outer section, replaced every 1 024
+/// calls (so that grace periods still end between them), is held around
+/// each call. The store's own section then nests: it finds the thread's
+/// record inside and only counts (a thread-local lookup and a counter in
+/// the record), with no store a writer reads and no fence. Without `hold`,
+/// the same wrapper (the same indirect call, the same thread-local step
+/// every 1 024 calls) enters nothing: the control, so that the two, in
+/// pairs in one process, differ in the section's entry and exit alone.
+/// Sound: the store's section is a real one, nested. For checks of keys
+/// already stored only: a held section keeps retired tables from being
+/// freed.
 ///
 /// # Panics
 ///
-/// If the thread is not pinned on tollgate's collector when it should be,
-/// or is when it should not: the canary that the outer guard is the one
-/// the store's pin nests in.
+/// If the thread is not inside a section when it should be, or is when it
+/// should not: the canary that the outer section is the one the store's
+/// nests in.
 pub fn in_outer_guard(op: Op, hold: bool) -> Op {
     Box::new(move |thread, i| {
         if i % HELD_CALLS == 0 {
             HELD.with(|held| {
-                // The old guard goes first: a fresh pin under it would nest.
+                // The old section goes first: a fresh one under it would nest.
                 drop(held.take());
                 *held.borrow_mut() = hold.then(tollgate::lab_hooks::pin);
             });
             assert_eq!(
                 tollgate::lab_hooks::is_pinned(),
                 hold,
-                "the outer guard is not on the store's collector"
+                "the outer section is not the store's read-copy-update's"
             );
         }
         op(thread, i);
@@ -376,7 +373,7 @@ pub fn admit_distinct_admitted_in_order<S: StoreKind<u64, Gcra>>(store: S, keys:
 }
 
 /// The same workload with one limiter per thread (up to 4): nothing shared
-/// between threads but the clock and the epoch collector. Set beside
+/// between threads but the clock and the read-copy-update's registry. Set beside
 /// `admit_distinct` on `LockFree`, it measures what sharing one table costs
 /// (cache lines holding keys of several threads).
 pub fn admit_distinct_unshared(keys: u64) -> Op {

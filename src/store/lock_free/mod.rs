@@ -1,8 +1,9 @@
 //! The default store, [`LockFree`]: keys in sharded open-addressing tables
 //! whose lookups take no lock.
 //!
-//! A check on an existing key hashes it, pins an epoch guard, loads the
-//! shard's table pointer, probes for the key and runs the cell's check (for
+//! A check on an existing key hashes it, enters a read section of the
+//! store's read-copy-update (`sync::rcu`: two stores to the thread's own
+//! record and a compiler fence), loads the shard's table pointer, probes for the key and runs the cell's check (for
 //! GCRA and the fixed window, one compare-and-swap, and none on a denial).
 //! It takes no lock and writes nothing shared but the cell. A key absent
 //! from the table, or whose cell was retired under the check (evicted, or
@@ -41,7 +42,7 @@ use crate::algorithm::Algorithm;
 use crate::cell::{Cell, CellFor, Preferred};
 use crate::decision::Decision;
 use crate::error::CheckError;
-use crate::sync::{epoch, lock};
+use crate::sync::{lock, rcu};
 
 /// The default store: checks on keys it holds take no lock, and write
 /// nothing shared but the key's own state.
@@ -373,9 +374,13 @@ where
             // inside the match reaches the caller in registers, where
             // `find_cell`'s nested enums cost two stack copies of it, one a
             // stalled store forward (a fifth of a denial on one thread).
-            let guard = epoch::pin();
-            if let Some(cell) = shard.table(&guard).find(hash, key) {
-                match cell.check(algorithm, now_ns, cost) {
+            // Left when dropped, also when the key's `Eq` panics.
+            let section = rcu::enter();
+            let table = shard.table(&section);
+            if let Some(cell) = table.find(hash, key) {
+                let checked = cell.check(algorithm, now_ns, cost);
+                table.assert_not_freed();
+                match checked {
                     Ok(Some(decision)) => return Ok(decision),
                     Err(error) => return Err(error),
                     // Retired under us: evicted or moved.

@@ -33,7 +33,6 @@ use crate::error::CheckError;
 use crate::store::kit::rested_at;
 use crate::store::{Discarded, Key};
 use crate::sync::canary::{self, Canary};
-use crate::sync::epoch::{self, Owned};
 use crate::sync::{Ordering, lock};
 
 /// `evict_idle` rebuilds a shard's table smaller when the table has at
@@ -216,27 +215,26 @@ where
         }
         writer.used = moves.len();
         writer.live = moves.len();
-        // SAFETY: only lock holders replace the table, and we hold the lock;
-        // the old table is handed to `Retired`, which frees it after its
-        // grace period.
-        let unprotected = unsafe { epoch::unprotected() };
         // The canary starts the old table's grace period while checks can
         // still load it.
         let early = canary::planted(Canary::RetireBeforeUnlink)
-            .then(|| Retired::new(shard.table.load(Ordering::Relaxed, unprotected)));
+            .then(|| Retired::before_unlink(shard.table.load(Ordering::Relaxed)));
         // Release: publishes the new table's slots to checks that load the
-        // pointer with Acquire (`Shard::table`).
+        // pointer with Acquire (`Shard::table`). Only lock holders replace
+        // the table, and we hold the lock; the old table goes to `Retired`,
+        // which frees it after its grace period.
         let publish = if canary::planted(Canary::RelaxedTableSwap) {
             Ordering::Relaxed
         } else {
             Ordering::Release
         };
-        let replaced = shard.table.swap(Owned::new(new), publish, unprotected);
+        let replaced = shard.table.swap(Box::into_raw(Box::new(new)), publish);
         if let Some(early) = &early {
-            debug_assert_eq!(early.table, replaced.as_raw());
+            debug_assert_eq!(early.table, replaced);
         }
+        // The ticket after the swap (`Retired::unlinked`).
         writer
             .retired
-            .push(early.unwrap_or_else(|| Retired::new(replaced)));
+            .push(early.unwrap_or_else(|| Retired::unlinked(replaced)));
     }
 }

@@ -3,8 +3,9 @@
 //! them.
 //!
 //! A replaced table is freed once no check can still be reading it: its
-//! readers are tracked by an epoch collector private to tollgate
-//! (`sync::epoch`). A shard keeps at most [`MAX_RETIRED`] replaced tables
+//! readers are tracked by tollgate's own read-copy-update (`sync::rcu`):
+//! each check is a read section, and a replaced table's grace period
+//! ends once every section that was inside when it was unlinked has left. A shard keeps at most [`MAX_RETIRED`] replaced tables
 //! awaiting reclamation: a rebuild that finds that many first waits, for a
 //! bounded number of rounds, until one of them is free to go (for checks
 //! already inside it to finish: nanoseconds to microseconds, unless one is
@@ -18,7 +19,7 @@
 //! the tables it replaced are freed.
 //!
 //! The bound holds whatever checks do: a key's `Eq` and `Borrow` run inside
-//! a check's epoch guard, and a check that stays there (an `Eq` blocked on
+//! a check's read section, and a check that stays there (an `Eq` blocked on
 //! a lock, or a thread descheduled in mid-probe) holds back the
 //! reclamation of every lock-free store in the process until it leaves.
 //! The waits are bounded, so that such a check stalls no writer and can
@@ -35,18 +36,21 @@ use super::LIVE_UNDER_LOCK;
 use super::table::{MIN_BUCKETS, RawTable, Stagger};
 use crate::store::{Discard, Discarded, Lookup};
 use crate::sync::canary::{self, Canary};
-use crate::sync::epoch::{self, Guard, Owned, Shared};
-use crate::sync::{Arc, AtomicBool, Backoff, Mutex, Ordering, lock, wait_step};
+use crate::sync::rcu::{self, Guard, Snapshot, Ticket};
+use std::sync::Arc;
 
-/// How many rounds a writer drives the collector to free the table it just
+use crate::sync::{AtomicPtr, Backoff, Mutex, Ordering, lock, wait_step};
+
+/// How many rounds a writer waits for the grace period of the table it just
 /// replaced, after releasing the lock, before it leaves that to the shard's
-/// next writer. With no check in flight, one or two suffice: the epoch must
-/// advance twice past the one in which the table was unlinked.
+/// next writer. With no check in flight the first look suffices (the
+/// snapshot finds no section); a check in flight leaves within a round or
+/// two.
 pub(super) const PROMPT_ROUNDS: usize = 2;
 
-/// How many rounds (each a flush of the collector and a backoff step: spins,
-/// then yields) a rebuild waits for the shard's last replaced table to be
-/// free to go, and `evict_idle` for the tables it replaced, before going on
+/// How many rounds (each a look at the sections of the grace period's
+/// snapshot and a backoff step: spins, then yields) a rebuild waits for the
+/// shard's last replaced table to be free to go, and `evict_idle` for the tables it replaced, before going on
 /// without it. A bound, not a wait until done: a check that stays inside a
 /// table (a key's `Eq` blocked on a lock, maybe one the waiting thread
 /// holds) would otherwise stall every writer of every lock-free store, or
@@ -62,7 +66,7 @@ pub(super) const GRACE_ROUNDS: usize = 2;
 
 /// The most replaced tables a shard keeps awaiting their grace period. One
 /// would do while checks pass through the tables; a reader descheduled
-/// while pinned (an ordinary preemption on a busy host) holds them for a
+/// inside its section (an ordinary preemption on a busy host) holds them for a
 /// scheduler's time slice, long beside a wait of `GRACE_ROUNDS`, and with
 /// one a second rebuild in that slice would refuse a new key with no real
 /// stall. Two let a rebuild pass such a preemption; a third is refused.
@@ -85,14 +89,17 @@ const REFUSAL_ROUNDS: usize = 16_384;
 const REFUSAL_ROUNDS: usize = GRACE_ROUNDS;
 
 /// How many rounds a rebuild waits once a wait for the same replaced table
-/// ran out (`Writer::stalled`): enough for the collector to advance twice
-/// when nothing is pinned any more, so that the first writer after a stall
-/// ends frees the table and rebuilds, and few enough that while the stall
-/// lasts a refused key costs a few flushes, not a whole wait.
+/// ran out (`Writer::stalled`): enough for a look at the snapshot once the
+/// stalled section has left, so that the first writer after a stall ends
+/// frees the table and rebuilds, and few enough that while the stall lasts
+/// a refused key costs a few looks, not a whole wait.
 const STALLED_ROUNDS: usize = 4;
 
 pub(super) struct Shard<K, C> {
-    pub(super) table: epoch::Atomic<RawTable<K, C>>,
+    /// The current table: never null, from `Box::into_raw`, replaced only
+    /// under `writer` and freed only through a [`Retired`] (or with the
+    /// shard).
+    pub(super) table: AtomicPtr<RawTable<K, C>>,
     pub(super) writer: Mutex<Writer<K, C>>,
     /// Where this shard's table sizes sit within a growth step.
     pub(super) stagger: Stagger,
@@ -119,8 +126,8 @@ pub(super) struct Writer<K, C> {
     pub(super) retired: Vec<Retired<K, C>>,
     /// A wait for the replaced table's grace period ran out: later
     /// rebuilds wait `STALLED_ROUNDS`, not `REFUSAL_ROUNDS`, so that while a
-    /// check stays stalled a refused key costs a few flushes of the
-    /// collector, not a whole wait under the shard's lock each.
+    /// check stays stalled a refused key costs a few looks at its
+    /// section, not a whole wait under the shard's lock each.
     stalled: bool,
 }
 
@@ -128,10 +135,15 @@ impl<K, C> Writer<K, C> {
     /// Takes out the replaced tables whose grace period has elapsed, to be
     /// freed once the lock is released.
     pub(super) fn take_graced(&mut self) -> Vec<Retired<K, C>> {
-        let (graced, waiting) = std::mem::take(&mut self.retired)
-            .into_iter()
-            .partition(Retired::grace_elapsed);
-        self.retired = waiting;
+        let mut graced = Vec::new();
+        let mut index = 0;
+        while index < self.retired.len() {
+            if self.retired[index].grace_elapsed() {
+                graced.push(self.retired.swap_remove(index));
+            } else {
+                index += 1;
+            }
+        }
         graced
     }
 }
@@ -140,38 +152,46 @@ impl<K, C> Writer<K, C> {
 /// once its grace period has elapsed (no check can still be reading the
 /// table), or with the whole store (`&mut`, so no check at all).
 pub(super) struct Retired<K, C> {
-    pub(super) table: *const RawTable<K, C>,
-    /// Set by the epoch collector once every guard that could have loaded
-    /// the table before it was unlinked has been dropped.
-    grace: Arc<AtomicBool>,
+    /// From `Box::into_raw`; owned by this value alone.
+    pub(super) table: *mut RawTable<K, C>,
+    grace: GracePeriod,
+}
+
+/// Where a replaced table's grace period stands.
+enum GracePeriod {
+    /// Unlinked: the sections to wait for are not yet known.
+    Unlinked(Ticket),
+    /// The sections that were inside when the snapshot was taken, after the
+    /// ticket's barrier, and have not all left.
+    Waiting(Arc<Snapshot>),
+    /// Every section that could read the table has left.
+    Elapsed,
 }
 
 // SAFETY: a `Retired` owns its table (no other owner frees it), so sending
 // it sends the table, which is Send when its keys and cells are Send and
-// Sync; the flag is an `Arc<AtomicBool>`.
+// Sync; the snapshot holds only `'static` records of atomics.
 unsafe impl<K: Send + Sync, C: Send + Sync> Send for Retired<K, C> {}
 
 impl<K, C> Retired<K, C> {
-    /// Takes ownership of `table`, just unlinked, and asks the collector to
-    /// flag it once no guard pinned before now remains.
-    pub(super) fn new(table: Shared<'_, RawTable<K, C>>) -> Self {
-        // The canary frees the table without waiting for its readers.
-        let grace = Arc::new(AtomicBool::new(canary::planted(Canary::FreeWithoutGrace)));
-        let flag = Arc::clone(&grace);
-        let guard = epoch::pin();
-        // Release: pairs with the Acquire load in `grace_elapsed`, so the
-        // thread that sees the flag and frees the table does so after every
-        // reader of it unpinned (the collector runs this only then). The
-        // deferred function only sets a flag: collection, which may run in
-        // any pin, never runs user code.
-        guard.defer(move || flag.store(true, Ordering::Release));
-        // Hands the deferred function to the collector's global queue now,
-        // rather than when this thread's bag fills, and tries to advance the
-        // epoch once.
-        guard.flush();
+    /// Takes ownership of `table`, just unlinked from its shard by a swap
+    /// on this thread (the ticket must come after the swap).
+    pub(super) fn unlinked(table: *mut RawTable<K, C>) -> Self {
+        let grace = if canary::planted(Canary::FreeWithoutGrace) {
+            // The canary frees the table without waiting for its readers.
+            GracePeriod::Elapsed
+        } else {
+            GracePeriod::Unlinked(rcu::ticket())
+        };
+        Self { table, grace }
+    }
+
+    /// The canary `RetireBeforeUnlink`: the table's snapshot of sections is
+    /// taken while it is still the shard's, before the swap that unlinks it.
+    pub(super) fn before_unlink(table: *mut RawTable<K, C>) -> Self {
         Self {
-            table: table.as_raw(),
-            grace,
+            table,
+            grace: GracePeriod::Waiting(Arc::new(rcu::ticket().snapshot())),
         }
     }
 
@@ -179,30 +199,66 @@ impl<K, C> Retired<K, C> {
     /// abandoned by a panic), to be freed outside the lock: no check ever
     /// saw it, so its grace period has elapsed already.
     pub(super) fn unpublished(table: RawTable<K, C>) -> Self {
-        // SAFETY: a guard is needed only to load from an `Atomic`; this
-        // pointer is never shared.
-        let unprotected = unsafe { epoch::unprotected() };
         Self {
-            table: Owned::new(table).into_shared(unprotected).as_raw(),
-            grace: Arc::new(AtomicBool::new(true)),
+            table: Box::into_raw(Box::new(table)),
+            grace: GracePeriod::Elapsed,
         }
     }
 
-    fn grace_elapsed(&self) -> bool {
-        self.grace.load(Ordering::Acquire)
+    /// The ticket of a table whose snapshot is not taken yet.
+    fn ticket(&self) -> Option<Ticket> {
+        match self.grace {
+            GracePeriod::Unlinked(ticket) => Some(ticket),
+            _ => None,
+        }
+    }
+
+    /// The snapshot of the sections the grace period waits for, taken now
+    /// if it was not (issuing the barrier if none has run since the ticket:
+    /// one serves every table unlinked before it began); `None` once the
+    /// grace period is known to have elapsed.
+    fn snapshot(&mut self) -> Option<Arc<Snapshot>> {
+        if let GracePeriod::Unlinked(ticket) = self.grace {
+            self.grace = GracePeriod::Waiting(Arc::new(ticket.snapshot()));
+        }
+        match &self.grace {
+            GracePeriod::Waiting(snapshot) => Some(Arc::clone(snapshot)),
+            _ => None,
+        }
+    }
+
+    /// Whether the grace period has elapsed (taking the snapshot first, as
+    /// [`snapshot`](Self::snapshot)).
+    fn grace_elapsed(&mut self) -> bool {
+        match self.snapshot() {
+            Some(snapshot) if !snapshot.elapsed() => false,
+            _ => {
+                self.grace = GracePeriod::Elapsed;
+                true
+            }
+        }
     }
 }
 
 impl<K, C> Drop for Retired<K, C> {
     fn drop(&mut self) {
-        // SAFETY: the pointer came from `Owned::new` (through the shard's
-        // `epoch::Atomic`, or `unpublished`), and it is freed only here,
-        // once. No check can read it: a `Retired` is dropped only after its
-        // grace period, or with the store itself (see the type's doc).
-        let table = unsafe { Shared::from(self.table).into_owned() };
+        // SAFETY: the pointer came from `Box::into_raw` (a table published
+        // in the shard's pointer, or `unpublished`), and it is freed only
+        // here, once. No check can read it: a `Retired` is dropped only after
+        // its grace period, or with the store itself (see the type's doc).
+        let table = unsafe { Box::from_raw(self.table) };
+        // Under loom the table is poisoned and kept, not freed: a check that
+        // still reads it fails the assertion `RawTable::assert_not_freed`,
+        // rather than reading freed memory.
+        #[cfg(feature = "loom")]
+        {
+            table.poison();
+            std::mem::forget(table);
+        }
         // The store discarded these keys: a panic in their `Drop` has no
         // caller to reach (see `store::Discarded`).
-        table.into_box().discard();
+        #[cfg(not(feature = "loom"))]
+        table.discard();
     }
 }
 
@@ -218,7 +274,7 @@ impl<K, C> Shard<K, C> {
     pub(super) fn new(stagger: Stagger) -> Self {
         Self {
             stagger,
-            table: epoch::Atomic::new(RawTable::with_buckets(MIN_BUCKETS)),
+            table: AtomicPtr::new(Box::into_raw(Box::new(RawTable::with_buckets(MIN_BUCKETS)))),
             writer: Mutex::new(Writer {
                 used: 0,
                 live: 0,
@@ -228,16 +284,20 @@ impl<K, C> Shard<K, C> {
         }
     }
 
-    /// The current table, for a check.
+    /// The current table, for a check inside the read section `_section`.
     #[inline]
-    pub(super) fn table<'g>(&self, guard: &'g Guard) -> &'g RawTable<K, C> {
+    pub(super) fn table<'g>(&self, _section: &'g Guard) -> &'g RawTable<K, C> {
         // Acquire: pairs with the Release swap that published a rebuilt
         // table, so that its slots and control bytes are visible.
-        let table = self.table.load(Ordering::Acquire, guard);
+        let table = self.table.load(Ordering::Acquire);
         // SAFETY: the pointer is never null (a shard starts with a table and
         // only ever replaces it with another), and a replaced table is freed
-        // only after every guard pinned before its replacement is dropped.
-        unsafe { table.deref() }
+        // only after its grace period: once every section that was inside
+        // when it was unlinked has left (`sync::rcu`). This section entered
+        // before this load: either a writer's snapshot sees it inside (and
+        // the table stays until the guard, borrowed for `'g`, is dropped), or
+        // its load comes after the unlinking swap and reads a later table.
+        unsafe { &*table }
     }
 
     /// The current table, for its writer.
@@ -248,21 +308,20 @@ impl<K, C> Shard<K, C> {
     /// Only a holder of that lock replaces the table or frees a replaced
     /// one, so the table cannot go away under it, even once replaced.
     pub(super) unsafe fn table_locked(&self) -> &RawTable<K, C> {
-        // SAFETY: as documented; no guard is needed for a table that no
-        // other thread can free.
-        let unprotected = unsafe { epoch::unprotected() };
         // Relaxed: the last swap was made under the lock we hold, whose
         // acquisition orders us after it.
-        let table = self.table.load(Ordering::Relaxed, unprotected);
+        let table = self.table.load(Ordering::Relaxed);
         // SAFETY: never null (see `table`), and not freed while we hold the
-        // lock (above).
-        unsafe { table.deref() }
+        // lock (as documented): no section is needed for a table that no
+        // other thread can free.
+        unsafe { &*table }
     }
 
     /// Runs `read` on `key`'s cell in the current table, taking no lock:
-    /// under an epoch guard, dropped before this returns (no thread takes
-    /// a shard lock while pinned: see [`may_rebuild`]). `read` returns
-    /// `None` for a retired cell.
+    /// in a read section, left before this returns (no thread takes a shard
+    /// lock inside one: see [`may_rebuild`]), even when `read` or the key's
+    /// `Eq` panics (the guard's `Drop`). `read` returns `None` for a retired
+    /// cell.
     #[inline]
     pub(super) fn find_cell<Q: Lookup<K> + ?Sized, R>(
         &self,
@@ -270,11 +329,14 @@ impl<K, C> Shard<K, C> {
         key: &Q,
         read: impl FnOnce(&C) -> Option<R>,
     ) -> CellRead<R> {
-        let guard = epoch::pin();
-        match self.table(&guard).find(hash, key) {
+        let section = rcu::enter();
+        let table = self.table(&section);
+        let found = match table.find(hash, key) {
             Some(cell) => read(cell).map_or(CellRead::Retired, CellRead::Live),
             None => CellRead::Absent,
-        }
+        };
+        table.assert_not_freed();
+        found
     }
 
     /// Runs `read` on `key`'s cell as [`find_cell`](Self::find_cell) does
@@ -302,22 +364,31 @@ impl<K, C> Shard<K, C> {
 
     /// Frees the shard's replaced tables once no check can see them. Runs
     /// with no lock held, so the tables' keys are dropped outside every
-    /// lock. Drives the collector for up to `rounds` rounds until every table
-    /// replaced before the call may go; what may not yet is left to the
-    /// shard's next writer.
+    /// lock. Waits for up to `rounds` rounds until every table replaced
+    /// before the call may go; what may not yet is left to the shard's next
+    /// writer.
     pub(super) fn reclaim(&self, rounds: usize) {
-        let pending: Vec<Arc<AtomicBool>> = lock(&self.writer)
+        // The barrier that every pending table's snapshot needs, issued
+        // with the shard's lock released.
+        let ticket = lock(&self.writer)
             .retired
             .iter()
-            .map(|retired| Arc::clone(&retired.grace))
+            .filter_map(Retired::ticket)
+            .max_by_key(|ticket| ticket.barrier_number());
+        if let Some(ticket) = ticket {
+            ticket.barrier();
+        }
+        // The snapshots, taken under the lock (no barrier left to issue),
+        // and waited for without it.
+        let pending: Vec<Arc<Snapshot>> = lock(&self.writer)
+            .retired
+            .iter_mut()
+            .filter_map(Retired::snapshot)
             .collect();
         if pending.is_empty() {
             return;
         }
-        // Acquire: as in `Retired::grace_elapsed`.
-        wait_for_grace(rounds, || {
-            pending.iter().all(|grace| grace.load(Ordering::Acquire))
-        });
+        wait_for_grace(rounds, || pending.iter().all(|snapshot| snapshot.elapsed()));
         // Taken out under the lock, freed after it (the guard is a
         // temporary of this statement).
         let graced = lock(&self.writer).take_graced();
@@ -328,41 +399,36 @@ impl<K, C> Shard<K, C> {
 impl<K, C> Drop for Shard<K, C> {
     fn drop(&mut self) {
         // SAFETY: `&mut self`: no other thread can reach the table any more,
-        // so it can be taken without a guard. (The retired tables go with
-        // `writer`: see `Retired`.)
-        drop(unsafe {
-            self.table
-                .load(Ordering::Relaxed, epoch::unprotected())
-                .into_owned()
-        });
+        // and the pointer came from `Box::into_raw` and is freed only here
+        // (a replaced one goes through `Retired`, with `writer`).
+        drop(unsafe { Box::from_raw(self.table.load(Ordering::Relaxed)) });
     }
 }
 
-/// Drives the collector, for up to `rounds` rounds, until `done`; returns
-/// whether it is. Each round pins, flushes (which tries to advance the epoch
-/// and runs the deferred functions that may run, which only set flags: no
-/// user code) and takes a backoff step. A thread that holds a guard (a check
-/// whose user code called back into a limiter) keeps the epoch from
-/// advancing, so it does not wait at all.
+/// Waits, for up to `rounds` rounds, until `done`; returns whether it is.
+/// Each round takes a backoff step and looks again (`done` reads the
+/// records of the sections a grace period waits for: no user code). A
+/// thread inside a section itself (a check whose user code called back
+/// into a limiter) would wait for its own section, so it does not wait at
+/// all.
 ///
 /// Called under a shard's lock too (`may_rebuild`). That cannot deadlock:
-/// the wait is bounded, and no thread takes a shard lock while it holds a
-/// guard, so the guards it waits for are dropped without this lock (unless
-/// user code inside a check blocks, which the bound is for).
-fn wait_for_grace(rounds: usize, done: impl Fn() -> bool) -> Grace {
+/// the wait is bounded, and no thread takes a shard lock inside a section,
+/// so the sections it waits for are left without this lock (unless user
+/// code inside a check blocks, which the bound is for).
+fn wait_for_grace(rounds: usize, mut done: impl FnMut() -> bool) -> Grace {
     if done() {
         return Grace::Done;
     }
-    if epoch::is_pinned() {
+    if rcu::is_inside() {
         return Grace::Pinned;
     }
     let backoff = Backoff::new();
     for _ in 0..rounds {
-        epoch::pin().flush();
+        wait_step(&backoff);
         if done() {
             return Grace::Done;
         }
-        wait_step(&backoff);
     }
     Grace::RanOut
 }
@@ -371,7 +437,7 @@ fn wait_for_grace(rounds: usize, done: impl Fn() -> bool) -> Grace {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Grace {
     Done,
-    /// Not waited for: this thread holds a guard itself.
+    /// Not waited for: this thread is inside a section itself.
     Pinned,
     /// Still not elapsed after every round.
     RanOut,
@@ -399,11 +465,11 @@ pub(super) fn may_rebuild<K, C>(
     } else {
         REFUSAL_ROUNDS
     };
-    let retired = &writer.retired;
-    let waited = wait_for_grace(rounds, || retired.iter().any(Retired::grace_elapsed));
+    let retired = &mut writer.retired;
+    let waited = wait_for_grace(rounds, || retired.iter_mut().any(Retired::grace_elapsed));
     // Only a wait that ran out marks the shard stalled: a thread already
     // inside a check (user code calling back into a limiter) cannot wait
-    // for its own guard, which says nothing of the others.
+    // for its own section, which says nothing of the others.
     writer.stalled = waited == Grace::RanOut;
     discarded.extend(writer.take_graced());
     writer.retired.len() < MAX_RETIRED

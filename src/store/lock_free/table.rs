@@ -190,6 +190,14 @@ type Slot<K, V> = UnsafeCell<MaybeUninit<(K, V)>>;
 pub(crate) struct RawTable<K, V> {
     control: Box<[AtomicU8]>,
     slots: Box<[Slot<K, V>]>,
+    /// Under loom, a replaced table is poisoned instead of freed
+    /// (`shard::Retired`), and a check asserts, before it leaves its read
+    /// section, that the table it read was not: a free that overtook a
+    /// reader fails that assertion. A std atomic: loom runs a model's
+    /// threads one at a time, so it tells the order they ran in, which is
+    /// what a free before a read's end is, and adds no scheduling point.
+    #[cfg(feature = "loom")]
+    freed: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the table hands out `&K` and `&V` to any thread that finds them,
@@ -208,7 +216,27 @@ impl<K, V> RawTable<K, V> {
             slots: (0..buckets)
                 .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
                 .collect(),
+            #[cfg(feature = "loom")]
+            freed: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Under loom, marks the table freed (`shard::Retired`'s drop).
+    #[cfg(feature = "loom")]
+    pub(crate) fn poison(&self) {
+        self.freed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Under loom, fails if the table was freed: a reader calls it before it
+    /// leaves the read section it read the table in. Nothing elsewhere.
+    #[inline]
+    #[cfg_attr(not(feature = "loom"), allow(clippy::unused_self))]
+    pub(crate) fn assert_not_freed(&self) {
+        #[cfg(feature = "loom")]
+        assert!(
+            !self.freed.load(std::sync::atomic::Ordering::SeqCst),
+            "a check read a table freed before it left its read section"
+        );
     }
 
     pub(crate) fn buckets(&self) -> usize {
@@ -384,7 +412,9 @@ impl<K, V> RawTable<K, V> {
 
     /// Drops a table its store discarded (replaced, or abandoned by a
     /// panicking rebuild): a panic in a key's `Drop` is discarded, as
-    /// `store::Discarded` discards it.
+    /// `store::Discarded` discards it. (Under loom a replaced table is
+    /// poisoned and kept instead: `shard::Retired`.)
+    #[cfg_attr(feature = "loom", allow(dead_code))]
     pub(crate) fn discard(mut self) {
         drop(self.drop_slots());
     }

@@ -1,22 +1,22 @@
 //! The one door for concurrency primitives.
 //!
-//! Every atomic, `Mutex`, `Arc`, `UnsafeCell`, epoch guard and `Backoff`
-//! whose behaviour a model checker must see is imported from here and from
-//! nowhere else. This file alone knows which implementation is in use:
+//! Every atomic, `Mutex`, `Arc`, `UnsafeCell`, read section (`rcu`) and
+//! `Backoff` whose behaviour a model checker must see is imported from here
+//! and from nowhere else. This module alone knows which implementation is
+//! in use:
 //!
-//! * std (and crossbeam's std build), normally;
+//! * std, normally (and crossbeam-utils' `Backoff`, a spin loop);
 //! * loom's under `--features loom`, so that loom models explore every
-//!   interleaving of the crate's own code (`model-tests/loom.rs`). The
-//!   lock-free table runs under loom too: crossbeam-epoch and crossbeam-utils
-//!   swap in loom's atomics, thread-locals and statics when built with
-//!   `--cfg crossbeam_loom`. Without that cfg the loom feature still
-//!   builds (loom's primitives here, crossbeam's std build), so that
-//!   `cargo test --features loom` can compile and hand over to the models'
-//!   real build, `cargo loom` (`model-tests/cargo_loom.rs`); such a library
-//!   works only inside a loom model, as it does with the cfg;
-//! * shuttle's under `--features shuttle` (`model-tests/shuttle.rs`).
-//!   crossbeam has no shuttle build, so the lock-free table compiles out
-//!   there and `PerKey` is the default store.
+//!   interleaving of the crate's own code (`model-tests/loom.rs`), the
+//!   lock-free table and its read-copy-update (`rcu`, built on these
+//!   primitives alone) included. The models build only with
+//!   `--cfg tollgate_loom`; without it the loom feature still builds, so
+//!   that `cargo test --features loom` can compile and hand over to the
+//!   models' real build, `cargo loom` (`model-tests/cargo_loom.rs`); such a
+//!   library works only inside a loom model, as it does with the cfg;
+//! * shuttle's under `--features shuttle` (`model-tests/shuttle.rs`). The
+//!   lock-free table and its read-copy-update compile out there (their
+//!   models are loom's), and `PerKey` is the default store.
 //!
 //! [`lock`] is the only way the crate takes a mutex. It ignores poisoning,
 //! which is sound because no critical section leaves a half-written state
@@ -41,13 +41,17 @@ compile_error!(
     all(feature = "loom", feature = "shuttle")
 ))]
 mod primitives {
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{
+        AtomicBool, AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Ordering, fence,
+    };
     pub(crate) use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 }
 
 #[cfg(all(feature = "loom", not(feature = "shuttle")))]
 mod primitives {
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{
+        AtomicBool, AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Ordering,
+    };
     pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
     pub(crate) use std::sync::PoisonError;
 }
@@ -61,7 +65,11 @@ mod primitives {
 
 pub(crate) use crossbeam_utils::Backoff;
 #[cfg(not(feature = "shuttle"))]
-pub(crate) use primitives::AtomicU8;
+pub(crate) use primitives::{AtomicPtr, AtomicU8};
+// The read-copy-update's fences: not under loom, whose build models them
+// otherwise (`rcu::loom_entry`).
+#[cfg(not(any(feature = "shuttle", feature = "loom")))]
+pub(crate) use primitives::fence;
 pub(crate) use primitives::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 
 /// Locks `mutex`, recovering the guard if a previous holder panicked.
@@ -104,64 +112,11 @@ impl<T> UnsafeCell<T> {
 #[cfg(feature = "loom")]
 pub(crate) use loom::cell::UnsafeCell;
 
-/// Epoch-based reclamation for the lock-free table, on tollgate's own
-/// collector.
-///
-/// crossbeam-epoch's default collector is shared by every crate in the
-/// process: a guard another library holds for long would stall tollgate's
-/// reclamation, and tollgate's deferred functions would run inside other
-/// libraries' pins. A private collector (the same construction as
-/// crossbeam's default: one lazily created `Collector`, one registered handle
-/// per thread) sees only tollgate's own pins, which never outlive one probe
-/// of one table, and runs only tollgate's own deferred functions, which set
-/// a flag and do nothing else (see `store::lock_free`).
+/// The lock-free table's read-copy-update: readers' sections and the
+/// grace periods its writers wait for (`rcu.rs`).
 #[cfg(not(feature = "shuttle"))]
-pub(crate) mod epoch {
-    pub(crate) use crossbeam_epoch::{Atomic, Guard, Owned, Shared, unprotected};
-    use crossbeam_epoch::{Collector, LocalHandle};
-
-    fn collector() -> &'static Collector {
-        #[cfg(not(feature = "loom"))]
-        {
-            static COLLECTOR: std::sync::OnceLock<Collector> = std::sync::OnceLock::new();
-            COLLECTOR.get_or_init(Collector::new)
-        }
-        // loom resets statics between executions through its own lazy_static.
-        #[cfg(feature = "loom")]
-        {
-            loom::lazy_static! {
-                static ref COLLECTOR: Collector = Collector::new();
-            }
-            &COLLECTOR
-        }
-    }
-
-    #[cfg(not(feature = "loom"))]
-    std::thread_local! {
-        static HANDLE: LocalHandle = collector().register();
-    }
-
-    #[cfg(feature = "loom")]
-    loom::thread_local! {
-        static HANDLE: LocalHandle = collector().register();
-    }
-
-    /// Pins the current thread on tollgate's collector.
-    #[inline]
-    pub(crate) fn pin() -> Guard {
-        HANDLE
-            .try_with(LocalHandle::pin)
-            // The thread is exiting and its handle is gone: a temporary one.
-            .unwrap_or_else(|_| collector().register().pin())
-    }
-
-    /// Whether the current thread holds a guard of tollgate's collector (it
-    /// is inside a check, and user code called back into a limiter).
-    #[inline]
-    pub(crate) fn is_pinned() -> bool {
-        HANDLE.try_with(LocalHandle::is_pinned).unwrap_or(false)
-    }
-}
+#[allow(unsafe_code)]
+pub(crate) mod rcu;
 
 /// Planted bugs for the canaries of the loom models (`model-tests/loom.rs`)
 /// and the shuttle tests (`model-tests/shuttle.rs`): each is a one-line
@@ -185,10 +140,20 @@ pub mod canary {
         /// A replaced table is freed at once, without waiting for the checks
         /// that may still be reading it.
         FreeWithoutGrace,
-        /// A rebuild registers the old table for freeing before it unlinks
-        /// it: a check that pins in between loads a table whose grace
-        /// period began before the check did, and the free may overtake it.
+        /// A rebuild takes the old table's snapshot of readers before it
+        /// unlinks it: a check that enters its section in between loads a
+        /// table whose grace period began before the check did, and the
+        /// free may overtake it.
         RetireBeforeUnlink,
+        /// A reader enters its section without the fence that orders its
+        /// entry store before its load of the table pointer (`sync::rcu`):
+        /// a writer's snapshot can miss the reader that goes on to load
+        /// the table it frees.
+        ReaderEntryWithoutFence,
+        /// A writer takes its snapshot of readers without the barrier
+        /// (`sync::rcu`): it can miss a reader whose entry store it does not
+        /// see yet, though the reader loads the unlinked table.
+        WriterWithoutBarrier,
         /// A rebuild whose shard's last replaced table is still read goes on
         /// and keeps one more: a reader stalled inside a check lets
         /// replaced tables pile up without bound.
