@@ -62,6 +62,14 @@
 //! either (its fence pairs with the writer's `SeqCst` fence, and the
 //! heavy barrier is at least one).
 //!
+//! A barrier the kernel refuses after the registration succeeded (a
+//! seccomp filter installed later, say) cannot be replaced by a fence, since
+//! light readers skipped theirs: the grace periods that need it do not
+//! elapse (a snapshot without its barrier never does), and every later
+//! writer tries the barrier again. What was unlinked stays allocated, and
+//! the store's bounds on what it keeps turn that into refused new keys,
+//! never a use after free and never a panic.
+//!
 //! Under Miri there is no `membarrier`: readers and writers both fence
 //! (`SeqCst`), the `Fences` mode. Under loom neither: the reader's entry is
 //! an exchange and the writer's barrier a read-modify-write of every record,
@@ -381,10 +389,11 @@ fn heavy_reader_fence() {
 }
 
 /// The writer's barrier: orders every reader's entry store that is not yet
-/// visible after the writer's swap (see the module documentation).
-fn heavy_barrier() {
+/// visible after the writer's swap (see the module documentation). Returns
+/// whether it ran: `false` only if the kernel refused the membarrier.
+fn heavy_barrier() -> bool {
     if canary::planted(Canary::WriterWithoutBarrier) {
-        return;
+        return true;
     }
     #[cfg(feature = "loom")]
     for record in lock(&registry().0).iter() {
@@ -394,9 +403,10 @@ fn heavy_barrier() {
     #[cfg(not(feature = "loom"))]
     match mode() {
         #[cfg(all(target_os = "linux", not(miri)))]
-        Mode::Membarrier => membarrier::private_expedited(),
+        Mode::Membarrier => return membarrier::private_expedited(),
         _ => super::fence(Ordering::SeqCst),
     }
+    true
 }
 
 /// The count of heavy barriers completed. Held while one runs, so that a
@@ -441,22 +451,29 @@ impl Ticket {
 
     /// Makes sure a barrier began after the ticket and has completed, issuing
     /// one if none has: one barrier serves every ticket taken before it
-    /// began.
-    pub(crate) fn barrier(self) {
+    /// began. Returns whether one has (`false` only if the kernel refused
+    /// it: see the module documentation).
+    pub(crate) fn barrier(self) -> bool {
         let mut done = lock(&barriers().0);
-        if *done < self.barrier {
-            heavy_barrier();
+        if *done < self.barrier && heavy_barrier() {
             *done += 1;
         }
+        *done >= self.barrier
     }
 
     /// The sections that may still read what was unlinked before the ticket:
-    /// after the barrier, those inside a section now.
+    /// after the barrier, those inside a section now. Without the barrier,
+    /// a snapshot that never elapses.
     pub(crate) fn snapshot(self) -> Snapshot {
-        self.barrier();
+        if !self.barrier() {
+            return Snapshot {
+                sections: Vec::new(),
+                barriered: false,
+            };
+        }
         let records = lock(&registry().0);
-        Snapshot(
-            records
+        Snapshot {
+            sections: records
                 .iter()
                 .filter_map(|&record| {
                     // Acquire: a section that ended already (even) had its
@@ -465,30 +482,44 @@ impl Ticket {
                     (state & 1 == 1).then_some((record, state))
                 })
                 .collect(),
-        )
+            barriered: true,
+        }
     }
 }
 
 /// The sections a grace period waits for: each record that was inside one,
 /// with the state it had then.
-pub(crate) struct Snapshot(Vec<(&'static Record, usize)>);
+pub(crate) struct Snapshot {
+    sections: Vec<(&'static Record, usize)>,
+    /// Taken after its ticket's barrier; without it, it never elapses.
+    barriered: bool,
+}
 
 impl std::fmt::Debug for Snapshot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Snapshot")
-            .field("sections", &self.0.len())
+            .field("sections", &self.sections.len())
+            .field("barriered", &self.barriered)
             .finish()
     }
 }
 
 impl Snapshot {
+    /// Whether it was taken after its ticket's barrier: one that was not is
+    /// taken again, after another try at the barrier.
+    pub(crate) fn barriered(&self) -> bool {
+        self.barriered
+    }
+
     /// Whether every section of the snapshot has ended.
     pub(crate) fn elapsed(&self) -> bool {
         // Acquire: pairs with the exit store (`Record::leave`), so the
         // section's reads happen before whatever the caller frees.
-        self.0
-            .iter()
-            .all(|(record, state)| record.state.load(Ordering::Acquire) != *state)
+        self.barriered
+            && self
+                .sections
+                .iter()
+                .all(|(record, state)| record.state.load(Ordering::Acquire) != *state)
     }
 }
 
@@ -539,18 +570,25 @@ mod membarrier {
             && membarrier(REGISTER_PRIVATE_EXPEDITED) == 0
     }
 
-    /// A full barrier on every CPU running one of the process's threads.
-    pub(super) fn private_expedited() {
-        // Registered (`register`) before any reader went light, and a
-        // registration is never undone, so this cannot be refused; if it
-        // were, a fence would not do (the readers skipped theirs).
-        let result = membarrier(PRIVATE_EXPEDITED);
-        assert_eq!(
-            result,
-            0,
-            "membarrier(PRIVATE_EXPEDITED) failed after its registration: {}",
-            std::io::Error::last_os_error()
-        );
+    /// A full barrier on every CPU running one of the process's threads;
+    /// whether the kernel ran it. Registered (`register`) before any reader
+    /// went light, and a registration is never undone, so only a filter
+    /// installed since (seccomp) can refuse it; a fence would not do then
+    /// (the light readers skipped theirs), so the caller's grace period
+    /// does not elapse.
+    pub(super) fn private_expedited() -> bool {
+        #[cfg(test)]
+        if REFUSED.get() {
+            return false;
+        }
+        membarrier(PRIVATE_EXPEDITED) == 0
+    }
+
+    #[cfg(test)]
+    std::thread_local! {
+        /// The tests' refusal, as a seccomp filter would: this thread's
+        /// barriers only, so that other tests' stores are not touched.
+        pub(super) static REFUSED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
 }
 
@@ -597,5 +635,28 @@ mod tests {
         reader.join().unwrap();
         assert!(snapshot.elapsed());
         assert!(records().0 >= 1);
+    }
+
+    #[cfg(all(target_os = "linux", not(miri)))]
+    #[test]
+    fn a_refused_barrier_leaves_the_grace_period_open_and_is_tried_again() {
+        assert_eq!(
+            mode(),
+            Mode::Membarrier,
+            "this test needs membarrier(2)'s private expedited command (Linux 4.14 or later, \
+             not filtered by seccomp)"
+        );
+        membarrier::REFUSED.set(true);
+        // A ticket no other thread's barrier can serve.
+        let far = Ticket { barrier: u64::MAX };
+        assert!(!far.barrier());
+        let refused = far.snapshot();
+        assert!(!refused.barriered());
+        assert!(
+            !refused.elapsed(),
+            "no section inside, but no barrier either"
+        );
+        membarrier::REFUSED.set(false);
+        assert!(ticket().snapshot().barriered(), "tried again, it runs");
     }
 }

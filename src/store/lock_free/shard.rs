@@ -216,10 +216,16 @@ impl<K, C> Retired<K, C> {
     /// The snapshot of the sections the grace period waits for, taken now
     /// if it was not (issuing the barrier if none has run since the ticket:
     /// one serves every table unlinked before it began); `None` once the
-    /// grace period is known to have elapsed.
+    /// grace period is known to have elapsed. If the kernel refused the
+    /// barrier, a snapshot that never elapses, and the ticket is kept for
+    /// the next try.
     fn snapshot(&mut self) -> Option<Arc<Snapshot>> {
         if let GracePeriod::Unlinked(ticket) = self.grace {
-            self.grace = GracePeriod::Waiting(Arc::new(ticket.snapshot()));
+            let snapshot = Arc::new(ticket.snapshot());
+            if !snapshot.barriered() {
+                return Some(snapshot);
+            }
+            self.grace = GracePeriod::Waiting(snapshot);
         }
         match &self.grace {
             GracePeriod::Waiting(snapshot) => Some(Arc::clone(snapshot)),
@@ -376,6 +382,7 @@ impl<K, C> Shard<K, C> {
             .filter_map(Retired::ticket)
             .max_by_key(|ticket| ticket.barrier_number());
         if let Some(ticket) = ticket {
+            // A refusal is tried again by the snapshots below.
             ticket.barrier();
         }
         // The snapshots, taken under the lock (no barrier left to issue),
