@@ -377,6 +377,21 @@ fn performance(
         parallel::pinning()
     );
     let results = perf::run(budget);
+    say!(
+        out,
+        "A cache line passed between the two measuring CPUs in {:.1} ns at the section's start, \
+         {:.1} ns at its end, {} in the judged blocks' processes\n(perf::line_handoff_ns: what \
+         a 2-thread check pays for each line both threads write; it depends on where the host \
+         puts the two CPUs).\n",
+        results.handoff_ns.0,
+        results.handoff_ns.1,
+        results
+            .block_handoffs
+            .iter()
+            .map(|ns| format!("{ns:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     report::print(out, &results);
     match report::plots(Some(&results), sweep, peers, dir) {
         Ok(files) => {

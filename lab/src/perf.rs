@@ -216,6 +216,10 @@ pub struct Results {
     pub diagnostics: bool,
     /// Each judged block that failed, and why.
     pub failures: Vec<String>,
+    /// [`line_handoff_ns`] at the run's start and at its end.
+    pub handoff_ns: (f64, f64),
+    /// [`line_handoff_ns`] in each judged block's process.
+    pub block_handoffs: Vec<f64>,
 }
 
 /// The rows of the deny table that the headline reads: the judged ratios'
@@ -434,6 +438,42 @@ fn components() -> Vec<(&'static str, f64)> {
             }),
         ),
     ]
+}
+
+/// ns for a cache line to pass from one measuring CPU to the other: two
+/// threads pinned as the measurements' are hand one counter back and forth
+/// 200 000 times, each waiting for the other's value before writing its
+/// own; the median of five runs. What a 2-thread check pays for each line
+/// it writes that the other thread also writes (governor's keyed denial:
+/// its shard lock's count), which depends on where the host puts the two
+/// CPUs (one core's two hyperthreads, or two cores); `NaN` on fewer than 2
+/// CPUs.
+pub fn line_handoff_ns() -> f64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const HANDOFFS: u64 = 200_000;
+    if parallel::cpu_count() < 2 {
+        return f64::NAN;
+    }
+    let mut runs: Vec<f64> = (0..5)
+        .map(|_| {
+            let ball = crossbeam_utils::CachePadded::new(AtomicU64::new(0));
+            let wall = parallel::run(2, 1, &|thread, _| {
+                // Thread 0 writes the odd values, thread 1 the even ones.
+                let mut next = thread as u64 + 1;
+                while next <= HANDOFFS {
+                    while ball.load(Ordering::Acquire) != next - 1 {
+                        std::hint::spin_loop();
+                    }
+                    ball.store(next, Ordering::Release);
+                    next += 2;
+                }
+            });
+            #[allow(clippy::cast_precision_loss)]
+            let per_handoff = wall.as_secs_f64() * 1e9 / HANDOFFS as f64;
+            per_handoff
+        })
+        .collect();
+    crate::stats::median(&mut runs)
 }
 
 /// Builds a workload (its limiter built and primed).
@@ -1018,13 +1058,14 @@ fn judged_makers(diagnostics: bool) -> (Makers, Makers) {
     (deny, widest)
 }
 
-/// Runs block `block` of every judged case in this process, one line a
-/// case on stdout: its index, then its pairs' ratios `subject ns /
-/// baseline ns`. The report's process runs each block in a fresh process
+/// Runs block `block` of every judged case in this process: on stdout, the
+/// line `handoff` and this process's [`line_handoff_ns`], then one line a
+/// case: its index, then its pairs' ratios `subject ns / baseline ns`. The report's process runs each block in a fresh process
 /// of this program ([`JUDGE_BLOCK_FLAG`]).
 pub fn run_block(budget: &Budget, block: usize) {
     let (deny, widest) = judged_makers(budget.diagnostics);
     let first = block * budget.pairs;
+    println!("handoff {}", line_handoff_ns());
     for (index, case) in cases(&deny, &widest, budget.diagnostics).iter().enumerate() {
         let ratios = paired_block(
             &case.subject,
@@ -1038,8 +1079,8 @@ pub fn run_block(budget: &Budget, block: usize) {
 }
 
 /// Runs block `block` of every case's pairs in a fresh process of this
-/// program ([`run_block`]) and returns each case's ratios, in the cases'
-/// order; or why the block failed (the process could not start, failed,
+/// program ([`run_block`]) and returns its line handoff and each case's
+/// ratios, in the cases' order; or why the block failed (the process could not start, failed,
 /// ran past `limit`, or printed something other than every case's pairs).
 ///
 /// On Linux the process is started from `/proc/self/exe`: the very file
@@ -1050,7 +1091,7 @@ fn judge_block(
     budget: &Budget,
     block: usize,
     limit: Duration,
-) -> Result<Vec<Vec<f64>>, String> {
+) -> Result<(f64, Vec<Vec<f64>>), String> {
     use std::io::Read;
     let program = if cfg!(target_os = "linux") {
         std::path::PathBuf::from("/proc/self/exe")
@@ -1101,10 +1142,15 @@ fn judge_block(
     parse_block(&stdout, cases, budget.pairs)
 }
 
-/// Each case's ratios from a block's output: one line a case, its index,
-/// then `pairs` ratios.
-fn parse_block(stdout: &str, cases: usize, pairs: usize) -> Result<Vec<Vec<f64>>, String> {
+/// The line handoff and each case's ratios from a block's output: the line
+/// `handoff NS`, then one line a case, its index, then `pairs` ratios.
+fn parse_block(stdout: &str, cases: usize, pairs: usize) -> Result<(f64, Vec<Vec<f64>>), String> {
     let mut lines = stdout.lines();
+    let handoff = lines
+        .next()
+        .and_then(|line| line.strip_prefix("handoff "))
+        .and_then(|ns| ns.parse::<f64>().ok())
+        .ok_or_else(|| "its first line is not its line handoff".to_owned())?;
     let parsed = (0..cases)
         .map(|index| {
             let line = lines
@@ -1132,7 +1178,7 @@ fn parse_block(stdout: &str, cases: usize, pairs: usize) -> Result<Vec<Vec<f64>>
         })
         .collect::<Result<Vec<_>, String>>()?;
     match lines.next() {
-        None => Ok(parsed),
+        None => Ok((handoff, parsed)),
         Some(line) => Err(format!("an extra line {line:?}")),
     }
 }
@@ -1151,6 +1197,7 @@ fn block_limit(cases: usize, budget: &Budget) -> Duration {
 /// VM's two vCPUs can change how they share their host's cores between
 /// one minute and the next), not only at its end.
 pub fn run(budget: &Budget) -> Results {
+    let handoff_at_start = line_handoff_ns();
     let diagnostics = budget.diagnostics;
     let (deny_makers, widest) = judged_makers(diagnostics);
     let clock_makers = clock_ops();
@@ -1199,6 +1246,7 @@ pub fn run(budget: &Budget) -> Results {
     let mut cases = cases(&deny_makers, &widest, diagnostics);
     let limit = block_limit(cases.len(), budget);
     let mut failures = Vec::new();
+    let mut block_handoffs = Vec::new();
     // Block b runs after round ⌈(b + 1) × rounds / blocks⌉ of the run's
     // rounds (every table's), so that the blocks are spread evenly over the
     // run however few its tables.
@@ -1212,7 +1260,8 @@ pub fn run(budget: &Budget) -> Results {
                 judged_blocks + 1
             ));
             match judge_block(cases.len(), budget, judged_blocks, limit) {
-                Ok(ratios) => {
+                Ok((handoff, ratios)) => {
+                    block_handoffs.push(handoff);
                     for (case, ratios) in cases.iter_mut().zip(ratios) {
                         case.blocks.push(ratios);
                     }
@@ -1276,6 +1325,8 @@ pub fn run(budget: &Budget) -> Results {
             judged,
             diagnostics,
             failures,
+            handoff_ns: (handoff_at_start, line_handoff_ns()),
+            block_handoffs,
         }
     } else {
         let (deny, distinct) = (next(), next());
@@ -1290,6 +1341,8 @@ pub fn run(budget: &Budget) -> Results {
             judged,
             diagnostics,
             failures,
+            handoff_ns: (handoff_at_start, line_handoff_ns()),
+            block_handoffs,
         }
     }
 }
@@ -1353,19 +1406,23 @@ mod tests {
 
     #[test]
     fn a_block_prints_every_case_pairs() {
-        let parsed = parse_block("0 1.5 2\n1 0.25 4\n", 2, 2).unwrap();
-        assert_eq!(parsed, vec![vec![1.5, 2.0], vec![0.25, 4.0]]);
+        let parsed = parse_block("handoff 41.5\n0 1.5 2\n1 0.25 4\n", 2, 2).unwrap();
+        assert_eq!(parsed, (41.5, vec![vec![1.5, 2.0], vec![0.25, 4.0]]));
     }
 
     #[test]
     fn a_block_that_printed_anything_else_failed() {
         let cases = [
-            ("0 1 2\n", "it printed no line for case 1"),
-            ("0 1 2\n2 1 2\n", "its line for case 1 is \"2 1 2\""),
-            ("0 1 2\n1 1\n", "case 1: 1 ratios, not 2"),
-            ("0 1 2\n1 1 x\n", "not a ratio: \"x\""),
+            ("0 1 2\n1 1 2\n", "its first line is not its line handoff"),
+            ("handoff 40\n0 1 2\n", "it printed no line for case 1"),
             (
-                "0 1 2\n1 1 2\nthread 'main' panicked\n",
+                "handoff 40\n0 1 2\n2 1 2\n",
+                "its line for case 1 is \"2 1 2\"",
+            ),
+            ("handoff 40\n0 1 2\n1 1\n", "case 1: 1 ratios, not 2"),
+            ("handoff 40\n0 1 2\n1 1 x\n", "not a ratio: \"x\""),
+            (
+                "handoff 40\n0 1 2\n1 1 2\nthread 'main' panicked\n",
                 "an extra line \"thread 'main' panicked\"",
             ),
         ];

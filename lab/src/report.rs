@@ -166,6 +166,42 @@ pub fn summary(out: &mut String, results: Option<&Results>, sweep: &[SweepRow], 
              counts as a block that missed)"
         );
     }
+    if let Some(results) = results {
+        blocks(out, results, &judged);
+    }
+}
+
+/// Each judged block's process, in the order they ran: its line handoff
+/// (`perf::line_handoff_ns`) and each judged ratio's median in it, so that
+/// a ratio that moves between blocks can be read against the placement the
+/// host gave that process.
+fn blocks(out: &mut String, results: &Results, judged: &[&Judged]) {
+    if results.block_handoffs.len() < 2 {
+        return;
+    }
+    say!(
+        out,
+        "Each block's process: the ns a cache line took between the two CPUs, and each ratio's \
+         median in it:"
+    );
+    let cells = |values: &mut dyn Iterator<Item = f64>| -> String {
+        values.map(|value| format!("{value:>7.2}")).collect()
+    };
+    say!(
+        out,
+        "{:<50} {}",
+        "line handoff, ns",
+        cells(&mut results.block_handoffs.iter().copied())
+    );
+    for judged in judged {
+        say!(
+            out,
+            "{:<50} {}",
+            judged.name,
+            cells(&mut judged.blocks.iter().map(|block| block.median))
+        );
+    }
+    say!(out);
 }
 
 /// A key count in thousands or millions: "100 k", "2 M".
