@@ -130,7 +130,12 @@ usage: tollgate-lab [--full] [--diagnostics] [--out DIR]
   --peers        only the memory table of the stores on other maps
   --http         only the section on the HTTP layer
   --distributed  only the Redis sections
-  --leases       only the last Redis section (deciding locally)";
+  --leases       only the last Redis section (deciding locally)
+
+       tollgate-lab --request-loop VARIANT N
+                 N admitted requests through one HTTP variant's router (0 no
+                 layer, 1 and 3 tollgate, 2 and 4 tower_governor), for an
+                 instruction counter (notes/11)";
 
 /// Each section's wall time, printed at the end.
 #[derive(Default)]
@@ -185,6 +190,20 @@ fn main() {
                 Some(block) => judge_block = Some(block),
                 None => usage("--judge-block needs a block number"),
             },
+            serving::REQUEST_LOOP_FLAG => {
+                let mut number = || args.next().and_then(|number| number.parse().ok());
+                match (number(), number()) {
+                    (Some(variant), Some(count)) => {
+                        counting_alloc::stop();
+                        let variant = usize::try_from(variant).unwrap_or(usize::MAX);
+                        if let Err(problem) = serving::request_loop(variant, count) {
+                            usage(&problem);
+                        }
+                        return;
+                    }
+                    _ => usage("--request-loop needs a variant and a request count"),
+                }
+            }
             "--full" => full = true,
             "--diagnostics" => diagnostics = true,
             "--distributed" => only_distributed = true,

@@ -177,29 +177,72 @@ fn interleaved(rounds: usize, mut cell: impl FnMut(usize) -> f64) -> Vec<Vec<f64
 /// Requests through `service` for `budget`, one at a time; CPU ns a
 /// request.
 fn time_in_memory(runtime: &Runtime, service: &mut Router, budget: Duration) -> f64 {
-    let peer: SocketAddr = (Ipv4Addr::new(198, 51, 100, 7), 40_000).into();
     runtime.block_on(async {
         let started = Instant::now();
         let cpu = thread_cpu();
         let mut requests = 0u64;
         while started.elapsed() < budget {
-            for _ in 0..64 {
-                let mut request = axum::http::Request::get("/")
-                    .body(Body::empty())
-                    .expect("a request");
-                request.extensions_mut().insert(ConnectInfo(peer));
-                let response = ServiceExt::<axum::http::Request<Body>>::ready(&mut *service)
-                    .await
-                    .expect("routers are always ready")
-                    .call(request)
-                    .await
-                    .expect("routers never fail");
-                std::hint::black_box(response);
-            }
+            send(service, 64).await;
             requests += 64;
         }
         (thread_cpu() - cpu).as_nanos() as f64 / requests as f64
     })
+}
+
+/// Sends `count` requests through `service`, one at a time, each from the
+/// same peer address.
+async fn send(service: &mut Router, count: u64) {
+    let peer: SocketAddr = (Ipv4Addr::new(198, 51, 100, 7), 40_000).into();
+    for _ in 0..count {
+        let mut request = axum::http::Request::get("/")
+            .body(Body::empty())
+            .expect("a request");
+        request.extensions_mut().insert(ConnectInfo(peer));
+        let response = ServiceExt::<axum::http::Request<Body>>::ready(&mut *service)
+            .await
+            .expect("routers are always ready")
+            .call(request)
+            .await
+            .expect("routers never fail");
+        std::hint::black_box(response);
+    }
+}
+
+/// The flag that makes this program send requests through one variant's
+/// router on the admitted path instead of printing the report
+/// ([`request_loop`]): `--request-loop VARIANT N`.
+pub const REQUEST_LOOP_FLAG: &str = "--request-loop";
+
+/// Sends `count` admitted requests through variant `variant`'s router (an
+/// index into [`VARIANTS`]), twice: for an instruction counter, which sees
+/// no host. Under callgrind, a request's instructions are the inclusive
+/// count of `serving::send` over the `2 × count` requests (the first
+/// request's setup is amortised), less the no-layer variant's.
+///
+/// ```sh
+/// cargo build --release -p tollgate-lab
+/// valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.3 \
+///   target/release/tollgate-lab --request-loop 3 100000
+/// callgrind_annotate --inclusive=yes /tmp/cg.3 | grep 'serving::send'
+/// ```
+pub fn request_loop(variant: usize, count: u64) -> Result<(), String> {
+    if variant >= VARIANTS.len() {
+        return Err(format!(
+            "no variant {variant}: 0 to {} ({})",
+            VARIANTS.len() - 1,
+            VARIANTS.join(", ")
+        ));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let mut service = router(variant, Path::Allowed).with_state(());
+    runtime.block_on(async {
+        send(&mut service, count).await;
+        send(&mut service, count).await;
+    });
+    Ok(())
 }
 
 pub fn run(budget: &Budget) {
