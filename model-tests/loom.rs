@@ -526,11 +526,12 @@ fn canary_counter_store_instead_of_cas_is_caught() {
 // ---------------------------------------------------------------------------
 // The lock-free store, on the real table: its read-copy-update
 // (`sync::rcu`: the readers' records, the writers' barrier, which under loom
-// is a `SeqCst` fence on each side, and their snapshots) runs on loom's
-// primitives, and every slot access goes through loom's `UnsafeCell`,
-// which reports any read of a slot not ordered after its write. A replaced
-// table is poisoned rather than freed under loom, and a check asserts
-// before it leaves its section that the table it read was not.
+// is an exchange on each entry and a read-modify-write of every record, and
+// their snapshots) runs on loom's primitives, and every slot access goes
+// through loom's `UnsafeCell`, which reports any read of a slot not ordered
+// after its write. A replaced table is poisoned rather than freed under
+// loom (every slot written, as a free writes what it frees), and a check
+// asserts before it leaves its section that the table it read was not.
 
 /// A fixed hasher: loom replays each execution, so the slots a key lands in
 /// must not change from one execution to the next (std's `RandomState`
@@ -737,12 +738,15 @@ fn rebuild_canary(test: &str, canary: Canary, expected: &str, model: fn()) {
     });
 }
 
-/// What a check asserts when the table it read was freed (poisoned, under
-/// loom) before it left its read section.
-const READ_AFTER_FREE: &str = "a check read a table freed before it left its read section";
+/// What loom reports when a check reads a slot of a table freed (poisoned,
+/// under loom: every slot written, as a free writes what it frees) with
+/// nothing ordering the read before the free. The check's own assertion
+/// that the table it read is not poisoned comes after, and would catch a
+/// free that came before in schedule order only.
+const READ_AFTER_FREE: &str = "Causality violation";
 
 /// Canary: the replaced table freed at once, without waiting for the check
-/// that may still be reading it: the check finds it poisoned.
+/// that may still be reading it: the check reads a slot the free wrote.
 #[test]
 fn canary_free_without_grace_is_caught() {
     rebuild_canary(
@@ -803,6 +807,40 @@ fn canary_writer_without_barrier_is_caught() {
         Canary::WriterWithoutBarrier,
         READ_AFTER_FREE,
         check_against_rebuild,
+    );
+}
+
+/// Canary: a reader's exit store `Relaxed` (the snapshot reads the change,
+/// but nothing orders the section's reads of the old table before the
+/// free). Caught because the poisoning that stands in for the free writes
+/// every slot through loom's `UnsafeCell`, as a free writes the memory it
+/// frees: a read of a slot that does not happen before it is a causality
+/// violation (a flag compared in schedule order could not see the missing
+/// edge).
+#[test]
+fn canary_relaxed_section_exit_is_caught() {
+    rebuild_canary(
+        "canary_relaxed_section_exit_is_caught",
+        Canary::RelaxedSectionExit,
+        READ_AFTER_FREE,
+        check_against_rebuild,
+    );
+}
+
+/// The same canary at the model's own bound (3).
+#[test]
+fn canary_relaxed_section_exit_is_caught_at_bound_3() {
+    canary_in_child(
+        "canary_relaxed_section_exit_is_caught_at_bound_3",
+        READ_AFTER_FREE,
+        || {
+            explore_with(
+                Some(Canary::RelaxedSectionExit),
+                "canary: relaxed section exit, bound 3",
+                3,
+                check_against_rebuild,
+            );
+        },
     );
 }
 

@@ -85,6 +85,16 @@ pub enum CheckError {
     /// long as the stall lasts. A temporary refusal, unlike the other
     /// variants: the same key is admitted once the stalled check leaves.
     /// Stored keys are unaffected; a key evicted as idle is new again.
+    ///
+    /// On Linux the store also refuses so, with no check stalled, while the
+    /// kernel refuses the `membarrier(2)` that ends a grace period after it
+    /// accepted the process's registration for it (a seccomp filter
+    /// installed once the process ran): the replaced tables cannot be known
+    /// unread, so they stay, and new keys that need a rebuild are refused
+    /// until the kernel runs the barrier again. A filter in place before
+    /// the first lock-free store is built that makes `membarrier` fail
+    /// with an error leaves the store on fences, which the kernel cannot
+    /// refuse; one that kills the process on that call kills it then.
     /// Under a cap whose policy is
     /// [`WhenFull::AdmitUntracked`](crate::store::WhenFull::AdmitUntracked)
     /// the key is decided fresh and not stored instead. Nothing was stored.

@@ -245,6 +245,13 @@ pub mod lab_hooks {
         }
     }
 
+    /// How many heavy barriers the process has completed (each serves every
+    /// replaced table unlinked before it began).
+    #[must_use]
+    pub fn barriers() -> u64 {
+        crate::sync::rcu::barriers_done()
+    }
+
     /// The registry's records: `(allocated, held by a thread)`. Records are
     /// never freed; a thread that exits gives its record back for the next.
     #[must_use]

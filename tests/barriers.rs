@@ -170,8 +170,35 @@ fn records_are_reused() {
     assert!(lab_hooks::grace_period().elapsed());
 }
 
+/// `evict_idle` unlinks every shard's replaced table before it waits for
+/// any, so one barrier serves them all.
+fn evicting_every_shard_issues_one_barrier() {
+    use tollgate::clock::ManualClock;
+    use tollgate::store::LockFree;
+    use tollgate::{Builder, Quota};
+    let clock = ManualClock::new();
+    let limiter = Builder::new(Quota::per_second(1).unwrap())
+        .store(LockFree::new(16))
+        .clock(clock.clone())
+        .build::<u64>();
+    for key in 0..4_096 {
+        assert!(limiter.check(&key).unwrap().is_allowed());
+    }
+    // Every key rested: each shard's table is compacted.
+    clock.advance(std::time::Duration::from_secs(2));
+    let before = lab_hooks::barriers();
+    assert_eq!(limiter.evict_idle(), 4_096);
+    assert_eq!(
+        lab_hooks::barriers() - before,
+        1,
+        "one barrier for 16 shards"
+    );
+    assert_eq!(limiter.len(), 0);
+}
+
 #[test]
 fn read_copy_update() {
     grace_periods();
     records_are_reused();
+    evicting_every_shard_issues_one_barrier();
 }

@@ -154,6 +154,10 @@ pub mod canary {
         /// (`sync::rcu`): it can miss a reader whose entry store it does not
         /// see yet, though the reader loads the unlinked table.
         WriterWithoutBarrier,
+        /// A reader leaves its section with a `Relaxed` store
+        /// (`sync::rcu`): a writer that reads the change frees the table
+        /// with nothing ordering the section's reads of it before the free.
+        RelaxedSectionExit,
         /// A rebuild whose shard's last replaced table is still read goes on
         /// and keeps one more: a reader stalled inside a check lets
         /// replaced tables pile up without bound.

@@ -1,5 +1,6 @@
 //! Read-copy-update for the lock-free table, with asymmetric fences: a
-//! reader's section costs two plain stores and a compiler fence, and the
+//! reader's section costs a few loads and stores to its own thread's record
+//! and a compiler fence (no read-modify-write, no shared write), and the
 //! writer, which is rare and already on a cold path, pays a heavy barrier
 //! for both sides (the design of liburcu's `urcu-memb` flavour).
 //!
@@ -17,10 +18,11 @@
 //!
 //! Records are allocated once, linked into the registry, and never freed
 //! while the process lives: a thread that exits releases its record, and
-//! the next thread to need one takes it again, so the registry holds as
-//! many records as the most threads that were ever inside sections at
-//! once (plus the records of threads that exited inside a section, which
-//! stay taken: see below).
+//! the next thread to need one takes it again. A thread holds its record
+//! from its first section until it exits, so the registry holds as many
+//! records as the most threads alive at once that ever entered a section
+//! (plus the records of threads that exited inside a section, which stay
+//! taken: see below).
 //!
 //! # Writers
 //!
@@ -145,7 +147,9 @@ impl Record {
             debug_assert_eq!(state & 1, 0, "entering a section inside one");
             // The order that matters, this store before the section's loads
             // (of the table pointer), is the fence's, or the writer's heavy
-            // barrier's; Release costs nothing more than a plain store.
+            // barrier's. Release: a snapshot that reads this odd value also
+            // reads past the previous section's exit (a plain store on x86,
+            // `stlr` on aarch64).
             #[cfg(not(feature = "loom"))]
             {
                 self.state.store(state.wrapping_add(1), Ordering::Release);
@@ -165,7 +169,12 @@ impl Record {
             let state = self.state.load(Ordering::Relaxed);
             // Release: the section's reads happen before a writer that reads
             // this store (`Acquire`) frees what they read.
-            self.state.store(state.wrapping_add(1), Ordering::Release);
+            let exit = if canary::planted(Canary::RelaxedSectionExit) {
+                Ordering::Relaxed
+            } else {
+                Ordering::Release
+            };
+            self.state.store(state.wrapping_add(1), exit);
             if self.orphaned.load(Ordering::Relaxed) {
                 self.release();
             }
@@ -310,8 +319,11 @@ enum Mode {
 /// The light side's switch, read on every outermost entry: `true` once the
 /// mode is known to be `Membarrier`. A stale `false` costs a fence, never
 /// soundness.
+/// On a line of its own: every outermost entry reads it, and nothing may
+/// write near it (the barrier count beside it did, on every barrier).
 #[cfg(all(target_os = "linux", not(any(feature = "loom", miri))))]
-static LIGHT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static LIGHT: CachePadded<std::sync::atomic::AtomicBool> =
+    CachePadded::new(std::sync::atomic::AtomicBool::new(false));
 
 /// The process's mode, decided once.
 #[cfg(not(feature = "loom"))]
@@ -336,6 +348,14 @@ fn mode() -> Mode {
     {
         Mode::Fences
     }
+}
+
+/// Decides the process's mode now (see the module documentation), so that
+/// the first check does not pay for the registration: a lock-free store
+/// calls it when it is built. Until it has run, every reader fences.
+pub(crate) fn prepare() {
+    #[cfg(not(feature = "loom"))]
+    let _ = mode();
 }
 
 /// The reader's side of the barrier, after its entry store.
@@ -363,8 +383,8 @@ fn reader_fence() {
 /// section happens after the writer's swap, and loads the new table). This
 /// is what the heavy barrier guarantees, in a form loom checks as the C++
 /// memory model has it. Not `SeqCst` fences, as Miri's build runs: loom
-/// makes every `SeqCst` fence and every mutex operation synchronise with
-/// all earlier ones, which orders far more than the hardware does and
+/// makes every `SeqCst` fence synchronise with all earlier ones, which
+/// orders far more than the hardware does and
 /// hides real bugs (a `Relaxed` publication of the new table,
 /// `Canary::RelaxedTableSwap`, is caught only without them).
 #[cfg(feature = "loom")]
@@ -377,14 +397,12 @@ fn loom_entry(state: &AtomicUsize, odd: usize) {
     }
 }
 
-/// A reader's full fence: before the mode is known, or without membarrier.
+/// A reader's full fence: before the mode is known (no lock-free store
+/// built yet: [`prepare`]), or without membarrier. Always sound.
 #[cfg(not(feature = "loom"))]
 #[cold]
 #[inline(never)]
 fn heavy_reader_fence() {
-    // Decides the mode if nobody has: later entries are light under
-    // membarrier. This entry fences all the same, which is always sound.
-    let _ = mode();
     super::fence(Ordering::SeqCst);
 }
 
@@ -427,6 +445,12 @@ fn barriers() -> &'static Barriers {
     &BARRIERS
 }
 
+/// How many heavy barriers have completed (`lab_hooks::barriers`).
+#[cfg_attr(not(feature = "lab-hooks"), allow(dead_code))]
+pub(crate) fn barriers_done() -> u64 {
+    *lock(&barriers().0)
+}
+
 /// Taken right after a pointer's swap unlinked an object: the grace period
 /// of everything unlinked before it.
 #[derive(Debug, Clone, Copy)]
@@ -447,6 +471,12 @@ impl Ticket {
     /// The barrier the ticket waits for: a later ticket's barrier serves it.
     pub(crate) fn barrier_number(self) -> u64 {
         self.barrier
+    }
+
+    /// Whether a barrier that began after the ticket has completed (without
+    /// issuing one).
+    pub(crate) fn served(self) -> bool {
+        *lock(&barriers().0) >= self.barrier
     }
 
     /// Makes sure a barrier began after the ticket and has completed, issuing

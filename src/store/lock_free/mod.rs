@@ -2,8 +2,8 @@
 //! whose lookups take no lock.
 //!
 //! A check on an existing key hashes it, enters a read section of the
-//! store's read-copy-update (`sync::rcu`: two stores to the thread's own
-//! record and a compiler fence), loads the shard's table pointer, probes for the key and runs the cell's check (for
+//! store's read-copy-update (`sync::rcu`: stores to the thread's own
+//! record and a compiler fence, no read-modify-write), loads the shard's table pointer, probes for the key and runs the cell's check (for
 //! GCRA and the fixed window, one compare-and-swap, and none on a denial).
 //! It takes no lock and writes nothing shared but the cell. A key absent
 //! from the table, or whose cell was retired under the check (evicted, or
@@ -102,6 +102,23 @@ use crate::sync::{lock, rcu};
 /// identity hash of integers below 2^32) puts every key in one shard, which
 /// is correct but serialises every new key on one lock. A hasher with
 /// collisions, or one a client can steer, makes every lookup long.
+///
+/// # Reclamation
+///
+/// A check reads its shard's table inside a read section: a few loads and
+/// stores to its own thread's record, no read-modify-write and, on Linux,
+/// no fence. A table replaced by a
+/// growth or a compaction is freed once every section that could read it
+/// has ended, which writers learn from a `membarrier(2)` (one per pass
+/// over replaced tables; the process registers for it when it builds its
+/// first lock-free store), or, where the kernel has no membarrier, from a
+/// fence on both sides. A check stalled inside the store delays every
+/// such free, never past a bound: see [`CheckError::Reclaiming`]. A
+/// process that forks while other threads run leaves the child their
+/// records, and whatever lock they held: use a lock-free store in the
+/// child only if it execs, or if the parent forked before building one.
+///
+/// [`CheckError::Reclaiming`]: crate::CheckError::Reclaiming
 ///
 /// # Example
 ///
@@ -221,6 +238,10 @@ where
     type Store = LockFreeStore<K, A, P::Cell, H>;
 
     fn build(&self, cap: Option<KeyCap>) -> Self::Store {
+        // The process's first store decides how readers and writers order
+        // themselves (registering for membarrier: milliseconds, once), so
+        // that no check pays it.
+        rcu::prepare();
         LockFreeStore {
             shards: (0..self.shards)
                 .map(|index| CachePadded::new(Shard::new(Stagger::new(index, self.shards))))
@@ -451,6 +472,10 @@ where
             if let Err(panic) = compacted {
                 first_panic.get_or_insert(panic);
             }
+        }
+        // Every shard's replaced table unlinked first, so that the first
+        // reclaim's barrier serves them all: one barrier, not one a shard.
+        for shard in &*self.shards {
             shard.reclaim(GRACE_ROUNDS);
         }
         if let Some(panic) = first_panic {

@@ -133,12 +133,14 @@ pub(super) struct Writer<K, C> {
 
 impl<K, C> Writer<K, C> {
     /// Takes out the replaced tables whose grace period has elapsed, to be
-    /// freed once the lock is released.
+    /// freed once the lock is released. Issues no barrier (it runs under the
+    /// shard's lock, on a new key's path): a table whose ticket no barrier
+    /// has served yet waits for `Shard::reclaim`'s, issued without the lock.
     pub(super) fn take_graced(&mut self) -> Vec<Retired<K, C>> {
         let mut graced = Vec::new();
         let mut index = 0;
         while index < self.retired.len() {
-            if self.retired[index].grace_elapsed() {
+            if self.retired[index].grace_elapsed(false) {
                 graced.push(self.retired.swap_remove(index));
             } else {
                 index += 1;
@@ -234,8 +236,15 @@ impl<K, C> Retired<K, C> {
     }
 
     /// Whether the grace period has elapsed (taking the snapshot first, as
-    /// [`snapshot`](Self::snapshot)).
-    fn grace_elapsed(&mut self) -> bool {
+    /// [`snapshot`](Self::snapshot)); with `issue` false, a table whose
+    /// ticket no barrier has served is not, rather than issue one.
+    fn grace_elapsed(&mut self, issue: bool) -> bool {
+        if let GracePeriod::Unlinked(ticket) = self.grace
+            && !issue
+            && !ticket.served()
+        {
+            return false;
+        }
         match self.snapshot() {
             Some(snapshot) if !snapshot.elapsed() => false,
             _ => {
@@ -473,7 +482,11 @@ pub(super) fn may_rebuild<K, C>(
         REFUSAL_ROUNDS
     };
     let retired = &mut writer.retired;
-    let waited = wait_for_grace(rounds, || retired.iter_mut().any(Retired::grace_elapsed));
+    // The one wait under the lock that may issue a barrier: the shard is
+    // full of replaced tables, and a rebuild is refused unless one goes.
+    let waited = wait_for_grace(rounds, || {
+        retired.iter_mut().any(|table| table.grace_elapsed(true))
+    });
     // Only a wait that ran out marks the shard stalled: a thread already
     // inside a check (user code calling back into a limiter) cannot wait
     // for its own section, which says nothing of the others.

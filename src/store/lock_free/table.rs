@@ -224,6 +224,13 @@ impl<K, V> RawTable<K, V> {
     /// Under loom, marks the table freed (`shard::Retired`'s drop).
     #[cfg(feature = "loom")]
     pub(crate) fn poison(&self) {
+        // A free writes the memory it frees: a tracked write to every slot,
+        // so that a read of a slot that does not happen before the free is
+        // a causality violation (the schedule-order assertion below cannot
+        // see a missing Acquire/Release edge).
+        for slot in self.slots.iter() {
+            slot.with_mut(|_| ());
+        }
         self.freed.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
