@@ -228,7 +228,7 @@ impl<K, V> RawTable<K, V> {
         // so that a read of a slot that does not happen before the free is
         // a causality violation (the schedule-order assertion below cannot
         // see a missing Acquire/Release edge).
-        for slot in self.slots.iter() {
+        for slot in &self.slots {
             slot.with_mut(|_| ());
         }
         self.freed.store(true, std::sync::atomic::Ordering::SeqCst);
