@@ -37,9 +37,8 @@ use super::table::{MIN_BUCKETS, RawTable, Stagger};
 use crate::store::{Discard, Discarded, Lookup};
 use crate::sync::canary::{self, Canary};
 use crate::sync::rcu::{self, Guard, Snapshot, Ticket};
-use std::sync::Arc;
 
-use crate::sync::{AtomicPtr, Backoff, Mutex, Ordering, lock, wait_step};
+use crate::sync::{Arc, AtomicPtr, Backoff, Mutex, Ordering, lock, wait_step};
 
 /// How many rounds a writer waits for the grace period of the table it just
 /// replaced, after releasing the lock, before it leaves that to the shard's
