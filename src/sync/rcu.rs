@@ -445,8 +445,7 @@ fn barriers() -> &'static Barriers {
     &BARRIERS
 }
 
-/// How many heavy barriers have completed (`lab_hooks::barriers`).
-#[cfg_attr(not(feature = "lab-hooks"), allow(dead_code))]
+/// How many heavy barriers have completed (also `lab_hooks::barriers`).
 pub(crate) fn barriers_done() -> u64 {
     *lock(&barriers().0)
 }
@@ -476,7 +475,7 @@ impl Ticket {
     /// Whether a barrier that began after the ticket has completed (without
     /// issuing one).
     pub(crate) fn served(self) -> bool {
-        *lock(&barriers().0) >= self.barrier
+        barriers_done() >= self.barrier
     }
 
     /// Makes sure a barrier began after the ticket and has completed, issuing
