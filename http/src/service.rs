@@ -45,30 +45,44 @@ enum Progress {
 }
 
 impl Config {
+    /// What rule `index` keeps of an admission: the last rule's admission
+    /// only for the fields (no later rule can refuse the request, and
+    /// nothing gives it back), the others' to give back.
+    fn keep(&self, index: usize) -> Keep {
+        if index + 1 < self.rules.len() {
+            Keep::Refund
+        } else if self.fields_on_success {
+            Keep::Decision
+        } else {
+            Keep::Nothing
+        }
+    }
+
+    /// Records rule `index`'s step; `None` to go on to the next rule.
+    fn settle(&self, index: usize, step: Step, passed: &mut Passed) -> Option<Progress> {
+        let outcome = match step {
+            Step::Skip | Step::Admitted => return None,
+            Step::Done(outcome) => outcome,
+            Step::NoKey(error) => {
+                passed.refund_all();
+                return Some(Progress::Refused(Refusal::NoKey(error)));
+            }
+            Step::Pending(pending) => return Some(Progress::Waiting(index, pending)),
+        };
+        passed
+            .record(self, index, outcome)
+            .err()
+            .map(Progress::Refused)
+    }
+
     /// Runs the rules from `first` on, until one must wait, one refuses, or
     /// all are done.
     fn run(&self, request: &RequestHead<'_>, passed: &mut Passed, first: usize) -> Progress {
         for (index, rule) in self.rules.iter().enumerate().skip(first) {
-            // The last rule's admission is kept only for the fields: no
-            // later rule can refuse the request, and nothing gives it back.
-            let keep = if index + 1 < self.rules.len() {
-                Keep::Refund
-            } else if self.fields_on_success {
-                Keep::Decision
-            } else {
-                Keep::Nothing
-            };
-            let outcome = match rule.start(request, keep) {
-                Step::Skip | Step::Admitted => continue,
-                Step::Done(outcome) => outcome,
-                Step::NoKey(error) => {
-                    passed.refund_all();
-                    return Progress::Refused(Refusal::NoKey(error));
-                }
-                Step::Pending(pending) => return Progress::Waiting(index, pending),
-            };
-            if let Err(refusal) = passed.record(self, index, outcome) {
-                return Progress::Refused(refusal);
+            if let Some(progress) =
+                self.settle(index, rule.start(request, self.keep(index)), passed)
+            {
+                return progress;
             }
         }
         // Through: the admissions stand.
@@ -99,9 +113,33 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let mut passed = Passed::new();
         let head = RequestHead::of(&request);
-        match self.config.run(&head, &mut passed, 0) {
+        let config = &*self.config;
+        // The first rule is checked before anything is set up for the
+        // others: the usual layer (one rule, no fields on success) sends an
+        // admitted request straight on, with nothing to record or drop.
+        let first = match config.rules.first() {
+            Some(rule) => rule.start(&head, config.keep(0)),
+            None => Step::Skip,
+        };
+        let through = match first {
+            Step::Admitted => true,
+            Step::Skip => config.rules.len() <= 1,
+            _ => false,
+        };
+        if through {
+            // Neither step owns anything. Forgotten, not dropped: with no
+            // drop left to run should the inner call unwind, its future
+            // (hundreds of bytes) is written in place, not copied.
+            std::mem::forget(first);
+            return ResponseFuture::inner(self.inner.call(request), None);
+        }
+        let mut passed = Passed::new();
+        let progress = match config.settle(0, first, &mut passed) {
+            Some(progress) => progress,
+            None => config.run(&head, &mut passed, 1),
+        };
+        match progress {
             Progress::Admitted(fields) => ResponseFuture::inner(self.inner.call(request), fields),
             Progress::Refused(refusal) => {
                 ResponseFuture::refused(self.config.refuse(&head, &passed, &refusal))
