@@ -10,7 +10,8 @@
 //! callgrind_annotate --inclusive=yes /tmp/cg.keyed | grep 'closure}} \['
 //! ```
 //!
-//! notes/08 ("Why the keyed denial misses its targets") has the counts.
+//! notes/11 ("Measurements") has today's counts of the keyed check; notes/08
+//! ("How we got here") those from before the read-copy-update.
 
 // The workloads are the lab's and the benches' own; this runs six of them.
 #[allow(dead_code)]

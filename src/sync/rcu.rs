@@ -51,8 +51,9 @@
 //!
 //! `membarrier` is Linux's (4.14 and later for the expedited command), and
 //! a seccomp filter or an old kernel can refuse it. The decision is taken
-//! once per process, on the first section or the first barrier, whichever
-//! comes first (`mode`, a `OnceLock`), and never changes. A reader takes
+//! once per process, when the first lock-free store is built ([`prepare`])
+//! or at the first barrier, whichever comes first (`mode`, a `OnceLock`),
+//! and never changes; readers never take it. A reader takes
 //! the light side only once it has read that decision as
 //! [`Mode::Membarrier`]; until then, and always when the decision is
 //! [`Mode::Fences`], it issues a full `fence(SeqCst)` after its entry store.

@@ -93,8 +93,8 @@ use crate::sync::{lock, rcu};
 /// faster seeded hasher only for keys clients do not control: on the 2-core
 /// VM of tollgate's notes, seeded foldhash
 /// (`LockFree::default().with_hasher(foldhash::fast::RandomState::default())`)
-/// makes a keyed denial about 1.4× faster (`notes/08-results.md`, "The
-/// defaults, chosen").
+/// makes a keyed denial about 1.4–1.6× faster (`notes/08-results.md`,
+/// "The defaults, chosen").
 ///
 /// A weak hasher still spreads keys within a table (the table mixes each
 /// hash before using it), but the shard is taken from the hash's bits 32
