@@ -125,25 +125,31 @@ impl Passed {
     /// admission another request followed stays charged (giving it back
     /// could admit more than the quota), and its item says so.
     pub(crate) fn refund_all(&mut self) {
-        for (place, refund) in self.refunds.drain(..).rev() {
-            let Some(units) = refund() else {
-                continue;
-            };
-            let Some(RuleDecision { decision, .. }) = self.decisions.get_mut(place) else {
-                continue;
-            };
-            // The reset time stays as it was: never earlier than the truth.
-            if let Some(restored) = Decision::from_parts(
-                decision.limit(),
-                decision
-                    .remaining()
-                    .saturating_add(units)
-                    .min(decision.limit()),
-                decision.retry_after(),
-                decision.reset_after(),
-            ) {
-                *decision = restored;
-            }
+        while let Some((place, refund)) = self.refunds.pop() {
+            self.give_back(place, refund);
+        }
+    }
+
+    /// Gives back the admission in `place` with `refund`, and counts the
+    /// units it gave back in its decision.
+    fn give_back(&mut self, place: usize, refund: Refund) {
+        let Some(units) = refund() else {
+            return;
+        };
+        let Some(RuleDecision { decision, .. }) = self.decisions.get_mut(place) else {
+            return;
+        };
+        // The reset time stays as it was: never earlier than the truth.
+        if let Some(restored) = Decision::from_parts(
+            decision.limit(),
+            decision
+                .remaining()
+                .saturating_add(units)
+                .min(decision.limit()),
+            decision.retry_after(),
+            decision.reset_after(),
+        ) {
+            *decision = restored;
         }
     }
 
@@ -171,13 +177,26 @@ impl Passed {
 }
 
 /// A request dropped before it went through (its client gone, a timeout
-/// while a limit waited for its backend) gives its admissions back, as a
-/// refused one does.
+/// while a limit waited for its backend, a panic in a later rule's user
+/// code) gives its admissions back, as a refused one does.
 impl Drop for Passed {
     #[inline]
     fn drop(&mut self) {
-        if !self.refunds.is_empty() {
+        if self.refunds.is_empty() {
+            return;
+        }
+        if !std::thread::panicking() {
             self.refund_all();
+            return;
+        }
+        // Unwinding already: a refund that panicked too (a key's `Hash`
+        // panicking again) would abort the process. Each refund's panic is
+        // caught instead, and the admission it was giving back stays
+        // charged: units lost, never over-admitted.
+        while let Some((place, refund)) = self.refunds.pop() {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.give_back(place, refund);
+            }));
         }
     }
 }

@@ -122,12 +122,7 @@ where
             Some(rule) => rule.start(&head, config.keep(0)),
             None => Step::Skip,
         };
-        let through = match first {
-            Step::Admitted => true,
-            Step::Skip => config.rules.len() <= 1,
-            _ => false,
-        };
-        if through {
+        if config.rules.len() <= 1 && matches!(first, Step::Admitted | Step::Skip) {
             // Neither step owns anything. Forgotten, not dropped: with no
             // drop left to run should the inner call unwind, its future
             // (hundreds of bytes) is written in place, not copied.

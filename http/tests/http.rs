@@ -549,3 +549,136 @@ async fn without_a_peer_address_the_request_is_a_500_not_a_panic() {
         "{problem}"
     );
 }
+
+/// A first rule that does not apply (its route, or a cost of zero) leaves
+/// the request to the next rule, with or without fields on success.
+#[tokio::test]
+async fn a_first_rule_that_skips_leaves_the_next_rule_to_decide() {
+    for fields in [true, false] {
+        for skipping in [
+            per_key(Quota::per_hour(5).unwrap())
+                .when(|parts| parts.uri().path().starts_with("/api/")),
+            per_key(Quota::per_hour(5).unwrap()).cost(|_| 0),
+        ] {
+            let server = Server::start(
+                RateLimitLayer::builder()
+                    .rule(skipping)
+                    .rule(per_ip(Quota::per_hour(2).unwrap(), PeerIp::new()))
+                    .fields_on_success(fields)
+                    .build(),
+            )
+            .await;
+            let (admitted, denied) = send(&client(), &server.url("/"), &[], 3).await;
+            assert_eq!(admitted, 2, "fields on success: {fields}");
+            assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+            let problem: Value = serde_json::from_str(&denied.text().await.unwrap()).unwrap();
+            assert_eq!(problem["violated-policies"], serde_json::json!(["per-ip"]));
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_layer_without_rules_passes_everything_without_fields() {
+    for fields in [true, false] {
+        let server =
+            Server::start(RateLimitLayer::builder().fields_on_success(fields).build()).await;
+        let (admitted, last) = send(&client(), &server.url("/"), &[], 3).await;
+        assert_eq!(admitted, 3);
+        assert!(last.headers().get("ratelimit").is_none());
+        assert!(last.headers().get("ratelimit-policy").is_none());
+    }
+}
+
+/// Without fields on success, the last rule keeps nothing of its
+/// admission, and its refusal still gives the first rule's back.
+#[tokio::test]
+async fn without_fields_on_success_a_refusal_by_the_last_rule_gives_the_first_back() {
+    let server = Server::start(
+        RateLimitLayer::builder()
+            .rule(per_ip(Quota::per_hour(10).unwrap(), PeerIp::new()))
+            .rule(per_key(Quota::per_hour(1).unwrap()))
+            .fields_on_success(false)
+            .build(),
+    )
+    .await;
+    let client = client();
+    let url = server.url("/");
+    let (admitted, ok) = send(&client, &url, &[("x-api-key", "alice")], 1).await;
+    assert_eq!(admitted, 1);
+    assert!(ok.headers().get("ratelimit").is_none());
+    assert!(ok.headers().get("ratelimit-policy").is_none());
+    let (admitted, denied) = send(&client, &url, &[("x-api-key", "alice")], 3).await;
+    assert_eq!(admitted, 0);
+    let limit = list(denied.headers(), "ratelimit");
+    assert_eq!((limit[0].name.as_str(), limit[0].param("r")), ("per-ip", 9));
+    assert_eq!(
+        (limit[1].name.as_str(), limit[1].param("r")),
+        ("per-key", 0)
+    );
+}
+
+std::thread_local! {
+    /// Whether [`Flaky`]'s `Hash` panics.
+    static ARMED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A key whose `Hash` panics once armed.
+#[derive(Clone, PartialEq, Eq)]
+struct Flaky(u64);
+
+impl std::hash::Hash for Flaky {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        assert!(!ARMED.get(), "the key's Hash panics");
+        self.0.hash(state);
+    }
+}
+
+/// A later rule's user code panics after the first rule charged, and the
+/// refund the unwinding runs panics too (the key's `Hash`): the process
+/// does not abort, the panic reaches the caller, and the admission that
+/// could not be given back stays charged.
+#[test]
+fn a_refund_that_panics_while_a_later_rule_unwinds_keeps_the_units_and_aborts_nothing() {
+    use tower::{Layer, Service};
+
+    let limiter = std::sync::Arc::new(RateLimiter::<Flaky>::keyed(Quota::per_hour(5).unwrap()));
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new(
+                "flaky",
+                std::sync::Arc::clone(&limiter),
+                KeyFn::new(|_: &tollgate_http::RequestHead<'_>| Some(Flaky(1))),
+            )
+            .unwrap(),
+        )
+        .rule(
+            Rule::new(
+                "second",
+                RateLimiter::<u64>::keyed(Quota::per_hour(5).unwrap()),
+                KeyFn::new(|_: &tollgate_http::RequestHead<'_>| Some(2_u64)),
+            )
+            .unwrap()
+            .when(|_| {
+                ARMED.set(true);
+                panic!("the second rule's predicate panics")
+            }),
+        )
+        .build();
+    let mut service = layer.layer(tower::service_fn(
+        |_: http::Request<axum::body::Body>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(axum::body::Body::empty()))
+        },
+    ));
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        drop(service.call(http::Request::new(axum::body::Body::empty())));
+    }));
+    let message = unwound.expect_err("the predicate's panic reaches the caller");
+    assert_eq!(
+        message.downcast_ref::<&str>(),
+        Some(&"the second rule's predicate panics")
+    );
+    ARMED.set(false);
+    // One of five charged and kept: a peek sees four available (three
+    // remaining after the unit it predicts).
+    assert_eq!(limiter.peek(&Flaky(1)).unwrap().remaining(), 3);
+}

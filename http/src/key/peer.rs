@@ -16,9 +16,10 @@ use crate::head::RequestHead;
 /// # The peer
 ///
 /// The address is the connection's peer, found in the request's
-/// extensions as axum's `ConnectInfo<SocketAddr>` (feature `axum`; read
-/// first when a request carries both), as a `SocketAddr`, or by a function
-/// of your own
+/// extensions as a `SocketAddr` (which an application may insert to name
+/// the client itself, behind a PROXY-protocol load balancer: it is read
+/// first), as axum's `ConnectInfo<SocketAddr>` (feature `axum`), or by a
+/// function of your own
 /// ([`peer_from`](PeerIp::peer_from), for tonic's `TcpConnectInfo` or a
 /// server that records it elsewhere). An IPv4-mapped IPv6 address
 /// (`::ffff:192.0.2.1`, as dual-stack sockets report IPv4 peers) is the
@@ -283,17 +284,23 @@ impl KeyExtractor for PeerIp {
     }
 }
 
-/// Finds the peer the default way: axum's `ConnectInfo<SocketAddr>`
-/// (feature `axum`), else a `SocketAddr` in the extensions. axum's comes
-/// first because it is where most requests carry it: each lookup is a
-/// hash probe on every request's path.
+/// Finds the peer the default way: a `SocketAddr` in the extensions, else
+/// axum's `ConnectInfo<SocketAddr>` (feature `axum`). The `SocketAddr`
+/// comes first although axum's is where most requests carry it (its miss
+/// is one hash probe more on their path): no server records a bare
+/// `SocketAddr`, so one is there because the application put it there for
+/// this request (a PROXY-protocol listener's client), and it must not lose
+/// to the connection's address, the load balancer's.
 #[inline]
 fn socket_from_extensions(extensions: &Extensions) -> Option<&SocketAddr> {
+    if let Some(address) = extensions.get::<SocketAddr>() {
+        return Some(address);
+    }
     #[cfg(feature = "axum")]
     if let Some(info) = extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
         return Some(&info.0);
     }
-    extensions.get::<SocketAddr>()
+    None
 }
 
 #[cfg(test)]
@@ -323,17 +330,24 @@ mod tests {
         })
     }
 
-    /// A request that carries both is keyed by axum's `ConnectInfo`, the
-    /// one read first.
+    /// An address the application recorded (a PROXY-protocol listener's
+    /// client) is the peer, not the connection's: the load balancer's
+    /// `ConnectInfo` being a trusted proxy must not let the client's own
+    /// `X-Forwarded-For` choose its key.
     #[test]
-    fn connect_info_is_read_before_a_socket_address() {
-        let mut request = http::Request::get("/").body(()).unwrap();
-        let extensions = request.extensions_mut();
-        extensions.insert("192.0.2.1:1".parse::<SocketAddr>().unwrap());
-        extensions.insert(axum::extract::ConnectInfo(
-            "198.51.100.7:2".parse::<SocketAddr>().unwrap(),
+    fn an_application_recorded_socket_address_is_not_overridden_by_connect_info() {
+        let peer = PeerIp::new().trust_x_forwarded_for(["10.0.0.0/8".parse().unwrap()]);
+        let mut request = http::Request::get("/")
+            .header("x-forwarded-for", "203.0.113.99")
+            .body(())
+            .unwrap();
+        request.extensions_mut().insert(axum::extract::ConnectInfo(
+            "10.0.0.2:443".parse::<SocketAddr>().unwrap(),
         ));
-        let key = PeerIp::new().extract(&RequestHead::of(&request)).unwrap();
+        request
+            .extensions_mut()
+            .insert("198.51.100.7:50000".parse::<SocketAddr>().unwrap());
+        let key = peer.extract(&RequestHead::of(&request)).unwrap();
         assert_eq!(key.to_string(), "198.51.100.7/32");
     }
 
