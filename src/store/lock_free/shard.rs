@@ -214,6 +214,12 @@ impl<K, C> Retired<K, C> {
         }
     }
 
+    /// Whether a snapshot can be taken without issuing a barrier: the
+    /// ticket's has completed, or the snapshot is taken already.
+    fn served(&self) -> bool {
+        self.ticket().is_none_or(Ticket::served)
+    }
+
     /// The snapshot of the sections the grace period waits for, taken now
     /// if it was not (issuing the barrier if none has run since the ticket:
     /// one serves every table unlinked before it began); `None` once the
@@ -393,11 +399,14 @@ impl<K, C> Shard<K, C> {
             // A refusal is tried again by the snapshots below.
             ticket.barrier();
         }
-        // The snapshots, taken under the lock (no barrier left to issue),
-        // and waited for without it.
+        // The snapshots, taken under the lock and waited for without it. A
+        // table another writer unlinked since that barrier has a ticket no
+        // barrier served yet: it waits for a later pass, so that no barrier
+        // is issued under the lock.
         let pending: Vec<Arc<Snapshot>> = lock(&self.writer)
             .retired
             .iter_mut()
+            .filter(|retired| retired.served())
             .filter_map(Retired::snapshot)
             .collect();
         if pending.is_empty() {
