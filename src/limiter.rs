@@ -127,7 +127,8 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     }
 
     /// [`check_n`](RateLimiter::check_n), and for an admission the
-    /// algorithm can give back ([`Algorithm::receipt`]: GCRA's), a receipt
+    /// algorithm can give back ([`Algorithm::receipt`]: GCRA's, the token
+    /// bucket's and the fixed window's), a receipt
     /// for [`refund`](RateLimiter::refund). A limiter whose key cap admits
     /// new keys untracked ([`WhenFull::AdmitUntracked`](crate::store::WhenFull::AdmitUntracked))
     /// gives none: an untracked admission stores nothing to give back.

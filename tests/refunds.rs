@@ -1,7 +1,8 @@
-//! Giving an admission back (`check_n_receipt` and `refund`): on every
-//! store, a refunded admission leaves every later decision exactly as if it
-//! had never happened, and an admission that others followed is never
-//! taken back.
+//! Giving an admission back (`check_n_receipt` and `refund`): for every
+//! algorithm that makes receipts (GCRA, the token bucket, the fixed window)
+//! and on every store, a refunded admission leaves every later decision
+//! exactly as if it had never happened, and an admission that others
+//! followed is never taken back.
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
 #[path = "support/builders.rs"]
@@ -11,7 +12,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use builders::limiter;
-use tollgate::algorithm::{FixedWindow, Gcra};
+use tollgate::algorithm::{
+    Algorithm, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+};
 use tollgate::clock::ManualClock;
 use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded, StoreKind};
 use tollgate::{Builder, Quota};
@@ -19,19 +22,23 @@ use tollgate::{Builder, Quota};
 /// A refund of the last admission restores the key: the decisions of the
 /// next 40 checks, spread over two refill times, equal those of a
 /// reference limiter that never saw the refunded admission.
-fn refunds_restore_the_key<S: StoreKind<u64, Gcra>>(store: S) {
+fn refunds_restore_the_key<A, S>(store: S)
+where
+    A: Algorithm<State: PartialEq + Clone>,
+    S: StoreKind<u64, A>,
+{
     let quota = Quota::per_second(4).unwrap().with_burst(3).unwrap();
     let clock = ManualClock::new();
     clock.set_ns(5_000_000_000);
-    let subject = limiter::<Gcra, _>(quota, store.clone(), &clock);
-    let reference = limiter::<Gcra, _>(quota, store, &clock);
+    let subject = limiter::<A, _>(quota, store.clone(), &clock);
+    let reference = limiter::<A, _>(quota, store, &clock);
     for _ in 0..2 {
         assert!(subject.check(&7).unwrap().is_allowed());
         assert!(reference.check(&7).unwrap().is_allowed());
     }
     let (decision, receipt) = subject.check_n_receipt(&7, 1).unwrap();
     assert!(decision.is_allowed());
-    let receipt = receipt.expect("GCRA admissions carry a receipt");
+    let receipt = receipt.expect("this algorithm's admissions carry a receipt");
     clock.advance(Duration::from_millis(30));
     // Consumed: a receipt gives back once (the type system holds it).
     assert!(subject.refund(&7, receipt));
@@ -46,19 +53,32 @@ fn refunds_restore_the_key<S: StoreKind<u64, Gcra>>(store: S) {
     }
 }
 
+/// Every store, for one algorithm.
+macro_rules! on_every_store {
+    ($test:ident, $algorithm:ty) => {
+        $test::<$algorithm, _>(LockFree::new(2));
+        $test::<$algorithm, _>(Sharded::default());
+        $test::<$algorithm, _>(GlobalMutex);
+        $test::<$algorithm, _>(PerKey::new());
+    };
+}
+
 #[test]
 fn refunds_restore_the_key_on_every_store() {
-    refunds_restore_the_key(LockFree::new(2));
-    refunds_restore_the_key(Sharded::default());
-    refunds_restore_the_key(GlobalMutex);
-    refunds_restore_the_key(PerKey::new());
+    on_every_store!(refunds_restore_the_key, Gcra);
+    on_every_store!(refunds_restore_the_key, TokenBucket);
+    on_every_store!(refunds_restore_the_key, FixedWindow);
 }
 
 /// An admission that another followed stays charged, on every store: the
 /// later one was decided with it counted.
-fn a_followed_admission_stays_charged<S: StoreKind<u64, Gcra>>(store: S) {
+fn a_followed_admission_stays_charged<A, S>(store: S)
+where
+    A: Algorithm<State: PartialEq + Clone>,
+    S: StoreKind<u64, A>,
+{
     let clock = ManualClock::new();
-    let subject = limiter::<Gcra, _>(Quota::per_hour(3).unwrap(), store, &clock);
+    let subject = limiter::<A, _>(Quota::per_hour(3).unwrap(), store, &clock);
     let (_, first) = subject.check_n_receipt(&1, 1).unwrap();
     assert!(subject.check(&1).unwrap().is_allowed());
     assert!(!subject.refund(&1, first.unwrap()));
@@ -74,24 +94,46 @@ fn a_followed_admission_stays_charged<S: StoreKind<u64, Gcra>>(store: S) {
 
 #[test]
 fn a_followed_admission_stays_charged_on_every_store() {
-    a_followed_admission_stays_charged(LockFree::new(1));
-    a_followed_admission_stays_charged(Sharded::default());
-    a_followed_admission_stays_charged(GlobalMutex);
-    a_followed_admission_stays_charged(PerKey::new());
+    on_every_store!(a_followed_admission_stays_charged, Gcra);
+    on_every_store!(a_followed_admission_stays_charged, TokenBucket);
+    on_every_store!(a_followed_admission_stays_charged, FixedWindow);
+}
+
+/// A denial has nothing to give back.
+fn a_denial_gives_no_receipt<A>()
+where
+    A: Algorithm<State: PartialEq + Clone>,
+    LockFree: StoreKind<u64, A>,
+{
+    let clock = ManualClock::new();
+    let subject = limiter::<A, _>(Quota::per_hour(1).unwrap(), LockFree::new(1), &clock);
+    assert!(subject.check_n_receipt(&1, 1).unwrap().1.is_some());
+    let (denied, receipt) = subject.check_n_receipt(&1, 1).unwrap();
+    assert!(!denied.is_allowed());
+    assert_eq!(receipt, None);
+}
+
+/// An admission of an algorithm that cannot tell its state from its
+/// decision comes without a receipt.
+fn an_admission_gives_no_receipt<A>()
+where
+    A: Algorithm<State: PartialEq + Clone>,
+    LockFree: StoreKind<u64, A>,
+{
+    let clock = ManualClock::new();
+    let subject = limiter::<A, _>(Quota::per_hour(1).unwrap(), LockFree::new(1), &clock);
+    let (allowed, receipt) = subject.check_n_receipt(&1, 1).unwrap();
+    assert!(allowed.is_allowed());
+    assert_eq!(receipt, None);
 }
 
 #[test]
 fn denials_and_algorithms_without_receipts_give_none() {
-    let clock = ManualClock::new();
-    let gcra = limiter::<Gcra, _>(Quota::per_hour(1).unwrap(), LockFree::new(1), &clock);
-    assert!(gcra.check_n_receipt(&1, 1).unwrap().1.is_some());
-    let (denied, receipt) = gcra.check_n_receipt(&1, 1).unwrap();
-    assert!(!denied.is_allowed());
-    assert_eq!(receipt, None);
-    let window = limiter::<FixedWindow, _>(Quota::per_hour(1).unwrap(), LockFree::new(1), &clock);
-    let (allowed, receipt) = window.check_n_receipt(&1, 1).unwrap();
-    assert!(allowed.is_allowed());
-    assert_eq!(receipt, None);
+    a_denial_gives_no_receipt::<Gcra>();
+    a_denial_gives_no_receipt::<TokenBucket>();
+    a_denial_gives_no_receipt::<FixedWindow>();
+    an_admission_gives_no_receipt::<SlidingWindowCounter>();
+    an_admission_gives_no_receipt::<SlidingWindowLog>();
 }
 
 #[test]
@@ -129,11 +171,14 @@ fn a_direct_limiter_refunds_too() {
 /// they made, racing: each refund succeeds only if no admission followed,
 /// so the units kept are exactly the admissions minus the refunds, and
 /// never more than the burst (the clock is frozen).
-#[test]
-fn racing_refunds_never_admit_more_than_the_burst() {
+fn racing_refunds_never_admit_more_than_the_burst<A>()
+where
+    A: Algorithm<State: PartialEq + Clone>,
+    LockFree: StoreKind<u64, A>,
+{
     let quota = Quota::per_hour(50).unwrap();
     let clock = ManualClock::new();
-    let subject = limiter::<Gcra, _>(quota, LockFree::new(1), &clock);
+    let subject = limiter::<A, _>(quota, LockFree::new(1), &clock);
     let kept = AtomicU32::new(0);
     let refunded = AtomicU32::new(0);
     std::thread::scope(|scope| {
@@ -158,4 +203,11 @@ fn racing_refunds_never_admit_more_than_the_burst() {
     // Refunds happened (a refund that never succeeds would pass the
     // count): each gave back exactly one unit.
     assert!(refunded.load(Ordering::Relaxed) > 0);
+}
+
+#[test]
+fn racing_refunds_never_admit_more_than_the_burst_for_each_algorithm() {
+    racing_refunds_never_admit_more_than_the_burst::<Gcra>();
+    racing_refunds_never_admit_more_than_the_burst::<TokenBucket>();
+    racing_refunds_never_admit_more_than_the_burst::<FixedWindow>();
 }

@@ -28,7 +28,8 @@ use tollgate::{CheckError, Decision, DirectLimiter, Quota, RateLimiter};
 /// let checked = limiter.check_now(&7, 1).expect("decided in process")?;
 /// assert!(checked.decision.is_allowed());
 /// assert_eq!(checked.quota, Some(Quota::per_second(1)?));
-/// // GCRA admissions can be given back.
+/// // GCRA admissions can be given back (as can the token bucket's and the
+/// // fixed window's).
 /// assert!(Limit::refund(&limiter, &7, checked.receipt.unwrap()));
 /// assert_eq!(Limit::<u64>::quota(&limiter).limit(), 1);
 /// # Ok(())
@@ -145,9 +146,10 @@ impl From<CheckError> for Failure {
     }
 }
 
-/// Decides in process, at once. GCRA admissions come with a receipt (see
-/// [`Algorithm::receipt`]), so a request a later rule refuses is charged
-/// nothing here.
+/// Decides in process, at once. GCRA, token bucket and fixed window
+/// admissions come with a receipt (see [`Algorithm::receipt`]), so a request
+/// a later rule refuses is charged nothing here; the sliding windows'
+/// admissions stay charged.
 impl<K, A, C, S> Limit<K> for RateLimiter<K, A, C, S>
 where
     K: Key,

@@ -682,3 +682,37 @@ fn a_refund_that_panics_while_a_later_rule_unwinds_keeps_the_units_and_aborts_no
     // remaining after the unit it predicts).
     assert_eq!(limiter.peek(&Flaky(1)).unwrap().remaining(), 3);
 }
+
+/// A token bucket's or a fixed window's admission is given back too when a
+/// later rule refuses the request.
+#[tokio::test]
+async fn a_token_bucket_or_fixed_window_admission_is_given_back_on_a_later_refusal() {
+    use tollgate::algorithm::{FixedWindow, TokenBucket};
+
+    fn first<A>(quota: Quota) -> Rule
+    where
+        A: tollgate::algorithm::Algorithm<State: PartialEq + Clone>,
+        tollgate::store::LockFree: tollgate::store::StoreKind<IpKey, A>,
+    {
+        Rule::new(
+            "per-ip",
+            Builder::new(quota).algorithm::<A>().build::<IpKey>(),
+            PeerIp::new(),
+        )
+        .unwrap()
+    }
+    for rule in [
+        first::<TokenBucket>(Quota::per_hour(10).unwrap()),
+        first::<FixedWindow>(Quota::per_hour(10).unwrap()),
+    ] {
+        let server = Server::start(layer([rule, per_key(Quota::per_hour(1).unwrap())])).await;
+        let client = client();
+        let url = server.url("/");
+        let (admitted, _) = send(&client, &url, &[("x-api-key", "alice")], 1).await;
+        assert_eq!(admitted, 1);
+        let (admitted, denied) = send(&client, &url, &[("x-api-key", "alice")], 3).await;
+        assert_eq!(admitted, 0);
+        let limit = list(denied.headers(), "ratelimit");
+        assert_eq!((limit[0].name.as_str(), limit[0].param("r")), ("per-ip", 9));
+    }
+}

@@ -2,7 +2,7 @@
 
 use std::cmp::Ordering;
 
-use super::{Algorithm, PackedAlgorithm, Verdict, validate_cost};
+use super::{Algorithm, PackedAlgorithm, Receipt, Verdict, validate_cost};
 use crate::clock::clamp_time;
 use crate::decision::Decision;
 use crate::error::CheckError;
@@ -168,6 +168,35 @@ impl Algorithm for FixedWindow {
     /// Idle when nothing is counted in the current window: a fresh key.
     fn is_idle(&self, state: &FixedWindowState, now_ns: u64) -> bool {
         state.count == 0 || state.window_index < self.window_index(clamp_time(now_ns))
+    }
+
+    /// The admission counted `capacity - remaining` units in the window of
+    /// `now_ns`; without it, `cost` fewer. A window with none counted decides
+    /// as any earlier state would there (a fresh window), so that state is
+    /// what giving back installs. A reading older than the stored window
+    /// (which counts in the stored one) makes a receipt whose written state
+    /// the key does not hold: its refund fails, and the units stay charged.
+    fn receipt(
+        &self,
+        decision: &Decision,
+        now_ns: u64,
+        cost: u32,
+    ) -> Option<Receipt<FixedWindowState>> {
+        if !decision.is_allowed() {
+            return None;
+        }
+        let window_index = self.window_index(clamp_time(now_ns));
+        let count = self.capacity.checked_sub(decision.remaining())?;
+        Some(Receipt::new(
+            FixedWindowState {
+                window_index,
+                count,
+            },
+            FixedWindowState {
+                window_index,
+                count: count.checked_sub(cost)?,
+            },
+        ))
     }
 }
 

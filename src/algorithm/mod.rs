@@ -120,7 +120,9 @@ pub trait Algorithm: Debug + Send + Sync + Sized + 'static {
     /// and after, exactly as if it had not happened. What
     /// [`RateLimiter::refund`](crate::RateLimiter::refund) needs to give an
     /// admission back. `None` (the default) for an algorithm that cannot
-    /// tell them from the decision alone; GCRA can.
+    /// tell them from the decision alone; GCRA, the token bucket and the
+    /// fixed window can (the sliding windows' states hold more than their
+    /// decisions tell).
     fn receipt(&self, decision: &Decision, now_ns: u64, cost: u32) -> Option<Receipt<Self::State>> {
         let _ = (decision, now_ns, cost);
         None

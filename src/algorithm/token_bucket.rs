@@ -1,8 +1,9 @@
 //! The token bucket, refilled lazily on read.
 
 use super::interval::Interval;
-use super::{Algorithm, Verdict};
-use crate::clock::clamp_time;
+use super::{Algorithm, Receipt, Verdict};
+use crate::clock::{clamp_time, saturating_nanos};
+use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
 
@@ -80,6 +81,36 @@ impl Algorithm for TokenBucket {
     }
 
     /// Idle once the deficit has refilled: a full bucket, as a fresh key.
+    /// The admission left a deficit of `reset_after`, measured at `now_ns`;
+    /// without it, `cost` intervals less, measured at the same instant (the
+    /// refill up to then is the same either way). A reading older than the
+    /// state's (which measures at the state's instant) makes a receipt
+    /// whose written state the key does not hold: its refund fails, and the
+    /// units stay charged.
+    fn receipt(
+        &self,
+        decision: &Decision,
+        now_ns: u64,
+        cost: u32,
+    ) -> Option<Receipt<TokenBucketState>> {
+        if !decision.is_allowed() {
+            return None;
+        }
+        let last_ns = clamp_time(now_ns);
+        let deficit_ns = saturating_nanos(decision.reset_after());
+        Some(Receipt::new(
+            TokenBucketState {
+                deficit_ns,
+                last_ns,
+            },
+            TokenBucketState {
+                deficit_ns: deficit_ns
+                    .checked_sub(u64::from(cost) * self.interval.emission_interval_ns())?,
+                last_ns,
+            },
+        ))
+    }
+
     fn is_idle(&self, state: &TokenBucketState, now_ns: u64) -> bool {
         let now_ns = clamp_time(now_ns).max(state.last_ns);
         state.deficit_ns <= now_ns - state.last_ns
