@@ -41,8 +41,8 @@ pub enum OnUnavailable {
 /// which goes no further: the rules after it are not checked (nor
 /// charged), and the admissions of the rules before it are given back
 /// where that cannot admit more than their quotas, that is, where nothing
-/// else was admitted on the same key since (in process, for GCRA limits;
-/// see [`Limit::refund`](crate::Limit::refund)). A key shared by many
+/// else was admitted on the same key since (in process, for GCRA, token
+/// bucket and fixed window limits; see [`Limit::refund`](crate::Limit::refund)). A key shared by many
 /// requests at once (a [`Global`](crate::Global) limit under load) is
 /// rarely left untouched for that long: put the most specific limits
 /// (per key, per user) before the shared ones, so that what they refuse
