@@ -765,3 +765,56 @@ fn waiters_at_the_rate(kind: Kind) {
         assert!(started.elapsed() >= SLOT * 28, "{:?}", started.elapsed());
     });
 }
+
+/// On a client clock, a key must outlive readings that reach the server
+/// behind the one that wrote it: a clock stepped back (written at
+/// 100.900 s, read at 100.200 s, in the same window) or a call delayed in
+/// flight (written and read at 100.999 s, the second arriving 300 ms
+/// later). With the default grace the Redis limiter decides as the
+/// in-process one; with none, the key has expired on the server's clock
+/// while the client's still counts it, and 11 units pass a burst of 10.
+#[test]
+fn a_key_outlives_a_client_reading_that_reaches_the_server_late() {
+    let target = Target::start(Kind::Standalone);
+    let quota = Quota::new(10, Duration::from_secs(1)).unwrap();
+    for (case, (write_ms, read_ms)) in [(100_900_u64, 100_200_u64), (100_999, 100_999)]
+        .into_iter()
+        .enumerate()
+    {
+        for grace in [None, Some(Duration::ZERO)] {
+            let clock = ManualClock::new();
+            let reference = tollgate::Builder::new(quota)
+                .algorithm::<FixedWindow>()
+                .clock(clock.clone())
+                .build::<u8>();
+            let builder = RedisLimiter::builder(format!("late-{case}-{grace:?}"), quota)
+                .algorithm::<FixedWindow>()
+                .clock(clock.clone());
+            let limiter = match grace {
+                Some(grace) => builder.expiry_grace(grace),
+                None => builder,
+            }
+            .build(target.connection.clone())
+            .unwrap();
+            clock.set_ns(write_ms * 1_000_000);
+            assert_eq!(
+                target.runtime.block_on(limiter.check_n([0_u8], 5)).unwrap(),
+                reference.check_n(&0, 5).unwrap()
+            );
+            // Longer than the key's expiry without a grace (101 ms and
+            // 2 ms), shorter than the default grace.
+            std::thread::sleep(Duration::from_millis(300));
+            clock.set_ns(read_ms * 1_000_000);
+            let expected = reference.check_n(&0, 6).unwrap();
+            assert!(!expected.is_allowed());
+            assert_eq!(expected.remaining(), 5);
+            let actual = target.runtime.block_on(limiter.check_n([0_u8], 6)).unwrap();
+            if grace.is_some() {
+                assert!(actual.is_allowed(), "case {case}: {actual:?}");
+                assert_eq!(actual.remaining(), 4, "case {case}");
+            } else {
+                assert_eq!(actual, expected, "case {case}");
+            }
+        }
+    }
+}

@@ -5,7 +5,10 @@
 //! with steps backwards as well as forwards, run through the Redis limiter
 //! with a client clock on microsecond instants (the trace's time plus the
 //! real time elapsed, so that a key's expiry on the server's clock is part
-//! of what is compared), and through the in-process
+//! of what is compared; the limiter's expiry grace covers the trace's
+//! steps back and a second of delay, as `Builder::expiry_grace` asks of a
+//! clock that can read behind an earlier write's reading), and through the
+//! in-process
 //! limiter of the same algorithm whose quota is the Redis one's: interval or
 //! window rounded up to the microsecond, computed here independently of the
 //! crate. Every step's result (decision or error) must be equal, once the
@@ -152,9 +155,33 @@ where
         .algorithm::<A>()
         .clock(clock.clone())
         .build::<u8>();
+    // The trace's time: each step's, and how far it ever falls behind an
+    // earlier one. A key expires on the server's clock, by a reading the
+    // trace can later step back from; a grace that long, plus a second for
+    // a loaded host's delay between a reading and the script, keeps every
+    // key until the trace's clock sees it fresh (`Builder::expiry_grace`).
+    let trace: Vec<i64> = case
+        .steps
+        .iter()
+        .scan(START_US as i64, |trace_us, step| {
+            *trace_us =
+                (*trace_us + step.per_mille * span_us / 1_000).max(START_US as i64 - 10 * span_us);
+            Some(*trace_us)
+        })
+        .collect();
+    let behind_us = trace
+        .iter()
+        .scan(i64::MIN, |highest, &trace_us| {
+            *highest = (*highest).max(trace_us);
+            Some(*highest - trace_us)
+        })
+        .max()
+        .unwrap_or(0);
+    let grace = Duration::from_micros(behind_us as u64) + Duration::from_secs(1);
     let mut builder = RedisLimiter::builder(format!("d{}", unique()), quota)
         .algorithm::<A>()
-        .clock(clock.clone());
+        .clock(clock.clone())
+        .expiry_grace(grace);
     let mut companion = RedisLimiter::builder(
         format!("c{}", unique()),
         Quota::new(1_000_000, Duration::from_secs(1_000_000)).expect("a quota"),
@@ -191,10 +218,7 @@ where
     // they would be fresh on it (Builder::clock). Both limiters read
     // the same instant at every step.
     let began = Instant::now();
-    let mut trace_us = START_US as i64;
-    for (index, step) in case.steps.iter().enumerate() {
-        trace_us =
-            (trace_us + step.per_mille * span_us / 1_000).max(START_US as i64 - 10 * span_us);
+    for (index, (step, trace_us)) in case.steps.iter().zip(trace).enumerate() {
         let now_us = trace_us + began.elapsed().as_micros() as i64;
         clock.set_ns(now_us as u64 * 1_000);
         let key = [step.key];

@@ -26,6 +26,12 @@ use crate::script::{SCRIPT, ScriptLimit, Scripted};
 /// exact integer in the script.
 const MAX_GRACE_MS: u64 = 1 << 40;
 
+/// The expiry grace of a limiter on a client clock unless it sets its own:
+/// a reading can reach the server behind an earlier write's (a clock
+/// stepped back, skew between instances, a request delayed in flight),
+/// and a key must outlive that.
+const CLIENT_CLOCK_GRACE: Duration = Duration::from_secs(1);
+
 /// The most keys a limiter's local half holds by default.
 const LOCAL_KEYS: NonZeroUsize = NonZeroUsize::new(100_000).expect("nonzero");
 
@@ -36,7 +42,9 @@ pub struct Builder<A: Scripted = Gcra> {
     prefix: String,
     tag: Option<String>,
     time: Time,
-    grace: Duration,
+    /// `None`: the default (`CLIENT_CLOCK_GRACE` on a client clock, none on
+    /// the server's).
+    grace: Option<Duration>,
     script: Option<String>,
     on_failure: OnFailure,
     mode: Mode,
@@ -56,7 +64,7 @@ impl RedisLimiter<Gcra> {
             prefix: "tollgate:".to_owned(),
             tag: None,
             time: Time::Server,
-            grace: Duration::ZERO,
+            grace: None,
             script: None,
             on_failure: OnFailure::default(),
             mode: Mode::Exact,
@@ -141,10 +149,16 @@ impl<A: Scripted> Builder<A> {
     /// Decides with the caller's clock instead of the server's `TIME`.
     ///
     /// Every instance must then share one clock origin and agree on the
-    /// time; the key's expiry still runs on the server's clock, so the
-    /// clock must not run slower than real time (a
-    /// [`ManualClock`](tollgate::clock::ManualClock) left behind can see
-    /// an idle key expire before it would have refilled on that clock).
+    /// time. A key's expiry still runs on the server's clock, from the
+    /// reading of the call that wrote it: a later reading that reaches the
+    /// server further behind (the clock stepped back, another instance's
+    /// clock behind, a call delayed in flight) could find the key gone
+    /// before that clock saw it fresh, and be admitted again. Keys are
+    /// therefore kept a second longer than the instant they decide as
+    /// fresh, unless [`expiry_grace`](Builder::expiry_grace) says
+    /// otherwise; the clock must not fall further behind than that (a
+    /// [`ManualClock`](tollgate::clock::ManualClock) left behind real time
+    /// can).
     #[must_use]
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
         self.time = Time::Client(Arc::new(clock), None);
@@ -154,15 +168,18 @@ impl<A: Scripted> Builder<A> {
     /// Keeps every key `grace` longer than the instant it would decide as a
     /// fresh key (rounded up to a millisecond; at most 2^40 ms).
     ///
-    /// Expiry runs on the server's clock. With a client clock that may run
-    /// slower than real time (a [`ManualClock`](tollgate::clock::ManualClock)
-    /// in tests, a clock that can lag the server's), a key could otherwise
-    /// vanish before that clock saw it fresh, and be admitted again: a
-    /// grace as long as the clock may lag prevents it, at the cost of idle
-    /// keys staying that much longer. Zero by default.
+    /// Expiry runs on the server's clock. With a client clock
+    /// ([`clock`](Builder::clock)), a reading can reach the server behind
+    /// the reading that wrote a key (a clock stepped back or lagging, skew
+    /// between instances, a call delayed in flight), and the key could
+    /// otherwise vanish before that clock saw it fresh, and be admitted
+    /// again: a grace as long as a reading may fall behind prevents it, at
+    /// the cost of idle keys staying that much longer. One second by
+    /// default on a client clock; none on the server's `TIME`, which each
+    /// call reads where it runs.
     #[must_use]
     pub fn expiry_grace(mut self, grace: Duration) -> Self {
-        self.grace = grace;
+        self.grace = Some(grace);
         self
     }
 
@@ -224,6 +241,10 @@ impl<A: Scripted> Builder<A> {
                 connection.call_timeout().saturating_mul(2),
             )?))
         };
+        let grace = self.grace.unwrap_or(match self.time {
+            Time::Client(..) => CLIENT_CLOCK_GRACE,
+            Time::Server => Duration::ZERO,
+        });
         // Every call on the client clock (a plain check, a reservation, a
         // refund, a multi-limit check) tells the local half its reading,
         // so that no local decision is taken at an older instant.
@@ -239,7 +260,7 @@ impl<A: Scripted> Builder<A> {
                 namespace,
                 limit,
                 time,
-                grace_ms: u64::try_from(self.grace.as_nanos().div_ceil(1_000_000))
+                grace_ms: u64::try_from(grace.as_nanos().div_ceil(1_000_000))
                     .unwrap_or(u64::MAX)
                     .min(MAX_GRACE_MS),
                 script: Arc::new(Script { source, sha }),
