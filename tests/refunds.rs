@@ -1,8 +1,9 @@
 //! Giving an admission back (`check_n_receipt` and `refund`): for every
 //! algorithm that makes receipts (GCRA, the token bucket, the fixed window)
-//! and on every store, a refunded admission leaves every later decision
-//! exactly as if it had never happened, and an admission that others
-//! followed is never taken back.
+//! and on every store, a refunded admission leaves every decision at its
+//! instant and after exactly as if it had never happened, an older reading
+//! never admits more units than it would have, and an admission that
+//! others followed is never taken back.
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
 #[path = "support/builders.rs"]
@@ -210,4 +211,50 @@ fn racing_refunds_never_admit_more_than_the_burst_for_each_algorithm() {
     racing_refunds_never_admit_more_than_the_burst::<Gcra>();
     racing_refunds_never_admit_more_than_the_burst::<TokenBucket>();
     racing_refunds_never_admit_more_than_the_burst::<FixedWindow>();
+}
+
+/// A refund can leave a state no check writes (an empty window, a full
+/// bucket dated `last`): it is idle only from its own instant on, so that
+/// an older reading (a clock stepped back, another thread's) cannot evict
+/// it and then admit as a fresh key would. Against a reference limiter
+/// that never saw the refunded admission, after a refund at `refund_s`: an
+/// eviction at the older reading `older_s` removes no more, and the
+/// checks at `older_s` and then `later_s` admit as many units (the older
+/// reading's may be counted at the state's own instant, so the two need
+/// not admit at the same reading).
+fn an_older_reading_cannot_evict_what_a_refund_left<A>(instants_s: [f64; 4])
+where
+    A: Algorithm<State: PartialEq + Clone>,
+    LockFree: StoreKind<u64, A>,
+{
+    let [admit_s, refund_s, older_s, later_s] = instants_s;
+    let quota = Quota::per_second(1).unwrap();
+    let clock = ManualClock::new();
+    let at = |seconds: f64| clock.set_ns((seconds * 1e9) as u64);
+    let subject = limiter::<A, _>(quota, LockFree::new(1), &clock);
+    let reference = limiter::<A, _>(quota, LockFree::new(1), &clock);
+    at(admit_s);
+    assert!(subject.check(&1).unwrap().is_allowed());
+    assert!(reference.check(&1).unwrap().is_allowed());
+    at(refund_s);
+    let (decision, receipt) = subject.check_n_receipt(&1, 1).unwrap();
+    assert!(decision.is_allowed());
+    assert!(subject.refund(&1, receipt.unwrap()));
+    at(older_s);
+    assert_eq!(subject.evict_idle(), reference.evict_idle());
+    let mut admitted = [0, 0];
+    for instant in [older_s, later_s] {
+        at(instant);
+        for (count, limiter) in admitted.iter_mut().zip([&subject, &reference]) {
+            *count += u32::from(limiter.check(&1).unwrap().is_allowed());
+        }
+    }
+    assert_eq!(admitted[0], admitted[1], "subject, reference");
+    assert_eq!(admitted[1], 1);
+}
+
+#[test]
+fn an_older_reading_cannot_evict_what_a_refund_left_for_each_algorithm() {
+    an_older_reading_cannot_evict_what_a_refund_left::<FixedWindow>([0.5, 1.2, 0.9, 1.3]);
+    an_older_reading_cannot_evict_what_a_refund_left::<TokenBucket>([0.0, 1.0, 0.5, 1.5]);
 }

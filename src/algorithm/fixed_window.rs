@@ -166,8 +166,12 @@ impl Algorithm for FixedWindow {
     }
 
     /// Idle when nothing is counted in the current window: a fresh key.
+    /// An empty window (what a refund of its only admission leaves) is idle
+    /// only from its own window on: at an older reading it counts in itself,
+    /// which a fresh key does not.
     fn is_idle(&self, state: &FixedWindowState, now_ns: u64) -> bool {
-        state.count == 0 || state.window_index < self.window_index(clamp_time(now_ns))
+        let now_index = self.window_index(clamp_time(now_ns));
+        state.window_index < now_index || (state.count == 0 && state.window_index <= now_index)
     }
 
     /// The admission counted `capacity - remaining` units in the window of

@@ -80,7 +80,6 @@ impl Algorithm for TokenBucket {
         self.interval.tolerance_ns()
     }
 
-    /// Idle once the deficit has refilled: a full bucket, as a fresh key.
     /// The admission left a deficit of `reset_after`, measured at `now_ns`;
     /// without it, `cost` intervals less, measured at the same instant (the
     /// refill up to then is the same either way). A reading older than the
@@ -111,8 +110,13 @@ impl Algorithm for TokenBucket {
         ))
     }
 
+    /// Idle once the deficit has refilled: a full bucket, as a fresh key.
+    /// Not at a reading older than the state's: there the state counts from
+    /// its own instant, which a fresh key does not (a full bucket a refund
+    /// left at `last` decides otherwise than a fresh one at an older
+    /// reading).
     fn is_idle(&self, state: &TokenBucketState, now_ns: u64) -> bool {
-        let now_ns = clamp_time(now_ns).max(state.last_ns);
-        state.deficit_ns <= now_ns - state.last_ns
+        let now_ns = clamp_time(now_ns);
+        now_ns >= state.last_ns && state.deficit_ns <= now_ns - state.last_ns
     }
 }

@@ -26,9 +26,10 @@ use crate::script::{SCRIPT, ScriptLimit, Scripted};
 /// exact integer in the script.
 const MAX_GRACE_MS: u64 = 1 << 40;
 
-/// The expiry grace of a limiter on a client clock unless it sets its own:
-/// a reading can reach the server behind an earlier write's (a clock
-/// stepped back, skew between instances, a request delayed in flight),
+/// The expiry grace of a limiter on a client clock unless it sets its own,
+/// beyond its connection's call timeout (how long a call's reading can be
+/// in flight): a reading can reach the server behind an earlier write's (a
+/// clock stepped back, skew between instances, a call delayed in flight),
 /// and a key must outlive that.
 const CLIENT_CLOCK_GRACE: Duration = Duration::from_secs(1);
 
@@ -154,11 +155,13 @@ impl<A: Scripted> Builder<A> {
     /// server further behind (the clock stepped back, another instance's
     /// clock behind, a call delayed in flight) could find the key gone
     /// before that clock saw it fresh, and be admitted again. Keys are
-    /// therefore kept a second longer than the instant they decide as
-    /// fresh, unless [`expiry_grace`](Builder::expiry_grace) says
-    /// otherwise; the clock must not fall further behind than that (a
-    /// [`ManualClock`](tollgate::clock::ManualClock) left behind real time
-    /// can).
+    /// therefore kept a second plus the connection's call timeout longer
+    /// than the instant they decide as fresh, unless
+    /// [`expiry_grace`](Builder::expiry_grace) says otherwise; the clock
+    /// must not fall further behind than that (a
+    /// [`ManualClock`](tollgate::clock::ManualClock) or a paused
+    /// `TokioClock` left behind real time can, and so can a clock stepped
+    /// back further).
     #[must_use]
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
         self.time = Time::Client(Arc::new(clock), None);
@@ -174,9 +177,10 @@ impl<A: Scripted> Builder<A> {
     /// between instances, a call delayed in flight), and the key could
     /// otherwise vanish before that clock saw it fresh, and be admitted
     /// again: a grace as long as a reading may fall behind prevents it, at
-    /// the cost of idle keys staying that much longer. One second by
-    /// default on a client clock; none on the server's `TIME`, which each
-    /// call reads where it runs.
+    /// the cost of idle keys staying that much longer. By default on a
+    /// client clock, one second plus the connection's call timeout (a
+    /// call's reading is in flight up to that long); none on the server's
+    /// `TIME`, which each call reads where it runs.
     #[must_use]
     pub fn expiry_grace(mut self, grace: Duration) -> Self {
         self.grace = Some(grace);
@@ -242,7 +246,7 @@ impl<A: Scripted> Builder<A> {
             )?))
         };
         let grace = self.grace.unwrap_or(match self.time {
-            Time::Client(..) => CLIENT_CLOCK_GRACE,
+            Time::Client(..) => CLIENT_CLOCK_GRACE.saturating_add(connection.call_timeout()),
             Time::Server => Duration::ZERO,
         });
         // Every call on the client clock (a plain check, a reservation, a
