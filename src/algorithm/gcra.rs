@@ -62,7 +62,7 @@ impl Gcra {
 
     /// The cost of `cost` units in nanoseconds of refill.
     pub(crate) fn cost_ns(&self, cost: u32) -> u64 {
-        u64::from(cost) * self.interval.emission_interval_ns()
+        self.interval.cost_ns(cost)
     }
 
     /// The decision of an admission that leaves `debt_ns` owed.

@@ -40,14 +40,14 @@ impl Interval {
         self.capacity
     }
 
-    /// One unit's refill time.
-    pub(crate) const fn emission_interval_ns(&self) -> u64 {
-        self.emission_interval_ns
-    }
-
     /// A drained key's refill time.
     pub(crate) const fn tolerance_ns(&self) -> u64 {
         self.tolerance_ns
+    }
+
+    /// The debt `cost` units add: `cost` emission intervals.
+    pub(crate) fn cost_ns(&self, cost: u32) -> u64 {
+        u64::from(cost) * self.emission_interval_ns
     }
 
     /// The same constants with the tolerance widened by `extra_ns` (at
@@ -72,7 +72,7 @@ impl Interval {
     pub(crate) fn decide(&self, debt_ns: u64, cost: u32) -> Result<Verdict<u64>, CheckError> {
         let cost = validate_cost(cost, self.capacity)?;
         // cost <= capacity, so this is at most tolerance_ns: no overflow.
-        let cost_ns = u64::from(cost) * self.emission_interval_ns;
+        let cost_ns = self.cost_ns(cost);
         // The most debt at which `cost` still fits.
         let max_debt_ns = self.tolerance_ns - cost_ns;
         if debt_ns <= max_debt_ns {

@@ -103,8 +103,7 @@ impl Algorithm for TokenBucket {
                 last_ns,
             },
             TokenBucketState {
-                deficit_ns: deficit_ns
-                    .checked_sub(u64::from(cost) * self.interval.emission_interval_ns())?,
+                deficit_ns: deficit_ns.checked_sub(self.interval.cost_ns(cost))?,
                 last_ns,
             },
         ))
