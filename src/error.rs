@@ -49,6 +49,43 @@ pub enum QuotaError {
     },
 }
 
+/// A quota that a limiter cannot decide by on the states it keeps
+/// ([`RateLimiter::check_with`](crate::RateLimiter::check_with),
+/// [`Algorithm::for_quota`](crate::algorithm::Algorithm::for_quota)):
+/// one store holds keys checked under different quotas only where their
+/// states mean the same thing under each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LayoutError {
+    /// The window algorithms count in aligned windows of
+    /// [`Quota::burst_window`](crate::Quota::burst_window): a count kept in
+    /// one window length means nothing in another.
+    #[error(
+        "the limiter counts in windows of {limiter:?}; a quota whose burst window is \
+         {quota:?} cannot read its counts"
+    )]
+    WindowDiffers {
+        /// The limiter's burst window.
+        limiter: Duration,
+        /// The quota's.
+        quota: Duration,
+    },
+    /// The limiter packs each key's counts into one word with room for
+    /// counts up to `max` (the sliding window counter's lock-free form);
+    /// the quota's burst needs more.
+    #[error("the limiter packs counts up to {max} into one word; a burst of {burst} does not fit")]
+    BurstDoesNotPack {
+        /// The quota's burst.
+        burst: u32,
+        /// The largest count the limiter's word holds.
+        max: u32,
+    },
+    /// The algorithm decides by one quota only: it does not implement
+    /// [`Algorithm::for_quota`](crate::algorithm::Algorithm::for_quota).
+    #[error("the limiter's algorithm decides by its own quota only")]
+    Unsupported,
+}
+
 /// A check that could not be decided: the cost itself is invalid, or a new
 /// key cannot be stored.
 ///
@@ -111,4 +148,9 @@ pub enum CheckError {
         /// The most the quota can ever admit at once (its burst).
         capacity: u32,
     },
+    /// The check carried a quota the limiter cannot decide by on the
+    /// states it keeps ([`RateLimiter::check_with`](crate::RateLimiter::check_with)).
+    /// Nothing was consumed or stored.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
 }

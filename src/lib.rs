@@ -262,7 +262,7 @@ pub mod lab_hooks {
 
 pub use builder::Builder;
 pub use decision::Decision;
-pub use error::{CheckError, QuotaError};
+pub use error::{CheckError, LayoutError, QuotaError};
 pub use limiter::{DirectLimiter, RateLimiter};
 pub use quota::Quota;
 /// The canaries' switch (see `model-tests/loom.rs` and

@@ -7,7 +7,7 @@ use crate::builder::Builder;
 use crate::cell::{Cell, CellFor, Preferred};
 use crate::clock::{Clock, TscClock};
 use crate::decision::Decision;
-use crate::error::CheckError;
+use crate::error::{CheckError, LayoutError};
 use crate::quota::Quota;
 use crate::store::{DefaultStore, Key, Lookup, Store, StoreKind};
 use crate::wait::Queues;
@@ -109,6 +109,137 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
             .check(key, &self.algorithm, self.clock.now_ns(), n)
     }
 
+    /// Checks one unit request for `key` under `quota` instead of the
+    /// limiter's own: a quota per key, per tier or per route, with every
+    /// key in one store.
+    ///
+    /// A key's state is one, whatever quota checks it: checked under
+    /// another quota later, it is read as it stands (GCRA and the token
+    /// bucket keep the refill time the key has booked, the window
+    /// algorithms the units counted in each window; see
+    /// [`Algorithm::for_quota`]). A key checked under one quota only is
+    /// held to that quota exactly, as a limiter built with it would hold
+    /// it; the limiter's memory per key does not change.
+    ///
+    /// ```
+    /// use tollgate::{Quota, RateLimiter};
+    ///
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let free = Quota::per_minute(2)?;
+    /// let pro = Quota::per_minute(100)?;
+    /// let limiter: RateLimiter<String> = RateLimiter::keyed(free);
+    ///
+    /// // A paying user: checked under the pro quota.
+    /// for _ in 0..100 {
+    ///     assert!(limiter.check_with("paying", &pro)?.is_allowed());
+    /// }
+    /// assert!(!limiter.check_with("paying", &pro)?.is_allowed());
+    ///
+    /// // Everyone else under the limiter's own.
+    /// assert!(limiter.check("visitor")?.is_allowed());
+    /// assert_eq!(limiter.check("visitor")?.limit(), 2);
+    /// # Ok(())
+    /// # }
+    /// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](RateLimiter::check), and [`CheckError::Layout`] for a
+    /// quota the limiter's algorithm cannot read its states by: the window
+    /// algorithms take quotas of their own burst window only, and a sliding
+    /// window counter whose states pack into a word only bursts that fit
+    /// it ([`accepts`](RateLimiter::accepts) tells beforehand).
+    ///
+    /// # Panics
+    ///
+    /// As [`check`](RateLimiter::check).
+    #[inline]
+    pub fn check_with<Q: Lookup<K> + ?Sized>(
+        &self,
+        key: &Q,
+        quota: &Quota,
+    ) -> Result<Decision, CheckError> {
+        self.check_n_with(key, 1, quota)
+    }
+
+    /// [`check_n`](RateLimiter::check_n) under `quota`, as
+    /// [`check_with`](RateLimiter::check_with).
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n`](RateLimiter::check_n) (the cost judged against
+    /// `quota`'s burst) and [`check_with`](RateLimiter::check_with).
+    ///
+    /// # Panics
+    ///
+    /// As [`check`](RateLimiter::check).
+    #[inline]
+    pub fn check_n_with<Q: Lookup<K> + ?Sized>(
+        &self,
+        key: &Q,
+        n: u32,
+        quota: &Quota,
+    ) -> Result<Decision, CheckError> {
+        let algorithm = self.algorithm.for_quota(quota)?;
+        self.store.check(key, &algorithm, self.clock.now_ns(), n)
+    }
+
+    /// [`peek`](RateLimiter::peek) under `quota`, as
+    /// [`check_with`](RateLimiter::check_with).
+    ///
+    /// # Errors
+    ///
+    /// As [`check_with`](RateLimiter::check_with).
+    ///
+    /// # Panics
+    ///
+    /// As [`check`](RateLimiter::check).
+    #[inline]
+    pub fn peek_with<Q: Lookup<K> + ?Sized>(
+        &self,
+        key: &Q,
+        quota: &Quota,
+    ) -> Result<Decision, CheckError> {
+        let algorithm = self.algorithm.for_quota(quota)?;
+        self.store.peek(key, &algorithm, self.clock.now_ns(), 1)
+    }
+
+    /// Whether checks can carry `quota`
+    /// ([`check_with`](RateLimiter::check_with)): what to ask when a tier's
+    /// quota is configured, rather than on its first request.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::algorithm::FixedWindow;
+    /// use tollgate::{Builder, LayoutError, Quota};
+    ///
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = Builder::new(Quota::per_minute(60)?)
+    ///     .algorithm::<FixedWindow>()
+    ///     .build::<String>();
+    /// assert!(limiter.accepts(&Quota::per_minute(6_000)?).is_ok());
+    /// assert_eq!(
+    ///     limiter.accepts(&Quota::per_second(100)?),
+    ///     Err(LayoutError::WindowDiffers {
+    ///         limiter: Duration::from_secs(60),
+    ///         quota: Duration::from_secs(1),
+    ///     }),
+    /// );
+    /// # Ok(())
+    /// # }
+    /// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The [`LayoutError`] every check carrying `quota` would return.
+    pub fn accepts(&self, quota: &Quota) -> Result<(), LayoutError> {
+        self.algorithm.for_quota(quota).map(drop)
+    }
+
     /// The decision [`check`](RateLimiter::check) would return for `key` now,
     /// consuming nothing and storing nothing.
     ///
@@ -159,10 +290,45 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
         key: &Q,
         n: u32,
     ) -> Result<(Decision, Option<Receipt<A::State>>), CheckError> {
+        self.check_by_receipt(key, &self.algorithm, n)
+    }
+
+    /// [`check_n_receipt`](RateLimiter::check_n_receipt) under `quota`, as
+    /// [`check_with`](RateLimiter::check_with). The receipt gives back to
+    /// the key whatever quota checks it next.
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n_with`](RateLimiter::check_n_with).
+    ///
+    /// # Panics
+    ///
+    /// As [`check`](RateLimiter::check).
+    #[inline]
+    #[allow(clippy::type_complexity)]
+    pub fn check_n_receipt_with<Q: Lookup<K> + ?Sized>(
+        &self,
+        key: &Q,
+        n: u32,
+        quota: &Quota,
+    ) -> Result<(Decision, Option<Receipt<A::State>>), CheckError> {
+        self.check_by_receipt(key, &self.algorithm.for_quota(quota)?, n)
+    }
+
+    /// A check by `algorithm` (the limiter's, or one of its layout) and its
+    /// receipt.
+    #[inline]
+    #[allow(clippy::type_complexity)]
+    fn check_by_receipt<Q: Lookup<K> + ?Sized>(
+        &self,
+        key: &Q,
+        algorithm: &A,
+        n: u32,
+    ) -> Result<(Decision, Option<Receipt<A::State>>), CheckError> {
         let now_ns = self.clock.now_ns();
-        let decision = self.store.check(key, &self.algorithm, now_ns, n)?;
+        let decision = self.store.check(key, algorithm, now_ns, n)?;
         let receipt = if self.receipts {
-            self.algorithm.receipt(&decision, now_ns, n)
+            algorithm.receipt(&decision, now_ns, n)
         } else {
             None
         };

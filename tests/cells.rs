@@ -21,7 +21,8 @@ const RETIRED_WORD: u64 = u64::MAX;
 
 #[test]
 fn the_packed_layout_is_as_documented() {
-    // A burst of 100 needs 7 count bits.
+    // A window of a minute (6 × 10^10 ns, 36 bits) gives the count its
+    // widest, 32 bits; a window of 100 ns 7 bits.
     let window = FixedWindow::from_quota(&Quota::per_minute(100).unwrap());
     let mut state = Default::default();
     assert!(window.check(&mut state, 0, 5).unwrap().is_allowed());
@@ -33,8 +34,12 @@ fn the_packed_layout_is_as_documented() {
             .unwrap()
             .is_allowed()
     );
-    assert_eq!(window.pack(&later), (3 << 7) | 2);
+    assert_eq!(window.pack(&later), (3 << 32) | 2);
     assert_eq!(window.unpack(window.pack(&later)), later);
+    let short = FixedWindow::from_quota(&Quota::new(100, Duration::from_nanos(100)).unwrap());
+    let mut state = Default::default();
+    assert!(short.check(&mut state, 301, 2).unwrap().is_allowed());
+    assert_eq!(short.pack(&state), (3 << 7) | 2);
     assert_eq!(
         window.pack(&Default::default()),
         0,

@@ -6,6 +6,8 @@
 mod builders;
 #[path = "../../tests/support/contention.rs"]
 mod contention;
+#[path = "../../tests/conformance/mixed.rs"]
+mod mixed;
 #[path = "../../tests/support/store_properties.rs"]
 mod store_properties;
 #[path = "../../tests/conformance/suite.rs"]
@@ -23,6 +25,9 @@ conformance!(gcra_scc_index, Gcra, SccIndex::new());
 conformance!(fixed_window_scc_index, FixedWindow, SccIndex::new());
 conformance!(gcra_flurry, Gcra, Flurry::new(), Ord);
 conformance!(fixed_window_flurry, FixedWindow, Flurry::new(), Ord);
+// Mixed quotas (`tests/conformance/mixed.rs`).
+conformance!(mixed gcra_papaya_mixed, Gcra, Papaya::new());
+conformance!(mixed fixed_window_scc_index_mixed, FixedWindow, SccIndex::new());
 
 /// The store properties, for one store kind over GCRA and the fixed window.
 macro_rules! store_properties {

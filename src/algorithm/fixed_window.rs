@@ -2,10 +2,10 @@
 
 use std::cmp::Ordering;
 
-use super::{Algorithm, PackedAlgorithm, Receipt, Verdict, validate_cost};
+use super::{Algorithm, PackedAlgorithm, Receipt, Verdict, same_window, validate_cost};
 use crate::clock::clamp_time;
 use crate::decision::Decision;
-use crate::error::CheckError;
+use crate::error::{CheckError, LayoutError};
 use crate::quota::Quota;
 
 /// A fixed window counter: at most `burst` units per window of
@@ -28,14 +28,25 @@ use crate::quota::Quota;
 /// # Packed state
 ///
 /// The state packs into one `u64` (see `pack_window`) so that the lock-free
-/// cell updates it with one compare-and-swap. The count takes as many bits as
-/// the burst needs (`k`, 1 to 32), the window index the other `64 − k`.
-/// That never runs out: a window holds at least `burst >= 2^(k−1)`
-/// nanoseconds (a quota allows at most one request per nanosecond), so by the
-/// time horizon (2^63 ns) the index is at most `2^(64−k)`. It is clamped to
+/// cell updates it with one compare-and-swap. The count takes `k` bits,
+/// as many as the window's length in nanoseconds needs, at most 32; the
+/// window index takes the other `64 − k`. The layout depends on the window
+/// alone, so every quota of one window packs alike
+/// ([`for_quota`](Algorithm::for_quota)): a burst is at most the window in
+/// nanoseconds (a quota allows at most one request per nanosecond) and at
+/// most `u32::MAX`, so it fits in `k` bits. The index never runs out: a
+/// window holds at least `2^(k−1)` nanoseconds, so by the time horizon
+/// (2^63 ns) the index is at most `2^(64−k)`. It is clamped to
 /// `2^(64−k) − 2`, so that time stops at most two windows early at the
-/// 292-year horizon, and so that no state packs to `u64::MAX`, the atomic cell's retired
-/// marker.
+/// 292-year horizon, and so that no state packs to `u64::MAX`, the atomic
+/// cell's retired marker.
+///
+/// # Several quotas
+///
+/// A key read under another quota of the same window
+/// ([`RateLimiter::check_with`](crate::RateLimiter::check_with)) keeps its
+/// count: the units it was admitted in this window count against that
+/// quota's burst.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FixedWindow {
     capacity: u32,
@@ -103,13 +114,25 @@ impl Algorithm for FixedWindow {
     type Admission = FixedWindowState;
 
     fn from_quota(quota: &Quota) -> Self {
-        let count_bits = u32::BITS - quota.burst().leading_zeros();
+        let window_ns = quota.burst_window_ns();
+        // The bits the window's length needs, at most 32: see "Packed state".
+        let count_bits = (u64::BITS - window_ns.leading_zeros()).min(u32::BITS);
         Self {
             capacity: quota.burst(),
-            window_ns: quota.burst_window_ns(),
+            window_ns,
             count_bits,
             max_window_index: (1_u64 << (u64::BITS - count_bits)) - 2,
         }
+    }
+
+    /// Every quota of the same burst window: the layout is the window's
+    /// (see "Packed state").
+    fn for_quota(&self, quota: &Quota) -> Result<Self, LayoutError> {
+        same_window(self.window_ns, quota)?;
+        Ok(Self {
+            capacity: quota.burst(),
+            ..*self
+        })
     }
 
     fn capacity(&self) -> u32 {

@@ -40,7 +40,7 @@ pub use sliding_window_counter::{SlidingWindowCounter, SlidingWindowCounterState
 pub use token_bucket::{TokenBucket, TokenBucketState};
 
 use crate::decision::Decision;
-use crate::error::CheckError;
+use crate::error::{CheckError, LayoutError};
 use crate::quota::Quota;
 
 /// A rate-limiting algorithm: constants derived from a [`Quota`], a per-key
@@ -76,6 +76,30 @@ pub trait Algorithm: Debug + Send + Sync + Sized + 'static {
 
     /// Builds the algorithm's constants from a validated quota.
     fn from_quota(quota: &Quota) -> Self;
+
+    /// The algorithm that decides by `quota` on the states this one keeps:
+    /// what lets one store hold keys checked under different quotas
+    /// ([`RateLimiter::check_with`](crate::RateLimiter::check_with)).
+    /// Each reads every state the other writes, packs it into the same
+    /// word, and judges it idle at the same readings, so that eviction by
+    /// either is exact for both.
+    ///
+    /// A state written under one quota is read under the other by what it
+    /// records: GCRA and the token bucket by the refill time a key's
+    /// admissions have booked, the window algorithms by the units counted
+    /// in each window (see each algorithm).
+    ///
+    /// # Errors
+    ///
+    /// [`LayoutError::WindowDiffers`] for a window algorithm and a quota of
+    /// another burst window, [`LayoutError::BurstDoesNotPack`] for a
+    /// sliding window counter whose word cannot hold the quota's burst,
+    /// and (the default, for an algorithm that does not implement it)
+    /// [`LayoutError::Unsupported`].
+    fn for_quota(&self, quota: &Quota) -> Result<Self, LayoutError> {
+        let _ = quota;
+        Err(LayoutError::Unsupported)
+    }
 
     /// The most unit requests a key can hold at once (the quota's burst).
     fn capacity(&self) -> u32;
@@ -245,6 +269,19 @@ pub fn validate_cost(cost: u32, capacity: u32) -> Result<u32, CheckError> {
         Err(CheckError::InsufficientCapacity { cost, capacity })
     } else {
         Ok(cost)
+    }
+}
+
+/// Checks that `quota` counts in windows of `window_ns`, as a window
+/// algorithm's [`for_quota`](Algorithm::for_quota) requires.
+fn same_window(window_ns: u64, quota: &Quota) -> Result<(), LayoutError> {
+    if quota.burst_window_ns() == window_ns {
+        Ok(())
+    } else {
+        Err(LayoutError::WindowDiffers {
+            limiter: std::time::Duration::from_nanos(window_ns),
+            quota: quota.burst_window(),
+        })
     }
 }
 

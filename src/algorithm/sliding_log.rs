@@ -2,10 +2,10 @@
 
 use std::collections::VecDeque;
 
-use super::{Algorithm, Verdict, to_u32, validate_cost};
+use super::{Algorithm, Verdict, same_window, to_u32, validate_cost};
 use crate::clock::clamp_time;
 use crate::decision::Decision;
-use crate::error::CheckError;
+use crate::error::{CheckError, LayoutError};
 use crate::quota::Quota;
 
 /// A sliding window log: remembers the instant of every admitted unit and
@@ -50,7 +50,7 @@ impl SlidingWindowLogState {
     }
 
     /// Timestamps the ring has room for without reallocating; never more than
-    /// the quota's burst.
+    /// the largest burst the key was admitted under.
     #[must_use]
     pub fn capacity(&self) -> usize {
         self.stamps_ns.capacity()
@@ -95,6 +95,15 @@ impl Algorithm for SlidingWindowLog {
             capacity: quota.burst(),
             window_ns: quota.burst_window_ns(),
         }
+    }
+
+    /// Every quota of the same burst window. A log read under a quota of
+    /// another burst keeps its stamps: the units admitted inside the
+    /// trailing window count against that quota's burst, and the ring grows
+    /// to at most the largest burst it was admitted under.
+    fn for_quota(&self, quota: &Quota) -> Result<Self, LayoutError> {
+        same_window(self.window_ns, quota)?;
+        Ok(Self::from_quota(quota))
     }
 
     fn capacity(&self) -> u32 {

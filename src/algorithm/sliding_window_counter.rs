@@ -2,10 +2,10 @@
 
 use std::cmp::Ordering;
 
-use super::{Algorithm, PackedAlgorithm, Receipt, Verdict, to_u32, validate_cost};
+use super::{Algorithm, PackedAlgorithm, Receipt, Verdict, same_window, to_u32, validate_cost};
 use crate::clock::{END_OF_TIME_NS, clamp_time};
 use crate::decision::Decision;
-use crate::error::CheckError;
+use crate::error::{CheckError, LayoutError};
 use crate::quota::Quota;
 
 /// A sliding window counter: counts per aligned window like
@@ -36,16 +36,18 @@ use crate::quota::Quota;
 /// and the default cell
 /// ([`Adaptive`](crate::cell::Adaptive)) updates it with one
 /// compare-and-swap: a denial is a load and a compare, and writes nothing.
-/// Both counts take as many bits as the burst needs (`k`, 1 to 31: a
-/// burst of 2^31 or more never packs), the window index the other
-/// `64 − 2k`, in that order from the top, and the index must reach the time
-/// horizon ([`END_OF_TIME_NS`] / window) without the all-ones word, the
-/// atomic cell's retired marker. That holds when the window is at least
-/// about `burst²` nanoseconds (an emission interval of at least about
-/// `burst` ns): 1 000 a second in bursts of 1 000 packs (a window of 1 s:
-/// two 10-bit counts and 44 index bits, for 2^33 windows), a million a
-/// second in bursts of a million does not (two 20-bit counts leave 24
-/// index bits, for 2^33 windows). A mixed-radix word (the index times
+/// Both counts take `k` bits, the most the window leaves room for (1 to
+/// 31), and the window index the other `64 − 2k`, in that order from the
+/// top; the index must reach the time horizon ([`END_OF_TIME_NS`] /
+/// window) without the all-ones word, the atomic cell's retired marker.
+/// `k` depends on the window alone, so every quota of one window packs
+/// alike ([`for_quota`](Algorithm::for_quota)), and a quota packs when its
+/// burst fits in `k` bits. That holds when the window is at least about
+/// `burst²` nanoseconds (an emission interval of at least about `burst`
+/// ns): a window of 1 s leaves two 15-bit counts and 34 index bits (for
+/// 2^33 windows), so 1 000 a second in bursts of 1 000 packs, and a
+/// million a second in bursts of a million does not (it would need two
+/// 20-bit counts, leaving 24 index bits for 2^33 windows). A mixed-radix word (the index times
 /// `(burst + 1)²` plus the counts) would pack windows down to about
 /// `(burst + 1)² / 2` ns, up to 4× shorter at power-of-two bursts, at the
 /// price of a division on every check; below that, no encoding can: the
@@ -206,13 +208,37 @@ impl Algorithm for SlidingWindowCounter {
 
     fn from_quota(quota: &Quota) -> Self {
         let window_ns = quota.burst_window_ns();
-        let count_bits = u32::BITS - quota.burst().leading_zeros();
+        // The widest counts the window leaves room for (0 if none).
+        let count_bits = (1..=31)
+            .rev()
+            .find(|&bits| every_state_packs(bits, window_ns))
+            .unwrap_or(0);
         Self {
             capacity: quota.burst(),
             window_ns,
             count_bits,
-            packs: every_state_packs(count_bits, window_ns),
+            packs: u32::BITS - quota.burst().leading_zeros() <= count_bits,
         }
+    }
+
+    /// Every quota of the same burst window, in this counter's form: a
+    /// counter that packs takes quotas whose burst fits its word; one that
+    /// does not keeps every quota's states behind its mutex. A key read
+    /// under a quota of another burst keeps its counts: the units counted
+    /// in each window weigh against that quota's burst.
+    fn for_quota(&self, quota: &Quota) -> Result<Self, LayoutError> {
+        same_window(self.window_ns, quota)?;
+        let burst = quota.burst();
+        if self.packs && u32::BITS - burst.leading_zeros() > self.count_bits {
+            return Err(LayoutError::BurstDoesNotPack {
+                burst,
+                max: to_u32((1_u64 << self.count_bits) - 1),
+            });
+        }
+        Ok(Self {
+            capacity: burst,
+            ..*self
+        })
     }
 
     fn capacity(&self) -> u32 {

@@ -4,7 +4,7 @@ use super::interval::Interval;
 use super::{Algorithm, Receipt, Verdict};
 use crate::clock::{clamp_time, saturating_nanos};
 use crate::decision::Decision;
-use crate::error::CheckError;
+use crate::error::{CheckError, LayoutError};
 use crate::quota::Quota;
 
 /// A token bucket: holds up to `burst` tokens, refills one token per emission
@@ -45,6 +45,14 @@ impl Algorithm for TokenBucket {
         Self {
             interval: Interval::from_quota(quota),
         }
+    }
+
+    /// Every quota: the state is the refill time booked (an instant or a
+    /// deficit), which any quota reads. A key read under a quota of
+    /// another rate keeps the time it booked, so the units it has left are
+    /// counted in the new quota's intervals.
+    fn for_quota(&self, quota: &Quota) -> Result<Self, LayoutError> {
+        Ok(Self::from_quota(quota))
     }
 
     fn capacity(&self) -> u32 {

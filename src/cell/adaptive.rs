@@ -5,8 +5,9 @@ use crate::error::CheckError;
 
 // How the cell works. The form is chosen when the cell is made, from the
 // counter it is made for, and never changes: every cell of one limiter
-// takes the same form, so the branch on it is the same on every check. A
-// cell must be used with the counter it was made for (as every cell: the
+// takes the same form (a counter's `for_quota` keeps its form), so the
+// branch on it is the same on every check. A cell must be used with the
+// counter it was made for or one of its `for_quota` (as every cell: the
 // packed word's layout is that counter's). Each form's protocol is its own
 // cell's, unchanged: the atomic form's compare-and-swap and retired word,
 // the locked form's critical section. The locked form lives in its own

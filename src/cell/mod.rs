@@ -50,11 +50,13 @@ use crate::error::CheckError;
 /// One key's state, shared between threads, with retirement.
 ///
 /// A cell is used with the algorithm it was made with (`new`,
-/// `with_state`): its word, where it packs one, is in that algorithm's
-/// layout, which another quota's algorithm reads otherwise. Used with
-/// another, its decisions are unspecified (they may be wrong, or panic);
-/// memory stays safe, as with a `HashMap` whose keys' `Hash` changes. The
-/// crate's stores and limiters hold one algorithm for all their cells.
+/// `with_state`) or one of that algorithm's
+/// [`for_quota`](Algorithm::for_quota): its word, where it packs one, is
+/// in that algorithm's layout, which another algorithm may read otherwise.
+/// Used with another, its decisions are unspecified (they may be wrong, or
+/// panic); memory stays safe, as with a `HashMap` whose keys' `Hash`
+/// changes. The crate's stores and limiters hold one algorithm for all
+/// their cells, and check with its `for_quota`.
 pub trait Cell<A: Algorithm>: private::Sealed<A> + Debug + Send + Sync + Sized {
     /// A fresh key's cell.
     fn new(algorithm: &A) -> Self;

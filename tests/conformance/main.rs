@@ -7,6 +7,7 @@
 
 #[path = "../support/contention.rs"]
 mod contention;
+mod mixed;
 mod suite;
 #[macro_use]
 mod store_suite;
@@ -79,6 +80,28 @@ conformance!(
 // `tests/stores.rs`.
 conformance!(
     sliding_counter_lock_free_locked_form,
+    SlidingWindowCounter,
+    LockFree::default().cells::<tollgate::cell::AlwaysLocked>()
+);
+
+// Mixed quotas: each limiter built with another quota than the test's,
+// every check carrying the test's own (`check_n_with`).
+conformance!(mixed fixed_window_global_mixed, FixedWindow, GlobalMutex);
+conformance!(mixed token_bucket_sharded_mixed, TokenBucket, Sharded::new(4));
+conformance!(mixed gcra_lock_free_mixed, Gcra, LockFree::default());
+conformance!(mixed fixed_window_lock_free_mixed, FixedWindow, LockFree::default());
+conformance!(mixed token_bucket_lock_free_mixed, TokenBucket, LockFree::default());
+conformance!(mixed sliding_log_lock_free_mixed, SlidingWindowLog, LockFree::default());
+conformance!(
+    mixed sliding_counter_lock_free_mixed,
+    SlidingWindowCounter,
+    LockFree::default()
+);
+conformance!(mixed sliding_log_per_key_mixed, SlidingWindowLog, PerKey::new());
+conformance!(mixed sliding_counter_sharded_mixed, SlidingWindowCounter, Sharded::new(4));
+conformance!(mixed gcra_global_mixed, Gcra, GlobalMutex);
+conformance!(
+    mixed sliding_counter_lock_free_locked_form_mixed,
     SlidingWindowCounter,
     LockFree::default().cells::<tollgate::cell::AlwaysLocked>()
 );
