@@ -74,6 +74,7 @@ mod passed;
 mod refusal;
 mod rule;
 mod service;
+mod tiers;
 
 pub use body::{LimitBody, RefusalBody};
 pub use fields::{RATELIMIT, RATELIMIT_POLICY};
@@ -87,6 +88,7 @@ pub use layer::{Builder, OnUnavailable, RateLimitLayer};
 pub use limit::{Checked, Failure, Limit, NoReceipt};
 pub use rule::{NameError, Rule};
 pub use service::RateLimit;
+pub use tiers::{TierError, Tiers};
 
 // The README's example is a doctest too (compiled, not run: it needs a
 // server).

@@ -8,7 +8,7 @@ use tollgate::algorithm::{Algorithm, Receipt};
 use tollgate::cell::CellFor;
 use tollgate::clock::Clock;
 use tollgate::store::{Key, StoreKind};
-use tollgate::{CheckError, Decision, DirectLimiter, Quota, RateLimiter};
+use tollgate::{CheckError, Decision, DirectLimiter, LayoutError, Quota, RateLimiter};
 
 /// A limiter the layer can check a request against, whatever decides it:
 /// an in-process [`RateLimiter`] or [`DirectLimiter`], or a backend that
@@ -25,7 +25,7 @@ use tollgate::{CheckError, Decision, DirectLimiter, Quota, RateLimiter};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let limiter: RateLimiter<u64> = RateLimiter::keyed(Quota::per_second(1)?);
-/// let checked = limiter.check_now(&7, 1).expect("decided in process")?;
+/// let checked = limiter.check_now(&7, 1, None).expect("decided in process")?;
 /// assert!(checked.decision.is_allowed());
 /// assert_eq!(checked.quota, Some(Quota::per_second(1)?));
 /// // GCRA admissions can be given back (as can the token bucket's and the
@@ -47,11 +47,29 @@ pub trait Limit<K: ?Sized>: Send + Sync + 'static {
     /// [`Checked::quota`].
     fn quota(&self) -> Quota;
 
-    /// Checks `cost` units for `key`, deciding now if this limiter can
-    /// without waiting; `None` if it must be asked through
-    /// [`check_n`](Limit::check_n).
-    fn check_now(&self, key: &K, cost: u32) -> Option<Result<Checked<Self::Receipt>, Failure>> {
-        let _ = (key, cost);
+    /// Whether checks can carry `quota` instead of the limiter's own (a
+    /// rule's [`Tiers`](crate::Tiers)). By default none can.
+    ///
+    /// # Errors
+    ///
+    /// The [`LayoutError`] every check carrying `quota` would fail with;
+    /// by default [`LayoutError::Unsupported`].
+    fn accepts(&self, quota: &Quota) -> Result<(), LayoutError> {
+        let _ = quota;
+        Err(LayoutError::Unsupported)
+    }
+
+    /// Checks `cost` units for `key`, under `quota` if given (one the
+    /// limiter [`accepts`](Limit::accepts)) and its own otherwise,
+    /// deciding now if this limiter can without waiting; `None` if it must
+    /// be asked through [`check_n`](Limit::check_n).
+    fn check_now(
+        &self,
+        key: &K,
+        cost: u32,
+        quota: Option<&Quota>,
+    ) -> Option<Result<Checked<Self::Receipt>, Failure>> {
+        let _ = (key, cost, quota);
         None
     }
 
@@ -63,16 +81,18 @@ pub trait Limit<K: ?Sized>: Send + Sync + 'static {
         &self,
         key: &K,
         cost: u32,
+        quota: Option<&Quota>,
     ) -> Option<Result<Checked<Self::Receipt>, Failure>> {
-        self.check_now(key, cost)
+        self.check_now(key, cost, quota)
     }
 
-    /// Checks `cost` units for `key` (all or nothing), waiting for the
-    /// backend's answer.
+    /// Checks `cost` units for `key` (all or nothing), under `quota` as
+    /// [`check_now`](Limit::check_now), waiting for the backend's answer.
     fn check_n(
         &self,
         key: &K,
         cost: u32,
+        quota: Option<&Quota>,
     ) -> impl Future<Output = Result<Checked<Self::Receipt>, Failure>> + Send;
 
     /// Gives back the admission `receipt` came with, if nothing else was
@@ -163,12 +183,21 @@ where
         *RateLimiter::quota(self)
     }
 
+    fn accepts(&self, quota: &Quota) -> Result<(), LayoutError> {
+        RateLimiter::accepts(self, quota)
+    }
+
     #[inline]
-    fn check_now(&self, key: &K, cost: u32) -> Option<Result<Checked<Self::Receipt>, Failure>> {
-        Some(checked(
-            self.check_n_receipt(key, cost),
-            RateLimiter::quota(self),
-        ))
+    fn check_now(
+        &self,
+        key: &K,
+        cost: u32,
+        quota: Option<&Quota>,
+    ) -> Option<Result<Checked<Self::Receipt>, Failure>> {
+        Some(match quota {
+            None => checked(self.check_n_receipt(key, cost), RateLimiter::quota(self)),
+            Some(quota) => checked(self.check_n_receipt_with(key, cost, quota), quota),
+        })
     }
 
     #[inline]
@@ -176,22 +205,25 @@ where
         &self,
         key: &K,
         cost: u32,
+        quota: Option<&Quota>,
     ) -> Option<Result<Checked<Self::Receipt>, Failure>> {
-        Some(checked(
-            self.check_n(key, cost).map(|decision| (decision, None)),
-            RateLimiter::quota(self),
-        ))
+        let (decided, quota) = match quota {
+            None => (self.check_n(key, cost), RateLimiter::quota(self)),
+            Some(quota) => (self.check_n_with(key, cost, quota), quota),
+        };
+        Some(checked(decided.map(|decision| (decision, None)), quota))
     }
 
     fn check_n(
         &self,
         key: &K,
         cost: u32,
+        quota: Option<&Quota>,
     ) -> impl Future<Output = Result<Checked<Self::Receipt>, Failure>> + Send {
-        ready(checked(
-            self.check_n_receipt(key, cost),
-            RateLimiter::quota(self),
-        ))
+        ready(match quota {
+            None => checked(self.check_n_receipt(key, cost), RateLimiter::quota(self)),
+            Some(quota) => checked(self.check_n_receipt_with(key, cost, quota), quota),
+        })
     }
 
     fn refund(&self, key: &K, receipt: Self::Receipt) -> bool {
@@ -215,6 +247,24 @@ fn checked<R>(
         .map_err(Failure::from)
 }
 
+/// A direct limiter's check, refused when it carries a quota.
+#[inline]
+fn direct_checked<A, C, P, R>(
+    limiter: &DirectLimiter<A, C, P>,
+    quota: Option<&Quota>,
+    check: impl FnOnce() -> Result<(Decision, Option<R>), CheckError>,
+) -> Result<Checked<R>, Failure>
+where
+    A: Algorithm,
+    C: Clock,
+    P: CellFor<A>,
+{
+    if quota.is_some() {
+        return Err(Failure::from(CheckError::Layout(LayoutError::Unsupported)));
+    }
+    checked(check(), DirectLimiter::quota(limiter))
+}
+
 /// Holds every request to one budget: the key is ignored.
 impl<K, A, C, P> Limit<K> for DirectLimiter<A, C, P>
 where
@@ -230,12 +280,16 @@ where
         *DirectLimiter::quota(self)
     }
 
+    /// One budget has one quota: a carried one is refused
+    /// ([`LayoutError::Unsupported`], as [`Limit::accepts`] says).
     #[inline]
-    fn check_now(&self, _key: &K, cost: u32) -> Option<Result<Checked<Self::Receipt>, Failure>> {
-        Some(checked(
-            self.check_n_receipt(cost),
-            DirectLimiter::quota(self),
-        ))
+    fn check_now(
+        &self,
+        _key: &K,
+        cost: u32,
+        quota: Option<&Quota>,
+    ) -> Option<Result<Checked<Self::Receipt>, Failure>> {
+        Some(direct_checked(self, quota, || self.check_n_receipt(cost)))
     }
 
     #[inline]
@@ -243,22 +297,20 @@ where
         &self,
         _key: &K,
         cost: u32,
+        quota: Option<&Quota>,
     ) -> Option<Result<Checked<Self::Receipt>, Failure>> {
-        Some(checked(
-            self.check_n(cost).map(|decision| (decision, None)),
-            DirectLimiter::quota(self),
-        ))
+        Some(direct_checked(self, quota, || {
+            self.check_n(cost).map(|decision| (decision, None))
+        }))
     }
 
     fn check_n(
         &self,
         _key: &K,
         cost: u32,
+        quota: Option<&Quota>,
     ) -> impl Future<Output = Result<Checked<Self::Receipt>, Failure>> + Send {
-        ready(checked(
-            self.check_n_receipt(cost),
-            DirectLimiter::quota(self),
-        ))
+        ready(direct_checked(self, quota, || self.check_n_receipt(cost)))
     }
 
     fn refund(&self, _key: &K, receipt: Self::Receipt) -> bool {
@@ -270,7 +322,7 @@ where
 mod redis {
     use std::future::Future;
 
-    use tollgate::Quota;
+    use tollgate::{CheckError, LayoutError, Quota};
     use tollgate_redis::{Enforced, Error, RedisLimiter, Scripted};
 
     use super::{Checked, Failure, Limit, NoReceipt};
@@ -293,13 +345,20 @@ mod redis {
             *RedisLimiter::quota(self)
         }
 
+        /// Carries no quota yet: a carried one is refused
+        /// ([`LayoutError::Unsupported`], as [`Limit::accepts`] says).
         fn check_n(
             &self,
             key: &K,
             cost: u32,
+            quota: Option<&Quota>,
         ) -> impl Future<Output = Result<Checked<NoReceipt>, Failure>> + Send {
+            let carried = quota.is_some();
             let checked = self.check_n_enforced(key.as_ref(), cost);
             async move {
+                if carried {
+                    return Err(Failure::from(CheckError::Layout(LayoutError::Unsupported)));
+                }
                 checked
                     .await
                     .map(|enforced: Enforced| Checked {
@@ -329,9 +388,18 @@ where
         (**self).quota()
     }
 
+    fn accepts(&self, quota: &Quota) -> Result<(), LayoutError> {
+        (**self).accepts(quota)
+    }
+
     #[inline]
-    fn check_now(&self, key: &K, cost: u32) -> Option<Result<Checked<L::Receipt>, Failure>> {
-        (**self).check_now(key, cost)
+    fn check_now(
+        &self,
+        key: &K,
+        cost: u32,
+        quota: Option<&Quota>,
+    ) -> Option<Result<Checked<L::Receipt>, Failure>> {
+        (**self).check_now(key, cost, quota)
     }
 
     #[inline]
@@ -339,16 +407,18 @@ where
         &self,
         key: &K,
         cost: u32,
+        quota: Option<&Quota>,
     ) -> Option<Result<Checked<L::Receipt>, Failure>> {
-        (**self).check_now_without_receipt(key, cost)
+        (**self).check_now_without_receipt(key, cost, quota)
     }
 
     fn check_n(
         &self,
         key: &K,
         cost: u32,
+        quota: Option<&Quota>,
     ) -> impl Future<Output = Result<Checked<L::Receipt>, Failure>> + Send {
-        (**self).check_n(key, cost)
+        (**self).check_n(key, cost, quota)
     }
 
     fn refund(&self, key: &K, receipt: L::Receipt) -> bool {

@@ -9,11 +9,12 @@ use std::sync::Arc;
 
 use crate::head::RequestHead;
 use http::HeaderValue;
-use tollgate::Quota;
+use tollgate::{LayoutError, Quota};
 
 use crate::fields::{RuleJson, is_field_string, limit_prefix, policy_item};
 use crate::key::{KeyError, KeyExtractor};
 use crate::limit::{Checked, Failure, Limit};
+use crate::tiers::{Table, TierError, Tiers};
 
 /// Gives an admission back: the units given back, if it could be (see
 /// [`Limit::refund`]).
@@ -73,6 +74,7 @@ pub struct Rule {
     check: Box<dyn Check>,
     when: Option<Predicate>,
     cost: Option<CostFn>,
+    tiers: Option<Table>,
 }
 
 /// A policy name that cannot go in a structured field.
@@ -113,7 +115,29 @@ impl Rule {
             }),
             when: None,
             cost: None,
+            tiers: None,
         })
+    }
+
+    /// Checks each request's key under the quota of the request's tier
+    /// (see [`Tiers`]), and the limiter's own for a request of no listed
+    /// tier. `RateLimit-Policy` then advertises, for each response, the
+    /// quota that decided it, under the rule's name.
+    ///
+    /// # Errors
+    ///
+    /// [`TierError::Layout`] for a tier whose quota the rule's limiter
+    /// cannot check its keys under ([`Limit::accepts`]: a window
+    /// algorithm's quota of another window, a limiter that takes no quota
+    /// but its own), and [`TierError::Duplicate`] for a name listed twice.
+    pub fn tiers(mut self, tiers: Tiers) -> Result<Self, TierError> {
+        let name = &self.name;
+        self.tiers = Some(Table::new(
+            tiers,
+            |quota| self.check.accepts(quota),
+            |quota| policy_value(name, quota),
+        )?);
+        Ok(self)
     }
 
     /// Applies the limit only to requests for which `predicate` holds (a
@@ -143,11 +167,13 @@ impl Rule {
     }
 
     /// Returns this rule's `RateLimit-Policy` item for a decision made by
-    /// `quota`: the one made once for the limiter's own, else one made now
-    /// (a backend's fallback decided).
+    /// `quota`: the one made once for the limiter's own or a tier's, else
+    /// one made now (a backend's fallback decided).
     pub(crate) fn policy(&self, quota: &Quota) -> Option<HeaderValue> {
         if *quota == self.quota {
             Some(self.policy.clone())
+        } else if let Some(policy) = self.tiers.as_ref().and_then(|tiers| tiers.policy(quota)) {
+            Some(policy.clone())
         } else {
             policy_value(&self.name, quota)
         }
@@ -174,7 +200,8 @@ impl Rule {
         if cost == 0 {
             return Step::Skip;
         }
-        self.check.start(request, cost, keep)
+        let quota = self.tiers.as_ref().and_then(|tiers| tiers.quota(request));
+        self.check.start(request, cost, keep, quota)
     }
 }
 
@@ -185,6 +212,7 @@ impl fmt::Debug for Rule {
             .field("policy", &self.policy)
             .field("when", &self.when.is_some())
             .field("cost", &self.cost.is_some())
+            .field("tiers", &self.tiers.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -226,7 +254,15 @@ pub(crate) enum Step {
 
 /// A limiter and its key extractor, with their types erased.
 trait Check: Send + Sync {
-    fn start(&self, request: &RequestHead<'_>, cost: u32, keep: Keep) -> Step;
+    fn accepts(&self, quota: &Quota) -> Result<(), LayoutError>;
+
+    fn start(
+        &self,
+        request: &RequestHead<'_>,
+        cost: u32,
+        keep: Keep,
+        quota: Option<&Quota>,
+    ) -> Step;
 }
 
 struct Bound<L, E> {
@@ -239,16 +275,26 @@ where
     E: KeyExtractor,
     L: Limit<E::Key>,
 {
-    fn start(&self, request: &RequestHead<'_>, cost: u32, keep: Keep) -> Step {
+    fn accepts(&self, quota: &Quota) -> Result<(), LayoutError> {
+        self.limiter.accepts(quota)
+    }
+
+    fn start(
+        &self,
+        request: &RequestHead<'_>,
+        cost: u32,
+        keep: Keep,
+        quota: Option<&Quota>,
+    ) -> Step {
         let key = match self.extractor.extract(request) {
             Ok(key) => key,
             Err(error) => return Step::NoKey(error),
         };
         let refundable = keep == Keep::Refund;
         let decided = if refundable {
-            self.limiter.check_now(&key, cost)
+            self.limiter.check_now(&key, cost, quota)
         } else {
-            self.limiter.check_now_without_receipt(&key, cost)
+            self.limiter.check_now_without_receipt(&key, cost, quota)
         };
         if let Some(decided) = decided {
             if keep == Keep::Nothing
@@ -261,8 +307,9 @@ where
             );
         }
         let limiter = Arc::clone(&self.limiter);
+        let quota = quota.copied();
         Step::Pending(Box::pin(async move {
-            let checked = limiter.check_n(&key, cost).await?;
+            let checked = limiter.check_n(&key, cost, quota.as_ref()).await?;
             Ok(with_refund(&limiter, key, cost, checked, refundable))
         }))
     }

@@ -11,7 +11,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use support::{Server, client, list, retry_after, send};
 use tollgate::{Builder, Quota, RateLimiter};
-use tollgate_http::{Header, IpKey, IpNet, KeyFn, PeerIp, RateLimitLayer, Rule};
+use tollgate_http::{Header, IpKey, IpNet, KeyFn, PeerIp, RateLimitLayer, Rule, Tiers};
 
 fn per_ip(quota: Quota, peer: PeerIp) -> Rule {
     Rule::new("per-ip", RateLimiter::<IpKey>::keyed(quota), peer).unwrap()
@@ -715,4 +715,117 @@ async fn a_token_bucket_or_fixed_window_admission_is_given_back_on_a_later_refus
         let limit = list(denied.headers(), "ratelimit");
         assert_eq!((limit[0].name.as_str(), limit[0].param("r")), ("per-ip", 9));
     }
+}
+
+#[tokio::test]
+async fn each_tier_is_held_to_its_own_quota_and_advertises_it() {
+    let rule = per_key(Quota::per_minute(2).unwrap())
+        .tiers(
+            Tiers::header(HeaderName::from_static("x-plan"))
+                .tier("pro", Quota::per_minute(5).unwrap()),
+        )
+        .unwrap();
+    let server = Server::start(layer([rule])).await;
+    let client = client();
+    let url = server.url("/");
+    let pro = [("x-api-key", "alice"), ("x-plan", "pro")];
+    let (admitted, denied) = send(&client, &url, &pro, 6).await;
+    assert_eq!(admitted, 5);
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    let policy = list(denied.headers(), "ratelimit-policy");
+    assert_eq!(policy[0].name, "per-key");
+    assert_eq!((policy[0].param("q"), policy[0].param("w")), (5, 60));
+    assert_eq!(retry_after(denied.headers()), 12);
+    // No tier, and a tier not listed: the limiter's own quota.
+    for plan in [None, Some("gold")] {
+        let key = format!("bob-{plan:?}");
+        let mut headers = vec![("x-api-key", key.as_str())];
+        headers.extend(plan.map(|plan| ("x-plan", plan)));
+        let (admitted, denied) = send(&client, &url, &headers, 3).await;
+        assert_eq!(admitted, 2, "{plan:?}");
+        let policy = list(denied.headers(), "ratelimit-policy");
+        assert_eq!((policy[0].param("q"), policy[0].param("w")), (2, 60));
+    }
+    // The same key under the free quota reads what the pro quota booked:
+    // 5 of 5 intervals of 12 s, more than the free quota's 60 s allows.
+    let (admitted, denied) = send(&client, &url, &[("x-api-key", "alice")], 1).await;
+    assert_eq!(admitted, 0);
+    assert_eq!(list(denied.headers(), "ratelimit")[0].param("r"), 0);
+}
+
+#[tokio::test]
+async fn a_function_of_the_request_names_its_tier() {
+    let rule = per_key(Quota::per_hour(1).unwrap())
+        .tiers(
+            Tiers::by(|request| (request.uri().query() == Some("bulk")).then_some("bulk"))
+                .tier("bulk", Quota::per_hour(3).unwrap()),
+        )
+        .unwrap();
+    let server = Server::start(layer([rule])).await;
+    let client = client();
+    let key = [("x-api-key", "alice")];
+    let (admitted, _) = send(&client, &server.url("/?bulk"), &key, 4).await;
+    assert_eq!(admitted, 3);
+    let (admitted, _) = send(&client, &server.url("/"), &[("x-api-key", "bob")], 2).await;
+    assert_eq!(admitted, 1);
+}
+
+#[test]
+fn tiers_a_limiter_cannot_take_are_refused_when_the_rule_is_made() {
+    use tollgate::LayoutError;
+    use tollgate::algorithm::FixedWindow;
+    use tollgate_http::TierError;
+
+    let windows = Builder::new(Quota::per_minute(10).unwrap())
+        .algorithm::<FixedWindow>()
+        .build::<tollgate_http::HeaderKey>();
+    let rule = Rule::new(
+        "per-key",
+        windows,
+        Header::new(HeaderName::from_static("x-api-key")),
+    )
+    .unwrap();
+    let refused = rule
+        .tiers(
+            Tiers::header(HeaderName::from_static("x-plan"))
+                .tier("pro", Quota::per_minute(100).unwrap())
+                .tier("fast", Quota::per_second(10).unwrap()),
+        )
+        .unwrap_err();
+    assert_eq!(
+        refused,
+        TierError::Layout {
+            tier: "fast".into(),
+            error: LayoutError::WindowDiffers {
+                limiter: Duration::from_secs(60),
+                quota: Duration::from_secs(1),
+            },
+        }
+    );
+    let twice = per_key(Quota::per_minute(1).unwrap())
+        .tiers(
+            Tiers::header(HeaderName::from_static("x-plan"))
+                .tier("pro", Quota::per_minute(100).unwrap())
+                .tier("pro", Quota::per_minute(200).unwrap()),
+        )
+        .unwrap_err();
+    assert_eq!(twice, TierError::Duplicate("pro".into()));
+    // One budget takes one quota.
+    let direct = Rule::new(
+        "global",
+        tollgate::DirectLimiter::direct(Quota::per_second(1).unwrap()),
+        KeyFn::new(|_: &tollgate_http::RequestHead<'_>| Some(())),
+    )
+    .unwrap()
+    .tiers(
+        Tiers::header(HeaderName::from_static("x-plan")).tier("pro", Quota::per_second(2).unwrap()),
+    )
+    .unwrap_err();
+    assert_eq!(
+        direct,
+        TierError::Layout {
+            tier: "pro".into(),
+            error: LayoutError::Unsupported,
+        }
+    );
 }
