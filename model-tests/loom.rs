@@ -1217,3 +1217,73 @@ fn canary_keep_every_replaced_table_is_caught() {
         stalled_reader_keeps_two_replaced_tables,
     );
 }
+
+// ---------------------------------------------------------------------------
+// All or nothing: `check_all` and the refunds behind it.
+
+/// Two requests through a per-user limit (a fixed window of 3 a key on the
+/// lock-free store) and a shared one (GCRA, burst 1), all or nothing, while
+/// a third thread checks the per-user limit alone. The shared limit admits
+/// exactly one request; the other's per-user unit is given back whatever
+/// the interleaving of its refund with the third thread's admission, so
+/// the per-user key holds exactly two units: one more is admitted, then
+/// none.
+fn all_or_nothing() {
+    let clock = ManualClock::new();
+    let per_user = Arc::new(
+        Builder::new(Quota::per_hour(3).unwrap())
+            .algorithm::<FixedWindow>()
+            .store(LockFree::new(1).with_hasher(FixedHasher::default()))
+            .clock(clock.clone())
+            .build::<u64>(),
+    );
+    let shared = one_table(Quota::per_hour(1).unwrap(), &clock);
+    let requests: Vec<_> = (0..2)
+        .map(|_| {
+            let (per_user, shared) = (Arc::clone(&per_user), Arc::clone(&shared));
+            thread::spawn(move || {
+                tollgate::check_all([&per_user.on(&1), &shared.on(&0)])
+                    .unwrap()
+                    .is_allowed()
+            })
+        })
+        .collect();
+    let alone = {
+        let per_user = Arc::clone(&per_user);
+        thread::spawn(move || per_user.check(&1).unwrap().is_allowed())
+    };
+    let admitted = requests
+        .into_iter()
+        .map(|handle| u32::from(handle.join().unwrap()))
+        .sum::<u32>();
+    assert!(alone.join().unwrap());
+    assert_eq!(admitted, 1, "the shared limit admits one");
+    let kept = per_user.check(&1).unwrap().is_allowed();
+    let over = per_user.check(&1).unwrap().is_allowed();
+    assert!(
+        kept && !over,
+        "per-user units wrong: one more admitted {kept}, two more {over}"
+    );
+}
+
+#[test]
+fn all_or_nothing_gives_back_the_refused_request() {
+    // Bound 3: 151 513 executions, 14 s (release build, the 2-core VM).
+    explore("all or nothing", 3, all_or_nothing);
+}
+
+#[test]
+fn canary_update_without_cas_is_caught() {
+    canary_in_child(
+        "canary_update_without_cas_is_caught",
+        "per-user units wrong",
+        || {
+            explore_with(
+                Some(Canary::UpdateWithoutCas),
+                "canary: a refund stores instead of CAS",
+                2,
+                all_or_nothing,
+            );
+        },
+    );
+}

@@ -182,6 +182,7 @@
 #![allow(clippy::module_name_repetitions)]
 
 pub mod algorithm;
+mod all;
 pub mod builder;
 pub mod cell;
 pub mod clock;
@@ -260,6 +261,7 @@ pub mod lab_hooks {
     }
 }
 
+pub use all::{AllChecked, AllError, Charge, On, OnBudget, check_all};
 pub use builder::Builder;
 pub use decision::Decision;
 pub use error::{CheckError, LayoutError, QuotaError};

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::algorithm::{Algorithm, Gcra, Receipt};
+use crate::algorithm::{Algorithm, Gcra, Receipt, Refund};
 use crate::builder::Builder;
 use crate::cell::{Cell, CellFor, Preferred};
 use crate::clock::{Clock, TscClock};
@@ -257,14 +257,14 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
             .peek(key, &self.algorithm, self.clock.now_ns(), 1)
     }
 
-    /// [`check_n`](RateLimiter::check_n), and for an admission the
-    /// algorithm can give back ([`Algorithm::receipt`]: GCRA's, the token
-    /// bucket's and the fixed window's), a receipt
-    /// for [`refund`](RateLimiter::refund). A limiter whose key cap admits
+    /// [`check_n`](RateLimiter::check_n), and for an admission a receipt
+    /// for [`refund`](RateLimiter::refund) ([`Algorithm::receipt`]). A
+    /// limiter whose key cap admits
     /// new keys untracked ([`WhenFull::AdmitUntracked`](crate::store::WhenFull::AdmitUntracked))
     /// gives none: an untracked admission stores nothing to give back.
     ///
     /// ```
+    /// use tollgate::algorithm::Refund;
     /// use tollgate::{Quota, RateLimiter};
     ///
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
@@ -273,7 +273,7 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     /// let (decision, receipt) = limiter.check_n_receipt("alice", 1)?;
     /// assert!(decision.is_allowed());
     /// // Another limit refused the request: give this admission back.
-    /// assert!(limiter.refund("alice", receipt.unwrap()));
+    /// assert_eq!(limiter.refund("alice", receipt.unwrap()), Refund::Full);
     /// assert!(limiter.check("alice")?.is_allowed());
     /// # Ok(())
     /// # }
@@ -289,7 +289,7 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
         &self,
         key: &Q,
         n: u32,
-    ) -> Result<(Decision, Option<Receipt<A::State>>), CheckError> {
+    ) -> Result<(Decision, Option<Receipt>), CheckError> {
         self.check_by_receipt(key, &self.algorithm, n)
     }
 
@@ -311,7 +311,7 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
         key: &Q,
         n: u32,
         quota: &Quota,
-    ) -> Result<(Decision, Option<Receipt<A::State>>), CheckError> {
+    ) -> Result<(Decision, Option<Receipt>), CheckError> {
         self.check_by_receipt(key, &self.algorithm.for_quota(quota)?, n)
     }
 
@@ -324,7 +324,7 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
         key: &Q,
         algorithm: &A,
         n: u32,
-    ) -> Result<(Decision, Option<Receipt<A::State>>), CheckError> {
+    ) -> Result<(Decision, Option<Receipt>), CheckError> {
         let now_ns = self.clock.now_ns();
         let decision = self.store.check(key, algorithm, now_ns, n)?;
         let receipt = if self.receipts {
@@ -335,22 +335,42 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
         Ok((decision, receipt))
     }
 
-    /// Gives back the admission `receipt` came with, if nothing else has
-    /// been admitted on `key` since: every decision from now on is then
-    /// the one it would have been without that admission. Returns whether
-    /// it did; an admission that others followed stays charged (taking it
-    /// back then could admit more than the quota).
+    /// Gives back the admission `receipt` came with (a request another
+    /// limit refused), as far as it can without admitting more than the
+    /// quota; returns how much ([`Refund`]).
+    ///
+    /// - The window algorithms give it all back ([`Refund::Full`]) while
+    ///   the key counts in its window (or, for the sliding counter, the one
+    ///   after): every decision from then on is the one it would have been
+    ///   without that admission. Once the window has passed there is
+    ///   nothing left to give back ([`Refund::Nothing`]).
+    /// - GCRA and the token bucket give it all back if no other admission
+    ///   followed it on the key. If others did, they give back its refill
+    ///   time less the time elapsed since it was decided (and a
+    ///   microsecond's margin for the clock): [`Refund::Partial`], nearly
+    ///   all of it for a refund made at once.
+    ///
+    /// Between the admission and its refund, other checks of the key see
+    /// it charged: they may be denied where they would not have been
+    /// (over-denial), never admitted where they would not have been. See
+    /// note 11, "All or nothing", for the argument and its one exception:
+    /// a window algorithm's check whose clock reading was older than the
+    /// window the key already counted in stays charged in that window.
     ///
     /// # Panics
     ///
     /// As [`check`](RateLimiter::check), for this key's user code.
     #[allow(clippy::needless_pass_by_value)] // consumed: a receipt gives back once
-    pub fn refund<Q: Lookup<K> + ?Sized>(&self, key: &Q, receipt: Receipt<A::State>) -> bool
-    where
-        A::State: PartialEq + Clone,
-    {
-        self.store
-            .compare_exchange(key, &self.algorithm, receipt.written(), receipt.restored())
+    pub fn refund<Q: Lookup<K> + ?Sized>(&self, key: &Q, receipt: Receipt) -> Refund {
+        let refund = std::cell::Cell::new(Refund::Nothing);
+        let changed = self.store.update(key, &self.algorithm, |state| {
+            released(&self.algorithm, state, &receipt, &self.clock, &refund)
+        });
+        if changed {
+            refund.get()
+        } else {
+            Refund::Nothing
+        }
     }
 
     /// The quota every key is held to.
@@ -396,6 +416,23 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> fmt::Debug for RateLimi
             .field("store", &self.store)
             .finish_non_exhaustive()
     }
+}
+
+/// The change a refund makes to a key's `state`: the algorithm's release,
+/// with a reading taken now (after the state was loaded, as
+/// [`Algorithm::release`] asks) if the clock's readings are ordered,
+/// noting how much it gives back in `refund`.
+fn released<A: Algorithm>(
+    algorithm: &A,
+    state: &A::State,
+    receipt: &Receipt,
+    clock: &impl Clock,
+    refund: &std::cell::Cell<Refund>,
+) -> Option<A::State> {
+    let now_ns = clock.ordered().then(|| clock.now_ns());
+    let (released, given) = algorithm.release(state, receipt, now_ns)?;
+    refund.set(given);
+    Some(released)
 }
 
 /// Only stores retire cells (eviction, migration); a direct limiter's cell is
@@ -486,10 +523,7 @@ impl<A: Algorithm, C: Clock, P: CellFor<A>> DirectLimiter<A, C, P> {
     #[inline]
     #[allow(clippy::missing_panics_doc)] // NEVER_RETIRED: an internal invariant
     #[allow(clippy::type_complexity)]
-    pub fn check_n_receipt(
-        &self,
-        n: u32,
-    ) -> Result<(Decision, Option<Receipt<A::State>>), CheckError> {
+    pub fn check_n_receipt(&self, n: u32) -> Result<(Decision, Option<Receipt>), CheckError> {
         let now_ns = self.clock.now_ns();
         let decision = self
             .cell
@@ -498,17 +532,23 @@ impl<A: Algorithm, C: Clock, P: CellFor<A>> DirectLimiter<A, C, P> {
         Ok((decision, self.algorithm.receipt(&decision, now_ns, n)))
     }
 
-    /// Gives back the admission `receipt` came with, if nothing else has
-    /// been admitted since, as [`RateLimiter::refund`].
+    /// Gives back the admission `receipt` came with, as
+    /// [`RateLimiter::refund`].
     #[allow(clippy::missing_panics_doc)] // NEVER_RETIRED: an internal invariant
     #[allow(clippy::needless_pass_by_value)] // consumed: a receipt gives back once
-    pub fn refund(&self, receipt: Receipt<A::State>) -> bool
-    where
-        A::State: PartialEq + Clone,
-    {
-        self.cell
-            .compare_exchange(&self.algorithm, receipt.written(), receipt.restored())
-            .expect(NEVER_RETIRED)
+    pub fn refund(&self, receipt: Receipt) -> Refund {
+        let refund = std::cell::Cell::new(Refund::Nothing);
+        let changed = self
+            .cell
+            .update(&self.algorithm, |state| {
+                released(&self.algorithm, state, &receipt, &self.clock, &refund)
+            })
+            .expect(NEVER_RETIRED);
+        if changed {
+            refund.get()
+        } else {
+            Refund::Nothing
+        }
     }
 
     /// The quota the limiter enforces.

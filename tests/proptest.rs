@@ -358,3 +358,104 @@ fn latest_seen(outcomes: &[(u64, u64, u32, bool)], key: u64) -> Vec<(u64, u32)> 
         })
         .collect()
 }
+
+// --- Refunds -----------------------------------------------------------------
+
+/// One request on one key: move the clock forward by `advance_ns`, then
+/// check `cost` units keeping the receipt, or, for `refund`, give back the
+/// admission of an outstanding receipt (the `cost`-th, counted round the
+/// list). Forward only: what a refund promises is on the key's time line
+/// as the clock moves forward (see note 11 for a clock that steps back).
+#[derive(Debug, Clone, Copy)]
+struct RefundStep {
+    advance_ns: u64,
+    refund: bool,
+    cost: u32,
+}
+
+fn refund_steps() -> impl Strategy<Value = Vec<RefundStep>> {
+    prop::collection::vec(
+        (0_u64..2_000_000_000, prop::bool::weighted(0.4), 1_u32..=3).prop_map(
+            |(advance_ns, refund, cost)| RefundStep {
+                // Many steps at the same instant, where refunds race most.
+                advance_ns: advance_ns % 3 * (advance_ns / 3 % 700_000_000),
+                refund,
+                cost,
+            },
+        ),
+        1..150,
+    )
+}
+
+/// Runs `steps` with refunds, then replays the admissions that stayed
+/// charged (all but those a refund gave back in full or in part) on a
+/// fresh limiter at the same readings: it must admit every one. That is
+/// what "a refund never admits more than the quota" means: what the key
+/// kept is a schedule the quota allows.
+fn refunds_keep_a_feasible_schedule<A: Algorithm, S: StoreKind<u64, A>>(
+    quota: Quota,
+    store: S,
+    steps: &[RefundStep],
+) -> Result<(), TestCaseError> {
+    use tollgate::algorithm::Refund;
+
+    let clock = ManualClock::new();
+    let subject = limiter::<A, S>(quota, store, &clock);
+    let mut now_ns = 10_000_000_000_u64;
+    // (reading, cost, given back)
+    let mut admissions: Vec<(u64, u32, bool)> = Vec::new();
+    let mut outstanding: Vec<(usize, tollgate::algorithm::Receipt)> = Vec::new();
+    clock.set_ns(now_ns);
+    for step in steps {
+        now_ns += step.advance_ns;
+        clock.set_ns(now_ns);
+        if step.refund {
+            if outstanding.is_empty() {
+                continue;
+            }
+            let (index, receipt) = outstanding.swap_remove(step.cost as usize % outstanding.len());
+            match subject.refund(&1, receipt) {
+                Refund::Full | Refund::Partial => admissions[index].2 = true,
+                Refund::Nothing => {}
+            }
+        } else if step.cost <= quota.burst() {
+            let (decision, receipt) = subject.check_n_receipt(&1, step.cost).unwrap();
+            if decision.is_allowed() {
+                outstanding.push((admissions.len(), receipt.unwrap()));
+                admissions.push((now_ns, step.cost, false));
+            }
+        }
+    }
+    let replay_clock = ManualClock::new();
+    let replay = limiter::<A, _>(quota, GlobalMutex, &replay_clock);
+    for &(at_ns, cost, given_back) in &admissions {
+        if given_back {
+            continue;
+        }
+        replay_clock.set_ns(at_ns);
+        let decision = replay.check_n(&1, cost).unwrap();
+        prop_assert!(
+            decision.is_allowed(),
+            "{}: kept {} units at {} ns: {:?} in {:?}",
+            std::any::type_name::<A>(),
+            cost,
+            at_ns,
+            decision,
+            admissions
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn refunds_never_admit_more_than_the_quota(quota in quotas(), steps in refund_steps()) {
+        refunds_keep_a_feasible_schedule::<Gcra, _>(quota, LockFree::default(), &steps)?;
+        refunds_keep_a_feasible_schedule::<TokenBucket, _>(quota, GlobalMutex, &steps)?;
+        refunds_keep_a_feasible_schedule::<FixedWindow, _>(quota, LockFree::default(), &steps)?;
+        refunds_keep_a_feasible_schedule::<SlidingWindowCounter, _>(quota, LockFree::default(), &steps)?;
+        refunds_keep_a_feasible_schedule::<SlidingWindowLog, _>(quota, GlobalMutex, &steps)?;
+    }
+}

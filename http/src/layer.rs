@@ -39,15 +39,16 @@ pub enum OnUnavailable {
 /// Each request is checked against every rule that applies to it, in the
 /// order the rules were added. The first refusal answers the request,
 /// which goes no further: the rules after it are not checked (nor
-/// charged), and the admissions of the rules before it are given back
-/// where that cannot admit more than their quotas, that is, where nothing
-/// else was admitted on the same key since (in process, for GCRA, token
-/// bucket and fixed window limits; see [`Limit::refund`](crate::Limit::refund)). A key shared by many
-/// requests at once (a [`Global`](crate::Global) limit under load) is
-/// rarely left untouched for that long: put the most specific limits
-/// (per key, per user) before the shared ones, so that what they refuse
-/// never reaches the shared budget. The same holds for a request dropped
-/// while a limit waits for its backend.
+/// charged), and the admissions of the rules before it are given back as
+/// far as that cannot admit more than their quotas (in process, see
+/// [`Limit::refund`](crate::Limit::refund): in full for the window
+/// algorithms; for GCRA and the token bucket in full, or, when other
+/// requests were admitted on the same key since, all but the time elapsed
+/// since). Requests checked meanwhile may see the charge and be refused
+/// (over-denial, never over-admission): put the most specific limits (per
+/// key, per user) before the shared ones, so that what they refuse never
+/// reaches the shared budget. The same holds for a request dropped while
+/// a limit waits for its backend.
 ///
 /// A refusal is a 429 with `Retry-After` in whole seconds rounded up
 /// (never 0), the `RateLimit-Policy` and `RateLimit` fields of

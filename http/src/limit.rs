@@ -4,7 +4,7 @@
 use std::error::Error;
 use std::future::{Future, ready};
 
-use tollgate::algorithm::{Algorithm, Receipt};
+use tollgate::algorithm::{Algorithm, Receipt, Refund};
 use tollgate::cell::CellFor;
 use tollgate::clock::Clock;
 use tollgate::store::{Key, StoreKind};
@@ -20,6 +20,7 @@ use tollgate::{CheckError, Decision, DirectLimiter, LayoutError, Quota, RateLimi
 /// others.
 ///
 /// ```
+/// use tollgate::algorithm::Refund;
 /// use tollgate::{Quota, RateLimiter};
 /// use tollgate_http::Limit;
 ///
@@ -30,7 +31,7 @@ use tollgate::{CheckError, Decision, DirectLimiter, LayoutError, Quota, RateLimi
 /// assert_eq!(checked.quota, Some(Quota::per_second(1)?));
 /// // GCRA admissions can be given back (as can the token bucket's and the
 /// // fixed window's).
-/// assert!(Limit::refund(&limiter, &7, checked.receipt.unwrap()));
+/// assert_eq!(Limit::refund(&limiter, &7, checked.receipt.unwrap()), Refund::Full);
 /// assert_eq!(Limit::<u64>::quota(&limiter).limit(), 1);
 /// # Ok(())
 /// # }
@@ -95,12 +96,12 @@ pub trait Limit<K: ?Sized>: Send + Sync + 'static {
         quota: Option<&Quota>,
     ) -> impl Future<Output = Result<Checked<Self::Receipt>, Failure>> + Send;
 
-    /// Gives back the admission `receipt` came with, if nothing else was
-    /// admitted on `key` since (so that giving it back cannot admit more
-    /// than the quota); returns whether it did.
-    fn refund(&self, key: &K, receipt: Self::Receipt) -> bool {
+    /// Gives back the admission `receipt` came with, as far as the
+    /// limiter can without admitting more than its quota (see
+    /// [`RateLimiter::refund`]); returns how much.
+    fn refund(&self, key: &K, receipt: Self::Receipt) -> Refund {
         let _ = (key, receipt);
-        false
+        Refund::Nothing
     }
 }
 
@@ -166,18 +167,19 @@ impl From<CheckError> for Failure {
     }
 }
 
-/// Decides in process, at once. GCRA, token bucket and fixed window
-/// admissions come with a receipt (see [`Algorithm::receipt`]), so a request
-/// a later rule refuses is charged nothing here; the sliding windows'
-/// admissions stay charged.
+/// Decides in process, at once. Every admission comes with a receipt (see
+/// [`Algorithm::receipt`]), so a request a later rule refuses is given back
+/// here: in full for the window algorithms, and for GCRA and the token
+/// bucket in full unless other admissions followed on the key, then all
+/// but the time elapsed since ([`RateLimiter::refund`]).
 impl<K, A, C, S> Limit<K> for RateLimiter<K, A, C, S>
 where
     K: Key,
-    A: Algorithm<State: PartialEq + Clone>,
+    A: Algorithm,
     C: Clock + 'static,
     S: StoreKind<K, A>,
 {
-    type Receipt = Receipt<A::State>;
+    type Receipt = Receipt;
 
     fn quota(&self) -> Quota {
         *RateLimiter::quota(self)
@@ -226,7 +228,7 @@ where
         })
     }
 
-    fn refund(&self, key: &K, receipt: Self::Receipt) -> bool {
+    fn refund(&self, key: &K, receipt: Self::Receipt) -> Refund {
         RateLimiter::refund(self, key, receipt)
     }
 }
@@ -269,12 +271,12 @@ where
 impl<K, A, C, P> Limit<K> for DirectLimiter<A, C, P>
 where
     K: ?Sized,
-    A: Algorithm<State: PartialEq + Clone>,
+    A: Algorithm,
     C: Clock + 'static,
     P: CellFor<A> + 'static,
     P::Cell: 'static,
 {
-    type Receipt = Receipt<A::State>;
+    type Receipt = Receipt;
 
     fn quota(&self) -> Quota {
         *DirectLimiter::quota(self)
@@ -313,7 +315,7 @@ where
         ready(direct_checked(self, quota, || self.check_n_receipt(cost)))
     }
 
-    fn refund(&self, _key: &K, receipt: Self::Receipt) -> bool {
+    fn refund(&self, _key: &K, receipt: Self::Receipt) -> Refund {
         DirectLimiter::refund(self, receipt)
     }
 }
@@ -421,7 +423,7 @@ where
         (**self).check_n(key, cost, quota)
     }
 
-    fn refund(&self, key: &K, receipt: L::Receipt) -> bool {
+    fn refund(&self, key: &K, receipt: L::Receipt) -> Refund {
         (**self).refund(key, receipt)
     }
 }

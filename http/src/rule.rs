@@ -331,7 +331,12 @@ where
     let receipt = match checked.receipt {
         Some(receipt) if refundable => {
             let limiter = Arc::clone(limiter);
-            Some(Box::new(move || limiter.refund(&key, receipt).then_some(cost)) as Refund)
+            // Only a full refund brings the decision's units back in the
+            // fields; a partial one leaves them as they were (fewer than
+            // the key may have).
+            Some(Box::new(move || {
+                (limiter.refund(&key, receipt) == tollgate::algorithm::Refund::Full).then_some(cost)
+            }) as Refund)
         }
         _ => None,
     };

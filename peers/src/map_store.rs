@@ -367,20 +367,16 @@ impl<K: Key, A: Algorithm, C: Cell<A>, M: ConcurrentMap<K, C>> Store<K, A>
         Ok(decide_fresh(algorithm, now_ns, cost)?.decision())
     }
 
-    fn compare_exchange<Q: Lookup<K> + ?Sized>(
+    fn update<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
         algorithm: &A,
-        current: &A::State,
-        new: &A::State,
-    ) -> bool
-    where
-        A::State: PartialEq + Clone,
-    {
+        change: impl Fn(&A::State) -> Option<A::State>,
+    ) -> bool {
         // A retired cell was evicted (cells never move here): the key is
-        // idle, as good as fresh, and not replaced.
+        // idle, as good as fresh, and left alone.
         self.map
-            .read(key, |cell| cell.compare_exchange(algorithm, current, new))
+            .read(key, |cell| cell.update(algorithm, &change))
             .flatten()
             .unwrap_or(false)
     }

@@ -2,7 +2,7 @@
 
 use std::cmp::Ordering;
 
-use super::{Algorithm, PackedAlgorithm, Receipt, Verdict, same_window, validate_cost};
+use super::{Algorithm, PackedAlgorithm, Receipt, Refund, Verdict, same_window, validate_cost};
 use crate::clock::clamp_time;
 use crate::decision::Decision;
 use crate::error::{CheckError, LayoutError};
@@ -197,33 +197,29 @@ impl Algorithm for FixedWindow {
         state.window_index < now_index || (state.count == 0 && state.window_index <= now_index)
     }
 
-    /// The admission counted `capacity - remaining` units in the window of
-    /// `now_ns`; without it, `cost` fewer. A window with none counted decides
-    /// as any earlier state would there (a fresh window), so that state is
-    /// what giving back installs. A reading older than the stored window
-    /// (which counts in the stored one) makes a receipt whose written state
-    /// the key does not hold: its refund fails, and the units stay charged.
-    fn receipt(
+    /// The admission counted its units in the window of its reading: if
+    /// the key still counts in that window, they leave the count, which
+    /// then decides as if they had never been admitted (a count holds
+    /// nothing else). A key counting in a later window holds nothing of
+    /// them (nor does one that was evicted); neither does one whose
+    /// admission read the clock before the window the key then counted in
+    /// (a stale reading, counted in that later window): the units stay
+    /// charged there until it ends.
+    fn release(
         &self,
-        decision: &Decision,
-        now_ns: u64,
-        cost: u32,
-    ) -> Option<Receipt<FixedWindowState>> {
-        if !decision.is_allowed() {
-            return None;
-        }
-        let window_index = self.window_index(clamp_time(now_ns));
-        let count = self.capacity.checked_sub(decision.remaining())?;
-        Some(Receipt::new(
-            FixedWindowState {
+        state: &FixedWindowState,
+        receipt: &Receipt,
+        _now_ns: Option<u64>,
+    ) -> Option<(FixedWindowState, Refund)> {
+        let window_index = self.window_index(receipt.now_ns());
+        let charge = u32::try_from(receipt.charge()).unwrap_or(u32::MAX);
+        (state.window_index == window_index && state.count > 0).then(|| {
+            let released = FixedWindowState {
                 window_index,
-                count,
-            },
-            FixedWindowState {
-                window_index,
-                count: count.checked_sub(cost)?,
-            },
-        ))
+                count: state.count.saturating_sub(charge),
+            };
+            (released, Refund::Full)
+        })
     }
 }
 

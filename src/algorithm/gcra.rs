@@ -1,8 +1,8 @@
 //! GCRA, the generic cell rate algorithm.
 
-use super::interval::Interval;
-use super::{Algorithm, PackedAlgorithm, Receipt, Verdict};
-use crate::clock::{clamp_time, saturating_nanos};
+use super::interval::{Interval, released_ns};
+use super::{Algorithm, PackedAlgorithm, Receipt, Refund, Verdict};
+use crate::clock::clamp_time;
 use crate::decision::Decision;
 use crate::error::{CheckError, LayoutError};
 use crate::quota::Quota;
@@ -121,22 +121,34 @@ impl Algorithm for Gcra {
         self.interval.tolerance_ns()
     }
 
+    /// Charges the admission's refill time, as this quota counts it.
+    fn receipt(&self, decision: &Decision, now_ns: u64, cost: u32) -> Option<Receipt> {
+        Receipt::new(decision, now_ns, self.interval.charge_ns(cost))
+    }
+
     /// The admission wrote `now + debt` (its decision's reset time is the
-    /// debt after it); taking it back moves the TAT back by its cost. If
-    /// the key owed less than nothing before (its TAT had passed), that
-    /// puts the TAT at `now`, which decides as the old TAT did at `now`
-    /// and at every later reading: both owe nothing.
-    fn receipt(&self, decision: &Decision, now_ns: u64, cost: u32) -> Option<Receipt<GcraState>> {
-        if !decision.is_allowed() {
-            return None;
+    /// debt after it). If the key still holds that TAT, taking the
+    /// admission back moves it back by the charge: if the key owed less
+    /// than nothing before (its TAT had passed), that puts the TAT at
+    /// `now`, which decides as the old TAT did at `now` and at every later
+    /// reading. If others followed, the TAT moves back by the charge less
+    /// the time elapsed since (`interval::released_ns`).
+    fn release(
+        &self,
+        state: &GcraState,
+        receipt: &Receipt,
+        now_ns: Option<u64>,
+    ) -> Option<(GcraState, Refund)> {
+        let written_ns = receipt.now_ns().saturating_add(receipt.reset_after_ns());
+        if state.tat_ns == written_ns {
+            let tat_ns = written_ns.checked_sub(receipt.charge())?;
+            return Some((GcraState { tat_ns }, Refund::Full));
         }
-        let tat_ns = clamp_time(now_ns) + saturating_nanos(decision.reset_after());
-        Some(Receipt::new(
-            GcraState { tat_ns },
-            GcraState {
-                tat_ns: tat_ns.checked_sub(self.cost_ns(cost))?,
-            },
-        ))
+        let released_ns = released_ns(receipt.charge(), receipt.now_ns(), now_ns?);
+        (released_ns > 0).then(|| {
+            let tat_ns = state.tat_ns.saturating_sub(released_ns);
+            (GcraState { tat_ns }, Refund::Partial)
+        })
     }
 
     /// Idle once the TAT has passed: no debt, as a fresh key (TAT 0).

@@ -12,10 +12,32 @@
 //! it was measured), so this decision is written once and both call it.
 
 use super::{Verdict, to_u32, validate_cost};
-use crate::clock::MAX_SPAN_NS;
+use crate::clock::{MAX_SPAN_NS, clamp_time};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
+
+/// How far two threads' readings of one clock may stand out of order: a
+/// refund that others followed ([`released_ns`]) gives back this much less,
+/// so that a reading taken after another thread's may stand up to this
+/// far before it (the time-stamp counter's cores differ by a few
+/// nanoseconds; see `TscClock`).
+const CLOCK_MARGIN_NS: u64 = 1_000;
+
+/// The debt a refund at `now_ns` takes off a key whose admission, decided
+/// at `admitted_ns`, added `charge_ns` and was followed by others: the
+/// charge less the time elapsed since (and [`CLOCK_MARGIN_NS`]). Never
+/// more than the debt the admission still accounts for: after it, the
+/// key's debt path with it and the one without differ by the charge, and
+/// the difference shrinks only where a later admission's reading passes
+/// the debt-free path's arrival time, by at most how far that reading
+/// lies past `admitted_ns` (note 11, "All or nothing").
+pub(crate) fn released_ns(charge_ns: u64, admitted_ns: u64, now_ns: u64) -> u64 {
+    let elapsed_ns = clamp_time(now_ns)
+        .saturating_add(CLOCK_MARGIN_NS)
+        .saturating_sub(admitted_ns);
+    charge_ns.saturating_sub(elapsed_ns)
+}
 
 /// A quota's constants in debt form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +70,11 @@ impl Interval {
     /// The debt `cost` units add: `cost` emission intervals.
     pub(crate) fn cost_ns(&self, cost: u32) -> u64 {
         u64::from(cost) * self.emission_interval_ns
+    }
+
+    /// The debt `cost` units add, saturating: a receipt's charge.
+    pub(crate) fn charge_ns(&self, cost: u32) -> u64 {
+        u64::from(cost).saturating_mul(self.emission_interval_ns)
     }
 
     /// The same constants with the tolerance widened by `extra_ns` (at

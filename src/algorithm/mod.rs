@@ -39,6 +39,7 @@ pub use sliding_log::{SlidingWindowLog, SlidingWindowLogAdmission, SlidingWindow
 pub use sliding_window_counter::{SlidingWindowCounter, SlidingWindowCounterState};
 pub use token_bucket::{TokenBucket, TokenBucketState};
 
+use crate::clock::{clamp_time, saturating_nanos};
 use crate::decision::Decision;
 use crate::error::{CheckError, LayoutError};
 use crate::quota::Quota;
@@ -139,16 +140,39 @@ pub trait Algorithm: Debug + Send + Sync + Sized + 'static {
     /// stays), so that keys in use are not evicted and re-inserted.
     fn rest_ns(&self) -> u64;
 
-    /// For an admission of `cost` units at `now_ns` that returned
-    /// `decision`: the state it wrote, and a state that decides, at `now_ns`
-    /// and after, exactly as if it had not happened. What
-    /// [`RateLimiter::refund`](crate::RateLimiter::refund) needs to give an
-    /// admission back. `None` (the default) for an algorithm that cannot
-    /// tell them from the decision alone; GCRA, the token bucket and the
-    /// fixed window can (the sliding windows' states hold more than their
-    /// decisions tell).
-    fn receipt(&self, decision: &Decision, now_ns: u64, cost: u32) -> Option<Receipt<Self::State>> {
-        let _ = (decision, now_ns, cost);
+    /// The receipt of an admission of `cost` units at `now_ns` that
+    /// returned `decision` ([`Receipt`]); `None` for a denial. By default
+    /// its charge is the cost in units; GCRA and the token bucket charge
+    /// refill time.
+    fn receipt(&self, decision: &Decision, now_ns: u64, cost: u32) -> Option<Receipt> {
+        Receipt::new(decision, now_ns, u64::from(cost))
+    }
+
+    /// Takes the admission `receipt` records out of `state`: the state to
+    /// install and how much of the admission it gives back, or `None` when
+    /// nothing is to be given back (the key holds no trace of it, or the
+    /// algorithm cannot tell; the default).
+    ///
+    /// The state returned never decides more leniently than one that never
+    /// saw the admission but saw every other admission `state` holds, so
+    /// that a refund never admits more than the quota. For the window
+    /// algorithms it is that state exactly ([`Refund::Full`]): the
+    /// admission's units leave its window's count (or the log's stamps).
+    /// For GCRA and the token bucket, whose state does not tell one
+    /// admission's time from another's once others follow, it is exact
+    /// while no other admission has followed, and otherwise gives back
+    /// the admission's refill time less the time elapsed since it
+    /// ([`Refund::Partial`]), measured to `now_ns`: a reading taken after
+    /// `state` was loaded, from a clock whose readings are
+    /// [`ordered`](crate::clock::Clock::ordered) (`None` where the clock's
+    /// are not: then it gives nothing back). See note 11.
+    fn release(
+        &self,
+        state: &Self::State,
+        receipt: &Receipt,
+        now_ns: Option<u64>,
+    ) -> Option<(Self::State, Refund)> {
+        let _ = (state, receipt, now_ns);
         None
     }
 
@@ -191,42 +215,73 @@ pub trait PackedAlgorithm: Algorithm<State: Copy, Admission = <Self as Algorithm
     fn unpack(&self, word: u64) -> Self::State;
 }
 
-/// What giving an admission back takes ([`Algorithm::receipt`]): the state
-/// the admission wrote, and the state to put back in its place if nothing
-/// else has been admitted since.
+/// What giving an admission back takes
+/// ([`RateLimiter::refund`](crate::RateLimiter::refund),
+/// [`Algorithm::release`]): the reading the admission was decided at, what
+/// it charged (units for the window algorithms, refill time for GCRA and
+/// the token bucket, as the quota that admitted it counts them) and its
+/// decision's reset time, from which each algorithm finds what the
+/// admission wrote. Made by [`Algorithm::receipt`].
 ///
 /// Neither `Clone` nor `Copy`: a refund consumes it, so that one admission
-/// is given back at most once (a second refund could otherwise take back
-/// a later admission that happened to write the same state).
+/// is given back at most once. It gives back to the key it was made for:
+/// used with another key (or another limiter), it would take that key's
+/// admissions back.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Receipt<S> {
-    written: S,
-    restored: S,
+pub struct Receipt {
+    now_ns: u64,
+    charge: u64,
+    reset_after_ns: u64,
 }
 
-impl<S> Receipt<S> {
-    /// Creates a receipt: `written` by the admission, `restored` to take it
-    /// back.
-    ///
-    /// A receipt made here rather than by a check (`check_n_receipt`)
-    /// gives back nothing that check admitted: a refund with it installs
-    /// `restored` if the key holds `written`, whatever those states are,
-    /// and a state no check of that quota produces decides as its fields
-    /// say (a packed cell refuses only the states that would pack to its
-    /// retired word).
-    pub const fn new(written: S, restored: S) -> Self {
-        Self { written, restored }
+impl Receipt {
+    /// The receipt of `decision`, made by a check at `now_ns` that charged
+    /// `charge`; `None` for a denial, which took nothing.
+    #[must_use]
+    pub fn new(decision: &Decision, now_ns: u64, charge: u64) -> Option<Self> {
+        decision.is_allowed().then(|| Self {
+            now_ns: clamp_time(now_ns),
+            charge,
+            reset_after_ns: saturating_nanos(decision.reset_after()),
+        })
     }
 
-    /// The state the admission wrote.
-    pub const fn written(&self) -> &S {
-        &self.written
+    /// The reading the admission was decided at (clamped to
+    /// [`END_OF_TIME_NS`](crate::clock::END_OF_TIME_NS)).
+    #[must_use]
+    pub const fn now_ns(&self) -> u64 {
+        self.now_ns
     }
 
-    /// The state that decides as if the admission had not happened.
-    pub const fn restored(&self) -> &S {
-        &self.restored
+    /// What the admission charged: units, or refill time in nanoseconds
+    /// (see [`Algorithm::receipt`]).
+    #[must_use]
+    pub const fn charge(&self) -> u64 {
+        self.charge
     }
+
+    /// The admission's decision's [`reset_after`](Decision::reset_after),
+    /// in nanoseconds.
+    #[must_use]
+    pub const fn reset_after_ns(&self) -> u64 {
+        self.reset_after_ns
+    }
+}
+
+/// How much of an admission a refund gave back
+/// ([`RateLimiter::refund`](crate::RateLimiter::refund)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refund {
+    /// All of it: every later decision is the one it would have been
+    /// without the admission.
+    Full,
+    /// Part of it (GCRA and the token bucket, once other admissions
+    /// followed it): all of its refill time but the time elapsed since it
+    /// was decided, and a microsecond's margin for the clock.
+    Partial,
+    /// None: the key holds no trace of it (its window ended, the key was
+    /// evicted as idle) or the algorithm cannot give it back.
+    Nothing,
 }
 
 /// The result of [`Algorithm::decide`]: a decision, and for an admission the

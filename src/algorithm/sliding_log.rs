@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Algorithm, Verdict, same_window, to_u32, validate_cost};
+use super::{Algorithm, Receipt, Refund, Verdict, same_window, to_u32, validate_cost};
 use crate::clock::clamp_time;
 use crate::decision::Decision;
 use crate::error::{CheckError, LayoutError};
@@ -170,6 +170,43 @@ impl Algorithm for SlidingWindowLog {
     /// The newest stamp leaves the window one window after it was made.
     fn rest_ns(&self) -> u64 {
         self.window_ns
+    }
+
+    /// The admission stamped its units with its reading, unless the log
+    /// held a newer stamp (then with that one): the units stamped with the
+    /// reading leave the log, which then decides as if they had never been
+    /// admitted (stamps of one instant are alike). Units already gone (the
+    /// window passed, the key was evicted) leave nothing to give back. A
+    /// stale reading's units, stamped with the newer instant, stay; what
+    /// leaves then is as many units stamped with the reading, if any, which
+    /// leaves the log holding newer stamps than it would: never more
+    /// lenient.
+    fn release(
+        &self,
+        state: &SlidingWindowLogState,
+        receipt: &Receipt,
+        _now_ns: Option<u64>,
+    ) -> Option<(SlidingWindowLogState, Refund)> {
+        let stamp_ns = receipt.now_ns();
+        let first = state.stamps_ns.partition_point(|&stamp| stamp < stamp_ns);
+        let stamped = state
+            .stamps_ns
+            .range(first..)
+            .take_while(|&&stamp| stamp == stamp_ns)
+            .count();
+        let charge = usize::try_from(receipt.charge()).unwrap_or(usize::MAX);
+        let leaving = stamped.min(charge);
+        if leaving == 0 {
+            return None;
+        }
+        let mut released = state.clone();
+        released.stamps_ns.drain(first..first + leaving);
+        let refund = if leaving == charge {
+            Refund::Full
+        } else {
+            Refund::Partial
+        };
+        Some((released, refund))
     }
 
     /// Idle when every stored stamp has left the window.

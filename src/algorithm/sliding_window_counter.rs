@@ -2,7 +2,9 @@
 
 use std::cmp::Ordering;
 
-use super::{Algorithm, PackedAlgorithm, Receipt, Verdict, same_window, to_u32, validate_cost};
+use super::{
+    Algorithm, PackedAlgorithm, Receipt, Refund, Verdict, same_window, to_u32, validate_cost,
+};
 use crate::clock::{END_OF_TIME_NS, clamp_time};
 use crate::decision::Decision;
 use crate::error::{CheckError, LayoutError};
@@ -306,6 +308,36 @@ impl Algorithm for SlidingWindowCounter {
         let view = self.view(state, clamp_time(now_ns));
         view.previous == 0 && view.current == 0
     }
+
+    /// The admission counted its units in the window of its reading: they
+    /// leave that window's count, the current one if the key still counts
+    /// there, the previous one if the key has moved one window on, which
+    /// then decides as if they had never been admitted. A key two windows
+    /// on (or evicted) holds nothing of them; as for the fixed window, a
+    /// stale reading's units, counted in a later window, stay charged
+    /// there.
+    fn release(
+        &self,
+        state: &SlidingWindowCounterState,
+        receipt: &Receipt,
+        _now_ns: Option<u64>,
+    ) -> Option<(SlidingWindowCounterState, Refund)> {
+        let window_index = receipt.now_ns() / self.window_ns;
+        let charge = u32::try_from(receipt.charge()).unwrap_or(u32::MAX);
+        let mut released = *state;
+        let count = if state.window_index == window_index {
+            &mut released.current
+        } else if state.window_index.checked_sub(window_index) == Some(1) {
+            &mut released.previous
+        } else {
+            return None;
+        };
+        if *count == 0 {
+            return None;
+        }
+        *count = count.saturating_sub(charge);
+        Some((released, Refund::Full))
+    }
 }
 
 impl SlidingWindowCounter {
@@ -370,15 +402,6 @@ impl Algorithm for Packed {
 
     fn rest_ns(&self) -> u64 {
         self.counter.rest_ns()
-    }
-
-    fn receipt(
-        &self,
-        decision: &Decision,
-        now_ns: u64,
-        cost: u32,
-    ) -> Option<Receipt<SlidingWindowCounterState>> {
-        self.counter.receipt(decision, now_ns, cost)
     }
 }
 

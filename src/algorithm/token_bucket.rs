@@ -1,8 +1,8 @@
 //! The token bucket, refilled lazily on read.
 
-use super::interval::Interval;
-use super::{Algorithm, Receipt, Verdict};
-use crate::clock::{clamp_time, saturating_nanos};
+use super::interval::{Interval, released_ns};
+use super::{Algorithm, Receipt, Refund, Verdict};
+use crate::clock::clamp_time;
 use crate::decision::Decision;
 use crate::error::{CheckError, LayoutError};
 use crate::quota::Quota;
@@ -88,33 +88,47 @@ impl Algorithm for TokenBucket {
         self.interval.tolerance_ns()
     }
 
-    /// The admission left a deficit of `reset_after`, measured at `now_ns`;
-    /// without it, `cost` intervals less, measured at the same instant (the
-    /// refill up to then is the same either way). A reading older than the
-    /// state's (which measures at the state's instant) makes a receipt
-    /// whose written state the key does not hold: its refund fails, and the
-    /// units stay charged.
-    fn receipt(
+    /// Charges the admission's refill time, as this quota counts it.
+    fn receipt(&self, decision: &Decision, now_ns: u64, cost: u32) -> Option<Receipt> {
+        Receipt::new(decision, now_ns, self.interval.charge_ns(cost))
+    }
+
+    /// The admission left a deficit of `reset_after`, measured at its
+    /// reading. If the key still holds that state, taking the admission
+    /// back lowers the deficit by the charge, measured at the same instant
+    /// (the refill up to then is the same either way). If others followed
+    /// (or the admission's reading was older than the state's, which then
+    /// measured at its own instant), the deficit drops by the charge less
+    /// the time elapsed since (`interval::released_ns`): the bucket's
+    /// `last + deficit` moves as GCRA's TAT does.
+    fn release(
         &self,
-        decision: &Decision,
-        now_ns: u64,
-        cost: u32,
-    ) -> Option<Receipt<TokenBucketState>> {
-        if !decision.is_allowed() {
-            return None;
+        state: &TokenBucketState,
+        receipt: &Receipt,
+        now_ns: Option<u64>,
+    ) -> Option<(TokenBucketState, Refund)> {
+        let written = TokenBucketState {
+            deficit_ns: receipt.reset_after_ns(),
+            last_ns: receipt.now_ns(),
+        };
+        if *state == written {
+            let deficit_ns = written.deficit_ns.checked_sub(receipt.charge())?;
+            return Some((
+                TokenBucketState {
+                    deficit_ns,
+                    ..written
+                },
+                Refund::Full,
+            ));
         }
-        let last_ns = clamp_time(now_ns);
-        let deficit_ns = saturating_nanos(decision.reset_after());
-        Some(Receipt::new(
-            TokenBucketState {
-                deficit_ns,
-                last_ns,
-            },
-            TokenBucketState {
-                deficit_ns: deficit_ns.checked_sub(self.interval.cost_ns(cost))?,
-                last_ns,
-            },
-        ))
+        let released_ns = released_ns(receipt.charge(), receipt.now_ns(), now_ns?);
+        (released_ns > 0).then(|| {
+            let released = TokenBucketState {
+                deficit_ns: state.deficit_ns.saturating_sub(released_ns),
+                last_ns: state.last_ns,
+            };
+            (released, Refund::Partial)
+        })
     }
 
     /// Idle once the deficit has refilled: a full bucket, as a fresh key.

@@ -101,14 +101,13 @@ impl Cell<SlidingWindowCounter> for Adaptive {
         Some(Self { form })
     }
 
-    fn compare_exchange(
+    fn update(
         &self,
         algorithm: &SlidingWindowCounter,
-        current: &SlidingWindowCounterState,
-        new: &SlidingWindowCounterState,
+        change: impl Fn(&SlidingWindowCounterState) -> Option<SlidingWindowCounterState>,
     ) -> Option<bool> {
         on_form!(self, algorithm, |cell, counter| cell
-            .compare_exchange(counter, current, new))
+            .update(counter, change))
     }
 }
 

@@ -170,29 +170,38 @@ impl<A: PackedAlgorithm> Cell<A> for Atomic<A> {
         false
     }
 
-    fn compare_exchange(&self, algorithm: &A, current: &A::State, new: &A::State) -> Option<bool>
-    where
-        A::State: PartialEq + Clone,
-    {
-        let (current, new) = (algorithm.pack(current), algorithm.pack(new));
-        if current == RETIRED_WORD || new == RETIRED_WORD {
-            // No state a check produces packs to the retired word, but a
-            // state made by hand can (a `Receipt` built from another
-            // quota's states): installed, it would retire the cell behind
-            // the store's back; expected, it would bring a retired cell
-            // back. Neither happens: such a state is never this cell's.
-            // Relaxed: as below.
-            return (self.word.load(Ordering::Relaxed) != RETIRED_WORD).then_some(false);
-        }
-        // Relaxed, both: see "Orderings" on the type. Strong: a spurious
-        // failure would read as another admission having landed.
-        match self
-            .word
-            .compare_exchange(current, new, Ordering::Relaxed, Ordering::Relaxed)
-        {
-            Ok(_) => Some(true),
-            Err(RETIRED_WORD) => None,
-            Err(_) => Some(false),
+    fn update(
+        &self,
+        algorithm: &A,
+        change: impl Fn(&A::State) -> Option<A::State>,
+    ) -> Option<bool> {
+        // Relaxed, all: see "Orderings" on the type.
+        let mut word = self.word.load(Ordering::Relaxed);
+        loop {
+            if word == RETIRED_WORD {
+                return None;
+            }
+            let Some(changed) = change(&algorithm.unpack(word)) else {
+                return Some(false);
+            };
+            let new = algorithm.pack(&changed);
+            if new == RETIRED_WORD {
+                // No state a check produces packs to the retired word, but
+                // one made by hand can: installed, it would retire the cell
+                // behind the store's back.
+                return Some(false);
+            }
+            if canary::planted(Canary::UpdateWithoutCas) {
+                self.word.store(new, Ordering::Relaxed);
+                return Some(true);
+            }
+            match self
+                .word
+                .compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(true),
+                Err(actual) => word = actual,
+            }
         }
     }
 

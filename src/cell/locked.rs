@@ -70,16 +70,19 @@ impl<A: Algorithm> Cell<A> for Locked<A> {
         Some(Self::holding(Slot::Live(state)))
     }
 
-    fn compare_exchange(&self, _algorithm: &A, current: &A::State, new: &A::State) -> Option<bool>
-    where
-        A::State: PartialEq + Clone,
-    {
+    fn update(
+        &self,
+        _algorithm: &A,
+        change: impl Fn(&A::State) -> Option<A::State>,
+    ) -> Option<bool> {
         // The replaced state is dropped after the lock (its `Drop` is user
-        // code for an algorithm from outside the crate); `PartialEq` and
-        // `Clone` run before anything changes.
+        // code for an algorithm from outside the crate); `change` runs
+        // before anything changes.
         let replaced = match &mut *lock(&self.state) {
-            Slot::Live(state) if *state == *current => std::mem::replace(state, new.clone()),
-            Slot::Live(_) => return Some(false),
+            Slot::Live(state) => match change(state) {
+                Some(changed) => std::mem::replace(state, changed),
+                None => return Some(false),
+            },
             Slot::Evicted(_) | Slot::Moved => return None,
         };
         drop(replaced);

@@ -91,15 +91,30 @@ pub trait Cell<A: Algorithm>: private::Sealed<A> + Debug + Send + Sync + Sized {
     /// new table without losing an admission.
     fn retire_into_new(&self) -> Option<Self>;
 
-    /// Replaces the state with `new` if it is `current`, atomically with
-    /// respect to checks: `Some(true)` if it did, `Some(false)` if the
-    /// state is another, `None` if the cell is retired (nothing done).
+    /// Replaces the state with what `change` makes of it, atomically with
+    /// respect to checks: `Some(true)` if `change` returned a state and it
+    /// was installed, `Some(false)` if `change` returned `None` (nothing
+    /// done), `None` if the cell is retired (nothing done, `change` not
+    /// called).
     ///
-    /// What giving an admission back exactly needs: it succeeds only if no
-    /// other admission landed since the state `current` was written.
+    /// `change` may be called more than once: a lock-free cell calls it
+    /// again on the state that won a race against it. Taking an admission
+    /// back ([`RateLimiter::refund`](crate::RateLimiter::refund)) is such a
+    /// change. A state that would pack to the atomic cell's retired word
+    /// (a state no check produces) is not installed: `Some(false)`.
+    fn update(&self, algorithm: &A, change: impl Fn(&A::State) -> Option<A::State>)
+    -> Option<bool>;
+
+    /// Replaces the state with `new` if it is `current`, as
+    /// [`update`](Cell::update) does: `Some(true)` if it did,
+    /// `Some(false)` if the state is another, `None` if the cell is
+    /// retired.
     fn compare_exchange(&self, algorithm: &A, current: &A::State, new: &A::State) -> Option<bool>
     where
-        A::State: PartialEq + Clone;
+        A::State: PartialEq + Clone,
+    {
+        self.update(algorithm, |state| (state == current).then(|| new.clone()))
+    }
 }
 
 pub(crate) mod private {

@@ -121,6 +121,11 @@ impl<C: Clock> Clock for CoarseClock<C> {
         // Relaxed: see `refresh`.
         self.shared.cached_ns.load(Ordering::Relaxed)
     }
+
+    /// The cache only moves forward (`refresh`).
+    fn ordered(&self) -> bool {
+        true
+    }
 }
 
 impl<C: Clock> fmt::Debug for CoarseClock<C> {

@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::{Clock, saturating_nanos};
-use crate::sync::{Arc, AtomicU64, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Ordering};
 
 /// A clock that moves only when told to: for tests, simulations and models.
 ///
@@ -31,9 +31,15 @@ use crate::sync::{Arc, AtomicU64, Ordering};
 /// backwards to any single reader. Readers on different threads may disagree
 /// about "now" by one step, which the limiters already tolerate (see
 /// [`Clock`]).
+///
+/// It is [`ordered`](Clock::ordered) until it is first set back
+/// ([`set`](ManualClock::set) to an earlier time).
 #[derive(Debug, Clone, Default)]
 pub struct ManualClock {
     now_ns: Arc<AtomicU64>,
+    /// Whether a `set` ever moved the time back: shared by clones, never
+    /// cleared.
+    set_back: Arc<AtomicBool>,
 }
 
 impl ManualClock {
@@ -69,7 +75,10 @@ impl ManualClock {
 
     /// Sets the clock to `at_ns` nanoseconds after its origin.
     pub fn set_ns(&self, at_ns: u64) {
-        self.now_ns.store(at_ns, Ordering::Relaxed);
+        // Relaxed: as above.
+        if self.now_ns.swap(at_ns, Ordering::Relaxed) > at_ns {
+            self.set_back.store(true, Ordering::Relaxed);
+        }
     }
 }
 
@@ -77,5 +86,10 @@ impl Clock for ManualClock {
     #[inline]
     fn now_ns(&self) -> u64 {
         self.now_ns.load(Ordering::Relaxed)
+    }
+
+    /// Until the time is first set back.
+    fn ordered(&self) -> bool {
+        !self.set_back.load(Ordering::Relaxed)
     }
 }

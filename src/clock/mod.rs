@@ -41,12 +41,28 @@ pub use tsc::TscClock;
 pub trait Clock: Send + Sync {
     /// Nanoseconds elapsed since this clock's origin.
     fn now_ns(&self) -> u64;
+
+    /// Whether readings stand in the order they are taken, by any
+    /// threads, to within a microsecond: a reading taken after another
+    /// (by a thread that saw what the other's check wrote) is never more
+    /// than 1 µs before it. What lets a refund count the time elapsed
+    /// since an admission that others followed
+    /// ([`RateLimiter::refund`](crate::RateLimiter::refund), GCRA and the
+    /// token bucket). `false` by default, which only makes such refunds
+    /// give back nothing.
+    fn ordered(&self) -> bool {
+        false
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
     #[inline]
     fn now_ns(&self) -> u64 {
         (**self).now_ns()
+    }
+
+    fn ordered(&self) -> bool {
+        (**self).ordered()
     }
 }
 
@@ -55,12 +71,20 @@ impl<C: Clock + ?Sized> Clock for crate::sync::Arc<C> {
     fn now_ns(&self) -> u64 {
         (**self).now_ns()
     }
+
+    fn ordered(&self) -> bool {
+        (**self).ordered()
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for Box<C> {
     #[inline]
     fn now_ns(&self) -> u64 {
         (**self).now_ns()
+    }
+
+    fn ordered(&self) -> bool {
+        (**self).ordered()
     }
 }
 

@@ -46,4 +46,9 @@ impl Clock for MonotonicClock {
     fn now_ns(&self) -> u64 {
         saturating_nanos(self.origin.elapsed())
     }
+
+    /// `Instant` never runs backwards.
+    fn ordered(&self) -> bool {
+        true
+    }
 }

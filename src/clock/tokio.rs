@@ -32,4 +32,9 @@ impl Clock for TokioClock {
     fn now_ns(&self) -> u64 {
         saturating_nanos(self.origin.elapsed())
     }
+
+    /// Tokio's `Instant` never runs backwards.
+    fn ordered(&self) -> bool {
+        true
+    }
 }

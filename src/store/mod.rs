@@ -248,15 +248,26 @@ pub trait Store<K: Key, A: Algorithm>: Debug + Send + Sync {
     /// they held; returns how many.
     fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize;
 
-    /// Replaces `key`'s state with `new` if it is `current`, atomically
-    /// with respect to every check of the key; returns whether it did. A
-    /// key the store does not hold (never admitted, or evicted: idle) is
-    /// left alone. Runs the key's `Hash`, `Eq` and `Borrow`, and the
-    /// state's `PartialEq` and `Clone`, before anything changes.
+    /// Replaces `key`'s state with what `change` makes of it, atomically
+    /// with respect to every check of the key; returns whether it did
+    /// (`change` returned a state). A key the store does not hold (never
+    /// admitted, or evicted: idle) is left alone, and `change` is not
+    /// called. Runs the key's `Hash`, `Eq` and `Borrow`, and `change`,
+    /// before anything changes; `change` may run more than once (see
+    /// [`Cell::update`](crate::cell::Cell::update)).
     ///
     /// The primitive behind giving an admission back
-    /// ([`RateLimiter::refund`](crate::RateLimiter::refund)): it succeeds
-    /// only if no other admission landed on the key since `current`.
+    /// ([`RateLimiter::refund`](crate::RateLimiter::refund)).
+    fn update<Q: Lookup<K> + ?Sized>(
+        &self,
+        key: &Q,
+        algorithm: &A,
+        change: impl Fn(&A::State) -> Option<A::State>,
+    ) -> bool;
+
+    /// Replaces `key`'s state with `new` if it is `current`, as
+    /// [`update`](Store::update) does; returns whether it did. Runs the
+    /// state's `PartialEq` and `Clone` before anything changes.
     fn compare_exchange<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
@@ -265,7 +276,12 @@ pub trait Store<K: Key, A: Algorithm>: Debug + Send + Sync {
         new: &A::State,
     ) -> bool
     where
-        A::State: PartialEq + Clone;
+        A::State: PartialEq + Clone,
+    {
+        self.update(key, algorithm, |state| {
+            (state == current).then(|| new.clone())
+        })
+    }
 
     /// How many keys are stored.
     fn len(&self) -> usize;

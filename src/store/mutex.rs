@@ -317,25 +317,21 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
         Ok(verdict.decision())
     }
 
-    fn compare_exchange<Q: Lookup<K> + ?Sized>(
+    fn update<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
         _algorithm: &A,
-        current: &A::State,
-        new: &A::State,
-    ) -> bool
-    where
-        A::State: PartialEq + Clone,
-    {
+        change: impl Fn(&A::State) -> Option<A::State>,
+    ) -> bool {
         let hash = self.hasher.hash_one(key);
         let mut shard = self.shard(hash);
         let Some(entry) = shard.find_mut(hash, key) else {
             return false;
         };
-        if entry.value != *current {
+        let Some(changed) = change(&entry.value) else {
             return false;
-        }
-        let replaced = std::mem::replace(&mut entry.value, new.clone());
+        };
+        let replaced = std::mem::replace(&mut entry.value, changed);
         // The replaced state's `Drop` (user code) after the lock.
         drop(shard);
         drop(replaced);

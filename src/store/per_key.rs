@@ -227,24 +227,20 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
         Ok(decide_fresh(algorithm, now_ns, cost)?.decision())
     }
 
-    fn compare_exchange<Q: Lookup<K> + ?Sized>(
+    fn update<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
         algorithm: &A,
-        current: &A::State,
-        new: &A::State,
-    ) -> bool
-    where
-        A::State: PartialEq + Clone,
-    {
+        change: impl Fn(&A::State) -> Option<A::State>,
+    ) -> bool {
         let hash = self.hasher.hash_one(key);
         // Held, as in `check`.
         let cell = lock(&self.table)
             .find_mut(hash, key)
             .map(|entry| Held::new(Arc::clone(&entry.value)));
         // A retired cell was evicted (this store never moves cells): the
-        // key is idle, as good as fresh, and not replaced.
-        cell.and_then(|cell| cell.get().compare_exchange(algorithm, current, new))
+        // key is idle, as good as fresh, and left alone.
+        cell.and_then(|cell| cell.get().update(algorithm, change))
             .unwrap_or(false)
     }
 

@@ -169,6 +169,10 @@ pub mod canary {
         /// compare-and-swapping it: two checks that decided on the same
         /// word both admit (the lost update; `crate::cell::Atomic`).
         StoreInsteadOfCas,
+        /// A change to an atomic cell (a refund) stores its word instead of
+        /// compare-and-swapping it: an admission that landed between its
+        /// load and its store is lost (`crate::cell::Atomic::update`).
+        UpdateWithoutCas,
         /// An abandoned reservation moves the TAT back but leaves the later
         /// reservations' slots where they were (`crate::wait`).
         CancelWithoutShift,

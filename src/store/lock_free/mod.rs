@@ -429,21 +429,15 @@ where
             .unwrap_or_else(|| Ok(decide_fresh(algorithm, now_ns, cost)?.decision()))
     }
 
-    fn compare_exchange<Q: Lookup<K> + ?Sized>(
+    fn update<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
         algorithm: &A,
-        current: &A::State,
-        new: &A::State,
-    ) -> bool
-    where
-        A::State: PartialEq + Clone,
-    {
+        change: impl Fn(&A::State) -> Option<A::State>,
+    ) -> bool {
         let hash = self.hasher.hash_one(key);
         self.shard(hash)
-            .with_cell(hash, key, |cell| {
-                cell.compare_exchange(algorithm, current, new)
-            })
+            .with_cell(hash, key, |cell| cell.update(algorithm, &change))
             .unwrap_or(false)
     }
 
