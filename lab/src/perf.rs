@@ -515,6 +515,7 @@ fn deny_ops() -> Makers {
             ),
         ),
         ("GCRA", workloads::deny_hot_key_default()),
+        ("GCRA, a carried quota", workloads::deny_hot_key_carried()),
         (
             "GCRA in a held read section",
             workloads::in_outer_guard(workloads::deny_hot_key::<Gcra, _>(TscClock::new()), true),
@@ -834,6 +835,20 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers, diagnostics: bool) -> Vec<C
     // The diagnostic rows exist only with diagnostics: these resolve them.
     let mut cases = judged;
     cases.extend(vec![
+        (
+            "  keyed GCRA deny, a carried quota ÷ the limiter's own (cost)",
+            two(op(deny, "GCRA, a carried quota")),
+            two(op(deny, "GCRA")),
+            Target::Shown,
+            false,
+        ),
+        (
+            "  a carried quota, 1 thread",
+            at(op(deny, "GCRA, a carried quota"), 1),
+            at(op(deny, "GCRA"), 1),
+            Target::Shown,
+            false,
+        ),
         (
             "  GCRA cell in a read-only HashMap ÷ direct (cost)",
             two(op(deny, "GCRA cell in a HashMap")),

@@ -105,6 +105,24 @@ pub fn deny_hot_key_default() -> Op {
     })
 }
 
+/// `RateLimiter::keyed`, every default, denying on one drained key, each
+/// check carrying its quota (`check_with`, the limiter's own quota again):
+/// what carrying a quota costs.
+pub fn deny_hot_key_carried() -> Op {
+    let quota = Quota::per_hour(1).unwrap();
+    let limiter = RateLimiter::<u64>::keyed(quota);
+    assert!(limiter.check_with(&0, &quota).unwrap().is_allowed());
+    assert!(!limiter.check_with(&0, &quota).unwrap().is_allowed());
+    Box::new(move |_, _| {
+        black_box(
+            limiter
+                .check_with(black_box(&0), black_box(&quota))
+                .unwrap()
+                .is_allowed(),
+        );
+    })
+}
+
 /// governor's keyed limiter denying on one drained key.
 pub fn governor_deny_hot_key() -> Op {
     let limiter =
