@@ -73,6 +73,7 @@ fn deny_hot_key(criterion: &mut Criterion) {
             workloads::deny_hot_key::<SlidingWindowCounter, _>(TscClock::new()),
         ),
         ("gcra", workloads::deny_hot_key_default()),
+        ("gcra_carried_quota", workloads::deny_hot_key_carried()),
         (
             "gcra_in_held_guard",
             workloads::in_outer_guard(workloads::deny_hot_key::<Gcra, _>(TscClock::new()), true),
