@@ -16,7 +16,7 @@ use crate::store::{Key, Lookup, StoreKind};
 /// by [`RateLimiter::on`] and [`DirectLimiter::on_budget`]; any mix of
 /// algorithms, stores and clocks goes in one call, each as a
 /// `&dyn Charge`.
-pub trait Charge: Sync {
+pub trait Charge {
     /// Checks the request against this limit, with a receipt for an
     /// admission.
     ///
@@ -48,7 +48,7 @@ impl<K: Key, Q: ?Sized, A: Algorithm, C: Clock, S: StoreKind<K, A>> On<'_, K, Q,
 impl<K, Q, A, C, S> Charge for On<'_, K, Q, A, C, S>
 where
     K: Key,
-    Q: Lookup<K> + Sync + ?Sized,
+    Q: Lookup<K> + ?Sized,
     A: Algorithm,
     C: Clock,
     S: StoreKind<K, A>,
@@ -174,7 +174,11 @@ pub struct AllError {
 /// is admitted where it would not have been (no over-admission). Put the
 /// most specific limits first: what they refuse never reaches the shared
 /// ones. A panic in a limit's user code (a key's `Hash`) gives back the
-/// admissions before it, then reaches the caller.
+/// admissions before it, then reaches the caller. A limiter whose key cap
+/// admits new keys untracked
+/// ([`WhenFull::AdmitUntracked`](crate::store::WhenFull::AdmitUntracked))
+/// makes no receipts: its admissions stay charged when a later limit
+/// refuses.
 ///
 /// ```
 /// use tollgate::algorithm::FixedWindow;

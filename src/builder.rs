@@ -23,7 +23,7 @@ use std::num::NonZeroUsize;
 use crate::algorithm::{Algorithm, Gcra};
 use crate::cell::{Cell, CellFor, Preferred};
 use crate::clock::{Clock, TscClock};
-use crate::limiter::{DirectLimiter, RateLimiter};
+use crate::limiter::{DirectLimiter, RateLimiter, next_issuer};
 use crate::quota::Quota;
 use crate::store::{DefaultStore, Key, KeyCap, StoreKind, WhenFull};
 use crate::wait::Queues;
@@ -196,6 +196,7 @@ impl<A: Algorithm, C: Clock> Builder<A, C, NoStoreChosen> {
             cell: P::Cell::new(&algorithm),
             algorithm,
             queues: Queues::new(),
+            issuer: next_issuer(),
             quota: self.quota,
             clock: self.clock.into_clock(),
         }
@@ -228,10 +229,11 @@ impl<A: Algorithm, C: Clock, S> Builder<A, C, StoreChosen<S>> {
             quota: self.quota,
             clock: self.clock.into_clock(),
             store: self.keyed.store.build(self.keyed.cap),
-            receipts: self
+            issuer: self
                 .keyed
                 .cap
-                .is_none_or(|cap| cap.when_full() == WhenFull::Reject),
+                .is_none_or(|cap| cap.when_full() == WhenFull::Reject)
+                .then(next_issuer),
             queues: Queues::new(),
         }
     }

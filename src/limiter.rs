@@ -1,6 +1,7 @@
 //! The public façade: keyed and direct limiters, and their builder.
 
 use std::fmt;
+use std::num::NonZeroU64;
 
 use crate::algorithm::{Algorithm, Gcra, Receipt, Refund};
 use crate::builder::Builder;
@@ -10,6 +11,7 @@ use crate::decision::Decision;
 use crate::error::{CheckError, LayoutError};
 use crate::quota::Quota;
 use crate::store::{DefaultStore, Key, Lookup, Store, StoreKind};
+use crate::sync::acquire_fence;
 use crate::wait::Queues;
 
 /// A rate limiter with one quota per key: each key (a user, an IP address, an
@@ -47,11 +49,12 @@ pub struct RateLimiter<
     pub(crate) algorithm: A,
     pub(crate) clock: C,
     pub(crate) store: S::Store,
-    /// Whether admissions carry receipts: not under a
+    /// The stamp of this limiter's receipts, which its refunds ask for;
+    /// `None` where admissions carry none: under a
     /// [`WhenFull::AdmitUntracked`](crate::store::WhenFull::AdmitUntracked)
     /// cap, which admits keys it does not store, so that an admission's
     /// receipt could match another's state.
-    pub(crate) receipts: bool,
+    pub(crate) issuer: Option<NonZeroU64>,
     /// The keys with reservations waiting for their slot (GCRA only; see
     /// `crate::wait`). Empty, and allocating nothing per key, otherwise.
     pub(crate) queues: Queues<K>,
@@ -327,11 +330,10 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     ) -> Result<(Decision, Option<Receipt>), CheckError> {
         let now_ns = self.clock.now_ns();
         let decision = self.store.check(key, algorithm, now_ns, n)?;
-        let receipt = if self.receipts {
-            algorithm.receipt(&decision, now_ns, n)
-        } else {
-            None
-        };
+        let receipt = self.issuer.and_then(|issuer| {
+            let receipt = algorithm.receipt(&decision, now_ns, n)?;
+            Some(receipt.issued_by(issuer))
+        });
         Ok((decision, receipt))
     }
 
@@ -350,6 +352,10 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     ///   microsecond's margin for the clock): [`Refund::Partial`], nearly
     ///   all of it for a refund made at once.
     ///
+    /// A receipt of another limiter (or made by hand) gives back nothing.
+    /// One of this limiter's used with another key would take that key's
+    /// units: a receipt belongs to its key.
+    ///
     /// Between the admission and its refund, other checks of the key see
     /// it charged: they may be denied where they would not have been
     /// (over-denial), never admitted where they would not have been. See
@@ -362,6 +368,9 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     /// As [`check`](RateLimiter::check), for this key's user code.
     #[allow(clippy::needless_pass_by_value)] // consumed: a receipt gives back once
     pub fn refund<Q: Lookup<K> + ?Sized>(&self, key: &Q, receipt: Receipt) -> Refund {
+        if self.issuer.is_none() || self.issuer != receipt.issuer() {
+            return Refund::Nothing;
+        }
         let refund = std::cell::Cell::new(Refund::Nothing);
         let changed = self.store.update(key, &self.algorithm, |state| {
             released(&self.algorithm, state, &receipt, &self.clock, &refund)
@@ -429,10 +438,27 @@ fn released<A: Algorithm>(
     clock: &impl Clock,
     refund: &std::cell::Cell<Refund>,
 ) -> Option<A::State> {
-    let now_ns = clock.ordered().then(|| clock.now_ns());
+    let now_ns = clock.ordered().then(|| {
+        // The reading must come after the load of `state` (on weakly
+        // ordered hardware a load of a clock's cached word could otherwise
+        // be served first): every admission `state` holds computed its
+        // word from its own reading, so that reading precedes its write,
+        // which this load saw (`Clock::ordered`).
+        acquire_fence();
+        clock.now_ns()
+    });
     let (released, given) = algorithm.release(state, receipt, now_ns)?;
     refund.set(given);
     Some(released)
+}
+
+/// A new limiter's receipt stamp: unique in the process (a `u64` counter
+/// does not wrap), so that a refund finds its own limiter's receipts. Not
+/// a synchronisation protocol: a std atomic under the models too.
+pub(crate) fn next_issuer() -> NonZeroU64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let issuer = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    NonZeroU64::new(issuer).unwrap_or(NonZeroU64::MAX)
 }
 
 /// Only stores retire cells (eviction, migration); a direct limiter's cell is
@@ -466,6 +492,8 @@ pub struct DirectLimiter<A: Algorithm = Gcra, C: Clock = TscClock, P: CellFor<A>
     pub(crate) cell: P::Cell,
     /// Reservations waiting for their slot (GCRA only; `crate::wait`).
     pub(crate) queues: Queues<()>,
+    /// The stamp of this limiter's receipts.
+    pub(crate) issuer: NonZeroU64,
 }
 
 impl DirectLimiter {
@@ -529,7 +557,11 @@ impl<A: Algorithm, C: Clock, P: CellFor<A>> DirectLimiter<A, C, P> {
             .cell
             .check(&self.algorithm, now_ns, n)?
             .expect(NEVER_RETIRED);
-        Ok((decision, self.algorithm.receipt(&decision, now_ns, n)))
+        let receipt = self.algorithm.receipt(&decision, now_ns, n);
+        Ok((
+            decision,
+            receipt.map(|receipt| receipt.issued_by(self.issuer)),
+        ))
     }
 
     /// Gives back the admission `receipt` came with, as
@@ -537,6 +569,9 @@ impl<A: Algorithm, C: Clock, P: CellFor<A>> DirectLimiter<A, C, P> {
     #[allow(clippy::missing_panics_doc)] // NEVER_RETIRED: an internal invariant
     #[allow(clippy::needless_pass_by_value)] // consumed: a receipt gives back once
     pub fn refund(&self, receipt: Receipt) -> Refund {
+        if receipt.issuer() != Some(self.issuer) {
+            return Refund::Nothing;
+        }
         let refund = std::cell::Cell::new(Refund::Nothing);
         let changed = self
             .cell

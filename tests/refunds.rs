@@ -339,3 +339,53 @@ fn an_older_reading_cannot_evict_what_a_refund_left_for_each_algorithm() {
     an_older_reading_cannot_evict_what_a_refund_left::<FixedWindow>([0.5, 1.2, 0.9, 1.3]);
     an_older_reading_cannot_evict_what_a_refund_left::<TokenBucket>([0.0, 1.0, 0.5, 1.5]);
 }
+
+/// A reservation waiting for its slot was placed with an earlier admission
+/// counted: a partial refund of that admission must not let plain checks
+/// in ahead of it. 1 a second in bursts of 10, at 100 s: 10 admitted, 10
+/// reserved for 110 s, the first refunded (followed by the reservation, so
+/// only in part). Without the guard, 6 units at 106 s were admitted and the
+/// reservation still served at 110 s: 16 units in 4 s, where a limiter
+/// that saw only those two admits the first and refuses the second.
+#[test]
+fn a_partial_refund_never_lets_checks_in_ahead_of_a_reservation() {
+    const S: u64 = 1_000_000_000;
+    let clock = ManualClock::new();
+    clock.set_ns(100 * S);
+    let subject = limiter::<Gcra, _>(
+        Quota::per_second(1).unwrap().with_burst(10).unwrap(),
+        LockFree::new(1),
+        &clock,
+    );
+    let (_, first) = subject.check_n_receipt(&1, 10).unwrap();
+    let mut reservation = subject.reserve_n(&1, 10, Duration::from_secs(20)).unwrap();
+    assert!(!reservation.is_ready());
+    assert_eq!(subject.refund(&1, first.unwrap()), Refund::Nothing);
+    clock.set_ns(106 * S + 1_000);
+    assert!(!subject.check_n(&1, 6).unwrap().is_allowed());
+    clock.set_ns(110 * S);
+    assert!(reservation.is_ready());
+}
+
+/// A refund takes only its own limiter's receipts: another limiter's (or a
+/// direct limiter's) gives nothing back, whatever the algorithms.
+#[test]
+fn a_receipt_of_another_limiter_gives_nothing_back() {
+    let clock = ManualClock::new();
+    let gcra = limiter::<Gcra, _>(Quota::per_hour(3).unwrap(), LockFree::new(1), &clock);
+    let window = limiter::<FixedWindow, _>(Quota::per_hour(3).unwrap(), LockFree::new(1), &clock);
+    let direct = Builder::new(Quota::per_hour(3).unwrap())
+        .algorithm::<FixedWindow>()
+        .clock(clock.clone())
+        .build_direct();
+    for _ in 0..3 {
+        assert!(window.check(&1).unwrap().is_allowed());
+        assert!(direct.check().unwrap().is_allowed());
+    }
+    let (_, foreign) = gcra.check_n_receipt(&1, 1).unwrap();
+    assert_eq!(window.refund(&1, foreign.unwrap()), Refund::Nothing);
+    let (_, foreign) = gcra.check_n_receipt(&1, 1).unwrap();
+    assert_eq!(direct.refund(foreign.unwrap()), Refund::Nothing);
+    assert!(!window.check(&1).unwrap().is_allowed());
+    assert!(!direct.check().unwrap().is_allowed());
+}

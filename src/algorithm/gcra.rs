@@ -132,7 +132,9 @@ impl Algorithm for Gcra {
     /// than nothing before (its TAT had passed), that puts the TAT at
     /// `now`, which decides as the old TAT did at `now` and at every later
     /// reading. If others followed, the TAT moves back by the charge less
-    /// the time elapsed since (`interval::released_ns`).
+    /// the time elapsed since (`interval::released_ns`), unless a
+    /// reservation is waiting on the key (the TAT lies more than a
+    /// tolerance ahead): its slot was fixed with this admission counted.
     fn release(
         &self,
         state: &GcraState,
@@ -144,7 +146,16 @@ impl Algorithm for Gcra {
             let tat_ns = written_ns.checked_sub(receipt.charge())?;
             return Some((GcraState { tat_ns }, Refund::Full));
         }
-        let released_ns = released_ns(receipt.charge(), receipt.now_ns(), now_ns?);
+        let now_ns = now_ns?;
+        // A TAT more than a tolerance ahead holds a reservation still
+        // waiting for its slot (`crate::wait`), fixed with this admission
+        // counted: moving the TAT back would let checks in ahead of it.
+        // Only an exact refund then (with a tier's wider tolerance, also
+        // none: conservative).
+        if state.tat_ns > clamp_time(now_ns).saturating_add(self.interval.tolerance_ns()) {
+            return None;
+        }
+        let released_ns = released_ns(receipt.charge(), receipt.now_ns(), now_ns);
         (released_ns > 0).then(|| {
             let tat_ns = state.tat_ns.saturating_sub(released_ns);
             (GcraState { tat_ns }, Refund::Partial)

@@ -32,6 +32,7 @@ pub(crate) mod sliding_window_counter;
 mod token_bucket;
 
 use std::fmt::Debug;
+use std::num::NonZeroU64;
 
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::{Gcra, GcraState};
@@ -153,9 +154,12 @@ pub trait Algorithm: Debug + Send + Sync + Sized + 'static {
     /// nothing is to be given back (the key holds no trace of it, or the
     /// algorithm cannot tell; the default).
     ///
-    /// The state returned never decides more leniently than one that never
-    /// saw the admission but saw every other admission `state` holds, so
-    /// that a refund never admits more than the quota. For the window
+    /// The state returned never decides more leniently, at any reading
+    /// from the admission's on, than one that never saw the admission but
+    /// saw every other admission `state` holds, so that a refund never
+    /// admits more than the quota. (At an older reading, a clock stepped
+    /// back or another thread's reading behind, a state is read as at its
+    /// own instant: see note 14 for what a refund changes there.) For the window
     /// algorithms it is that state exactly ([`Refund::Full`]): the
     /// admission's units leave its window's count (or the log's stamps).
     /// For GCRA and the token bucket, whose state does not tell one
@@ -224,14 +228,17 @@ pub trait PackedAlgorithm: Algorithm<State: Copy, Admission = <Self as Algorithm
 /// admission wrote. Made by [`Algorithm::receipt`].
 ///
 /// Neither `Clone` nor `Copy`: a refund consumes it, so that one admission
-/// is given back at most once. It gives back to the key it was made for:
-/// used with another key (or another limiter), it would take that key's
-/// admissions back.
+/// is given back at most once. A limiter's refund takes only its own
+/// receipts (one made by hand, or by another limiter, gives back nothing),
+/// and gives back to the key it is told: a receipt belongs to its key, and
+/// used with another key it would take that key's admissions back.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Receipt {
     now_ns: u64,
     charge: u64,
     reset_after_ns: u64,
+    /// The limiter that made it; `None` for one made by hand.
+    issuer: Option<NonZeroU64>,
 }
 
 impl Receipt {
@@ -243,7 +250,21 @@ impl Receipt {
             now_ns: clamp_time(now_ns),
             charge,
             reset_after_ns: saturating_nanos(decision.reset_after()),
+            issuer: None,
         })
+    }
+
+    /// The receipt, stamped as `issuer`'s.
+    pub(crate) const fn issued_by(self, issuer: NonZeroU64) -> Self {
+        Self {
+            issuer: Some(issuer),
+            ..self
+        }
+    }
+
+    /// The limiter that made it.
+    pub(crate) const fn issuer(&self) -> Option<NonZeroU64> {
+        self.issuer
     }
 
     /// The reading the admission was decided at (clamped to

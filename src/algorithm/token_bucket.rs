@@ -96,7 +96,11 @@ impl Algorithm for TokenBucket {
     /// The admission left a deficit of `reset_after`, measured at its
     /// reading. If the key still holds that state, taking the admission
     /// back lowers the deficit by the charge, measured at the same instant
-    /// (the refill up to then is the same either way). If others followed
+    /// (the refill up to then is the same either way). The bucket stays
+    /// dated at that instant, where the one before the admission may have
+    /// been dated earlier: a later check whose reading is older than the
+    /// admission's is decided as at the admission's, with the refill up to
+    /// it, which the bucket before would not have counted. If others followed
     /// (or the admission's reading was older than the state's, which then
     /// measured at its own instant), the deficit drops by the charge less
     /// the time elapsed since (`interval::released_ns`): the bucket's

@@ -28,9 +28,9 @@ use crate::sync::{Arc, AtomicBool, AtomicU64, Ordering};
 /// there is nothing for it to publish or acquire; each thread still sees the
 /// value only move forward through the modification order of the one atomic
 /// (read-read coherence), so a clock that is only advanced never appears to go
-/// backwards to any single reader. Readers on different threads may disagree
-/// about "now" by one step, which the limiters already tolerate (see
-/// [`Clock`]).
+/// backwards to any single reader. A thread that reads it before another
+/// thread's advance is visible reads the older time, which the limiters
+/// tolerate (see [`Clock`]).
 ///
 /// It is [`ordered`](Clock::ordered) until it is first set back
 /// ([`set`](ManualClock::set) to an earlier time).

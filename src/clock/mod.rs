@@ -43,13 +43,24 @@ pub trait Clock: Send + Sync {
     fn now_ns(&self) -> u64;
 
     /// Whether readings stand in the order they are taken, by any
-    /// threads, to within a microsecond: a reading taken after another
-    /// (by a thread that saw what the other's check wrote) is never more
-    /// than 1 µs before it. What lets a refund count the time elapsed
-    /// since an admission that others followed
-    /// ([`RateLimiter::refund`](crate::RateLimiter::refund), GCRA and the
-    /// token bucket). `false` by default, which only makes such refunds
-    /// give back nothing.
+    /// threads, to within a microsecond: a reading a thread takes after
+    /// it saw another thread's check (the state that check wrote from its
+    /// own reading) is never more than 1 µs before that check's reading.
+    /// What lets a refund count the time elapsed since an admission that
+    /// others followed ([`RateLimiter::refund`](crate::RateLimiter::refund),
+    /// GCRA and the token bucket). `false` by default, which only makes
+    /// such refunds give back nothing.
+    ///
+    /// The crate's clocks say `true` (`ManualClock` until it is set back):
+    /// a reading of the time-stamp counter or the OS clock reflects the
+    /// instant it is taken, out of order by the CPU's pipeline at most; a
+    /// cached reading (`CoarseClock`, `ManualClock`) is one word that only
+    /// moves forward, which the refund loads after the key's state behind
+    /// an acquire fence, while each admission's word depends on the reading
+    /// it was computed from. That last step relies on hardware that keeps
+    /// a store after the load it depends on and makes every store visible
+    /// to all threads at once (x86-64, `AArch64`), not on the language's
+    /// memory model: the admissions' compare-and-swaps stay `Relaxed`.
     fn ordered(&self) -> bool {
         false
     }

@@ -72,6 +72,20 @@ pub(crate) use primitives::{AtomicPtr, AtomicU8};
 pub(crate) use primitives::fence;
 pub(crate) use primitives::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 
+/// The acquire fence a refund puts between its load of a key's state and
+/// its clock reading (`RateLimiter::refund`, `Clock::ordered`). shuttle's
+/// executions are sequentially consistent: nothing to order there.
+#[inline]
+pub(crate) fn acquire_fence() {
+    #[cfg(any(
+        not(any(feature = "loom", feature = "shuttle")),
+        all(feature = "loom", feature = "shuttle")
+    ))]
+    std::sync::atomic::fence(Ordering::Acquire);
+    #[cfg(all(feature = "loom", not(feature = "shuttle")))]
+    loom::sync::atomic::fence(Ordering::Acquire);
+}
+
 /// Locks `mutex`, recovering the guard if a previous holder panicked.
 ///
 /// See the module documentation for why ignoring poison is sound here.
