@@ -59,6 +59,9 @@ pub struct Builder<A = Gcra, C = TscClock, T = NoStoreChosen> {
     clock: ChosenClock<C>,
     keyed: T,
     algorithm: PhantomData<fn() -> A>,
+    /// The name a keyed limiter's counts go by (`Builder::metrics`).
+    #[cfg(feature = "metrics")]
+    metrics: Option<metrics::SharedString>,
 }
 
 /// A builder's clock: the one chosen, or the default, made only when a
@@ -109,6 +112,8 @@ impl Builder {
             clock: ChosenClock::Default(TscClock::new),
             keyed: NoStoreChosen,
             algorithm: PhantomData,
+            #[cfg(feature = "metrics")]
+            metrics: None,
         }
     }
 }
@@ -122,6 +127,8 @@ impl<A: Algorithm, C: Clock, T> Builder<A, C, T> {
             clock: self.clock,
             keyed: self.keyed,
             algorithm: PhantomData,
+            #[cfg(feature = "metrics")]
+            metrics: self.metrics,
         }
     }
 
@@ -133,7 +140,21 @@ impl<A: Algorithm, C: Clock, T> Builder<A, C, T> {
             clock: ChosenClock::Chosen(clock),
             keyed: self.keyed,
             algorithm: PhantomData,
+            #[cfg(feature = "metrics")]
+            metrics: self.metrics,
         }
+    }
+
+    /// Counts the keyed limiter's decisions for the `metrics` facade under
+    /// the label `limiter="name"` (feature `metrics`; see
+    /// [`crate::metrics`] for the names, and
+    /// [`RateLimiter::publish_metrics`]). Without it a limiter counts
+    /// nothing.
+    #[cfg(feature = "metrics")]
+    #[must_use]
+    pub fn metrics(mut self, name: impl Into<metrics::SharedString>) -> Self {
+        self.metrics = Some(name.into());
+        self
     }
 
     /// The builder with its keyed-only parts set to `keyed`.
@@ -143,6 +164,8 @@ impl<A: Algorithm, C: Clock, T> Builder<A, C, T> {
             clock: self.clock,
             keyed,
             algorithm: PhantomData,
+            #[cfg(feature = "metrics")]
+            metrics: self.metrics,
         }
     }
 }
@@ -234,6 +257,8 @@ impl<A: Algorithm, C: Clock, S> Builder<A, C, StoreChosen<S>> {
                 .cap
                 .is_none_or(|cap| cap.when_full() == WhenFull::Reject)
                 .then(next_issuer),
+            #[cfg(feature = "metrics")]
+            counts: self.metrics.map(|name| Box::new(crate::metrics::Counts::new(name))),
             queues: Queues::new(),
         }
     }

@@ -165,6 +165,8 @@
 //! their dependencies:
 //!
 //! * `tokio`: `until_ready` and `clock::TokioClock`, on tokio's timer;
+//! * `metrics`: `Builder::metrics` and `RateLimiter::publish_metrics`,
+//!   a limiter's counts for the `metrics` facade (see `tollgate::metrics`);
 //! * `loom`, `shuttle`: the model checks' builds (`cargo loom`); a library
 //!   built with either works only inside its model checker.
 //!
@@ -186,6 +188,8 @@ mod all;
 pub mod builder;
 pub mod cell;
 pub mod clock;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod decision;
 mod error;
 mod limiter;

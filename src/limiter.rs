@@ -55,6 +55,9 @@ pub struct RateLimiter<
     /// cap, which admits keys it does not store, so that an admission's
     /// receipt could match another's state.
     pub(crate) issuer: Option<NonZeroU64>,
+    /// The counts for the `metrics` facade (`Builder::metrics`).
+    #[cfg(feature = "metrics")]
+    pub(crate) counts: Option<Box<crate::metrics::Counts>>,
     /// The keys with reservations waiting for their slot (GCRA only; see
     /// `crate::wait`). Empty, and allocating nothing per key, otherwise.
     pub(crate) queues: Queues<K>,
@@ -108,8 +111,11 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     /// and no key is stored, on error.
     #[inline]
     pub fn check_n<Q: Lookup<K> + ?Sized>(&self, key: &Q, n: u32) -> Result<Decision, CheckError> {
-        self.store
-            .check(key, &self.algorithm, self.clock.now_ns(), n)
+        self.counted(
+            self.store
+                .check(key, &self.algorithm, self.clock.now_ns(), n),
+            n,
+        )
     }
 
     /// Checks one unit request for `key` under `quota` instead of the
@@ -186,7 +192,7 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
         quota: &Quota,
     ) -> Result<Decision, CheckError> {
         let algorithm = self.algorithm.for_quota(quota)?;
-        self.store.check(key, &algorithm, self.clock.now_ns(), n)
+        self.counted(self.store.check(key, &algorithm, self.clock.now_ns(), n), n)
     }
 
     /// [`peek`](RateLimiter::peek) under `quota`, as
@@ -329,7 +335,7 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
         n: u32,
     ) -> Result<(Decision, Option<Receipt>), CheckError> {
         let now_ns = self.clock.now_ns();
-        let decision = self.store.check(key, algorithm, now_ns, n)?;
+        let decision = self.counted(self.store.check(key, algorithm, now_ns, n), n)?;
         let receipt = self.issuer.and_then(|issuer| {
             let receipt = algorithm.receipt(&decision, now_ns, n)?;
             Some(receipt.issued_by(issuer))
@@ -413,7 +419,42 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     /// inside a table (a key's `Eq` blocked on a lock) cannot hold it. What
     /// such a check holds back is freed by a later writer of the shard.
     pub fn evict_idle(&self) -> usize {
-        self.store.evict_idle(&self.algorithm, self.clock.now_ns())
+        let evicted = self.store.evict_idle(&self.algorithm, self.clock.now_ns());
+        #[cfg(feature = "metrics")]
+        if let Some(counts) = &self.counts {
+            counts.count_evicted(evicted);
+        }
+        evicted
+    }
+
+    /// Hands this limiter's counts to the `metrics` recorder installed
+    /// (feature `metrics`; counted only for a limiter built with
+    /// [`Builder::metrics`]): call it before the recorder renders them
+    /// (a `/metrics` handler). The check path writes no shared line to
+    /// count; this call adds up every thread's counts. See
+    /// [`crate::metrics`] for the names.
+    #[cfg(feature = "metrics")]
+    pub fn publish_metrics(&self) {
+        if let Some(counts) = &self.counts {
+            counts.publish(self.len());
+        }
+    }
+
+    /// Counts a check's `outcome` of `n` units (feature `metrics`, for a
+    /// limiter built with [`Builder::metrics`]; otherwise nothing).
+    #[inline]
+    fn counted(
+        &self,
+        outcome: Result<Decision, CheckError>,
+        n: u32,
+    ) -> Result<Decision, CheckError> {
+        #[cfg(feature = "metrics")]
+        if let Some(counts) = &self.counts {
+            counts.count(&outcome, n);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = n;
+        outcome
     }
 }
 

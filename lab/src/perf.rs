@@ -516,6 +516,7 @@ fn deny_ops() -> Makers {
         ),
         ("GCRA", workloads::deny_hot_key_default()),
         ("GCRA, a carried quota", workloads::deny_hot_key_carried()),
+        ("GCRA, counted", workloads::deny_hot_key_counted()),
         (
             "GCRA in a held read section",
             workloads::in_outer_guard(workloads::deny_hot_key::<Gcra, _>(TscClock::new()), true),
@@ -845,6 +846,20 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers, diagnostics: bool) -> Vec<C
         (
             "  a carried quota, 1 thread",
             at(op(deny, "GCRA, a carried quota"), 1),
+            at(op(deny, "GCRA"), 1),
+            Target::Shown,
+            false,
+        ),
+        (
+            "  keyed GCRA deny, counted for metrics ÷ not (cost)",
+            two(op(deny, "GCRA, counted")),
+            two(op(deny, "GCRA")),
+            Target::Shown,
+            false,
+        ),
+        (
+            "  counted for metrics, 1 thread",
+            at(op(deny, "GCRA, counted"), 1),
             at(op(deny, "GCRA"), 1),
             Target::Shown,
             false,

@@ -123,6 +123,20 @@ pub fn deny_hot_key_carried() -> Op {
     })
 }
 
+/// `RateLimiter::keyed`'s defaults, denying on one drained key, counting
+/// every check for the `metrics` facade (`Builder::metrics`): what the
+/// counting costs.
+pub fn deny_hot_key_counted() -> Op {
+    let limiter = tollgate::Builder::new(Quota::per_hour(1).unwrap())
+        .metrics("lab")
+        .build::<u64>();
+    assert!(limiter.check(&0).unwrap().is_allowed());
+    assert!(!limiter.check(&0).unwrap().is_allowed());
+    Box::new(move |_, _| {
+        black_box(limiter.check(black_box(&0)).unwrap().is_allowed());
+    })
+}
+
 /// governor's keyed limiter denying on one drained key.
 pub fn governor_deny_hot_key() -> Op {
     let limiter =

@@ -1,0 +1,126 @@
+//! The counts a limiter hands the `metrics` facade (feature `metrics`):
+//! exact under 16 threads, for checks and units admitted and denied, key-cap
+//! refusals, evictions and keys stored; nothing for a limiter built without
+//! `Builder::metrics`. Read back through a recorder of the test's own.
+#![cfg(all(feature = "metrics", not(any(feature = "loom", feature = "shuttle"))))]
+
+#[path = "support/contention.rs"]
+mod contention;
+
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use contention::admitted_under_contention;
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use tollgate::clock::ManualClock;
+use tollgate::store::WhenFull;
+use tollgate::{Builder, Quota};
+
+/// Every counter and gauge registered, by name and sorted labels.
+#[derive(Default)]
+struct Captured(Mutex<HashMap<String, Arc<AtomicU64>>>);
+
+impl Captured {
+    fn slot(&self, key: &Key) -> Arc<AtomicU64> {
+        let mut labels: Vec<String> = key
+            .labels()
+            .map(|label| format!("{}={}", label.key(), label.value()))
+            .collect();
+        labels.sort();
+        let name = format!("{}{{{}}}", key.name(), labels.join(","));
+        Arc::clone(self.0.lock().unwrap().entry(name).or_default())
+    }
+
+    /// The counter `name{labels}`, which must have been published.
+    fn counter(&self, name: &str) -> u64 {
+        self.0.lock().unwrap()[name].load(Ordering::Relaxed)
+    }
+
+    /// The gauge `name{labels}` (an `f64`'s bits).
+    fn gauge(&self, name: &str) -> f64 {
+        f64::from_bits(self.counter(name))
+    }
+}
+
+impl Recorder for Captured {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        Counter::from_arc(self.slot(key))
+    }
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::from_arc(self.slot(key))
+    }
+    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::noop()
+    }
+}
+
+/// 80 threads × 50 checks of 2 units on one key (100 units an hour, the
+/// clock frozen): exactly 50 admitted and 3 950 denied, the first 64
+/// threads counting in slots of their own and the others in the shared
+/// one.
+#[test]
+fn every_thread_s_checks_are_counted_exactly() {
+    let limiter = Builder::new(Quota::per_hour(100).unwrap())
+        .clock(ManualClock::new())
+        .metrics("api")
+        .build::<u64>();
+    let admitted = admitted_under_contention(80, 50, || {
+        limiter.check_n(&1, 2).unwrap().is_allowed()
+    });
+    assert_eq!(admitted, 50);
+    let captured = Captured::default();
+    metrics::with_local_recorder(&captured, || limiter.publish_metrics());
+    let named = |name: &str, outcome: &str| format!("{name}{{limiter=api,outcome={outcome}}}");
+    assert_eq!(captured.counter(&named("tollgate_checks_total", "admitted")), 50);
+    assert_eq!(captured.counter(&named("tollgate_checks_total", "denied")), 3_950);
+    assert_eq!(captured.counter(&named("tollgate_units_total", "admitted")), 100);
+    assert_eq!(captured.counter(&named("tollgate_units_total", "denied")), 7_900);
+    assert_eq!(captured.gauge("tollgate_keys{limiter=api}"), 1.0);
+}
+
+/// A full store's refusals and `evict_idle`'s evictions are counted; a
+/// peek is not a check.
+#[test]
+fn refusals_and_evictions_are_counted() {
+    let clock = ManualClock::new();
+    let limiter = Builder::new(Quota::per_second(1).unwrap())
+        .clock(clock.clone())
+        .max_keys(NonZeroUsize::new(1).unwrap(), WhenFull::Reject)
+        .metrics("capped")
+        .build::<u64>();
+    assert!(limiter.check(&1).unwrap().is_allowed());
+    assert!(limiter.check(&2).is_err());
+    assert!(limiter.check(&3).is_err());
+    let _ = limiter.peek(&1);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(limiter.evict_idle(), 1);
+    let captured = Captured::default();
+    metrics::with_local_recorder(&captured, || limiter.publish_metrics());
+    assert_eq!(captured.counter("tollgate_key_cap_refusals_total{limiter=capped}"), 2);
+    assert_eq!(captured.counter("tollgate_evictions_total{limiter=capped}"), 1);
+    assert_eq!(
+        captured.counter("tollgate_checks_total{limiter=capped,outcome=admitted}"),
+        1
+    );
+    assert_eq!(
+        captured.counter("tollgate_checks_total{limiter=capped,outcome=denied}"),
+        0
+    );
+    assert_eq!(captured.gauge("tollgate_keys{limiter=capped}"), 0.0);
+}
+
+/// A limiter built without `Builder::metrics` publishes nothing.
+#[test]
+fn a_limiter_without_a_name_counts_nothing() {
+    let limiter = Builder::new(Quota::per_second(1).unwrap()).build::<u64>();
+    assert!(limiter.check(&1).unwrap().is_allowed());
+    let captured = Captured::default();
+    metrics::with_local_recorder(&captured, || limiter.publish_metrics());
+    assert!(captured.0.lock().unwrap().is_empty());
+}
