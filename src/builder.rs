@@ -258,7 +258,9 @@ impl<A: Algorithm, C: Clock, S> Builder<A, C, StoreChosen<S>> {
                 .is_none_or(|cap| cap.when_full() == WhenFull::Reject)
                 .then(next_issuer),
             #[cfg(feature = "metrics")]
-            counts: self.metrics.map(|name| Box::new(crate::metrics::Counts::new(name))),
+            counts: self
+                .metrics
+                .map(|name| Box::new(crate::metrics::Counts::new(name))),
             queues: Queues::new(),
         }
     }
@@ -266,11 +268,14 @@ impl<A: Algorithm, C: Clock, S> Builder<A, C, StoreChosen<S>> {
 
 impl<A, C: fmt::Debug, T: fmt::Debug> fmt::Debug for Builder<A, C, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Builder")
+        let mut builder = f.debug_struct("Builder");
+        builder
             .field("quota", &self.quota)
             .field("algorithm", &std::any::type_name::<A>())
             .field("clock", &self.clock)
-            .field("keyed", &self.keyed)
-            .finish()
+            .field("keyed", &self.keyed);
+        #[cfg(feature = "metrics")]
+        builder.field("metrics", &self.metrics);
+        builder.finish()
     }
 }

@@ -188,11 +188,11 @@ mod all;
 pub mod builder;
 pub mod cell;
 pub mod clock;
-#[cfg(feature = "metrics")]
-pub mod metrics;
 mod decision;
 mod error;
 mod limiter;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod quota;
 pub mod remote;
 pub mod store;

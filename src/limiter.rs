@@ -443,6 +443,7 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     /// Counts a check's `outcome` of `n` units (feature `metrics`, for a
     /// limiter built with [`Builder::metrics`]; otherwise nothing).
     #[inline]
+    #[cfg_attr(not(feature = "metrics"), allow(clippy::unused_self))]
     fn counted(
         &self,
         outcome: Result<Decision, CheckError>,

@@ -70,17 +70,28 @@ fn every_thread_s_checks_are_counted_exactly() {
         .clock(ManualClock::new())
         .metrics("api")
         .build::<u64>();
-    let admitted = admitted_under_contention(80, 50, || {
-        limiter.check_n(&1, 2).unwrap().is_allowed()
-    });
+    let admitted =
+        admitted_under_contention(80, 50, || limiter.check_n(&1, 2).unwrap().is_allowed());
     assert_eq!(admitted, 50);
     let captured = Captured::default();
     metrics::with_local_recorder(&captured, || limiter.publish_metrics());
     let named = |name: &str, outcome: &str| format!("{name}{{limiter=api,outcome={outcome}}}");
-    assert_eq!(captured.counter(&named("tollgate_checks_total", "admitted")), 50);
-    assert_eq!(captured.counter(&named("tollgate_checks_total", "denied")), 3_950);
-    assert_eq!(captured.counter(&named("tollgate_units_total", "admitted")), 100);
-    assert_eq!(captured.counter(&named("tollgate_units_total", "denied")), 7_900);
+    assert_eq!(
+        captured.counter(&named("tollgate_checks_total", "admitted")),
+        50
+    );
+    assert_eq!(
+        captured.counter(&named("tollgate_checks_total", "denied")),
+        3_950
+    );
+    assert_eq!(
+        captured.counter(&named("tollgate_units_total", "admitted")),
+        100
+    );
+    assert_eq!(
+        captured.counter(&named("tollgate_units_total", "denied")),
+        7_900
+    );
     assert_eq!(captured.gauge("tollgate_keys{limiter=api}"), 1.0);
 }
 
@@ -102,8 +113,14 @@ fn refusals_and_evictions_are_counted() {
     assert_eq!(limiter.evict_idle(), 1);
     let captured = Captured::default();
     metrics::with_local_recorder(&captured, || limiter.publish_metrics());
-    assert_eq!(captured.counter("tollgate_key_cap_refusals_total{limiter=capped}"), 2);
-    assert_eq!(captured.counter("tollgate_evictions_total{limiter=capped}"), 1);
+    assert_eq!(
+        captured.counter("tollgate_key_cap_refusals_total{limiter=capped}"),
+        2
+    );
+    assert_eq!(
+        captured.counter("tollgate_evictions_total{limiter=capped}"),
+        1
+    );
     assert_eq!(
         captured.counter("tollgate_checks_total{limiter=capped,outcome=admitted}"),
         1

@@ -55,11 +55,8 @@ async fn a_scrape_reads_each_limiters_exact_counts() {
     let scraped = {
         let limiter = Arc::clone(&limiter);
         move || {
-            let (recorder, handle, limiter) = (
-                Arc::clone(&recorder),
-                handle.clone(),
-                Arc::clone(&limiter),
-            );
+            let (recorder, handle, limiter) =
+                (Arc::clone(&recorder), handle.clone(), Arc::clone(&limiter));
             async move {
                 metrics::with_local_recorder(&*recorder, || limiter.publish_metrics());
                 handle.render()
