@@ -31,43 +31,50 @@ use crate::error::CheckError;
 /// one.
 pub const SLOTS: usize = 64;
 
-/// One thread's counts (or the shared slot's), on lines of their own.
+/// One thread's counts (or the shared slot's), on lines of their own. A
+/// check of one unit (the common case) counts once; the units a check costs
+/// past its first are counted apart, so that the units total is the checks
+/// plus those.
 #[derive(Default)]
 #[repr(align(128))]
 struct Slot {
     admitted: AtomicU64,
-    admitted_units: AtomicU64,
+    admitted_extra_units: AtomicU64,
     denied: AtomicU64,
-    denied_units: AtomicU64,
+    denied_extra_units: AtomicU64,
 }
 
 impl Slot {
     /// Counts a decision of `cost` units, as the slot's only writer.
     #[inline]
     fn count_owned(&self, allowed: bool, cost: u32) {
-        let (checks, units) = self.outcome(allowed);
+        let (checks, extra_units) = self.outcome(allowed);
         // Relaxed, load and store: this thread is the slot's only writer
         // (its number is its own until it exits), and a reader only sums.
         checks.store(checks.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        units.store(
-            units.load(Ordering::Relaxed) + u64::from(cost),
-            Ordering::Relaxed,
-        );
+        if cost > 1 {
+            let extra = u64::from(cost - 1);
+            extra_units.store(
+                extra_units.load(Ordering::Relaxed) + extra,
+                Ordering::Relaxed,
+            );
+        }
     }
 
     /// Counts a decision in the shared slot.
     #[cold]
     fn count_shared(&self, allowed: bool, cost: u32) {
-        let (checks, units) = self.outcome(allowed);
+        let (checks, extra_units) = self.outcome(allowed);
         checks.fetch_add(1, Ordering::Relaxed);
-        units.fetch_add(u64::from(cost), Ordering::Relaxed);
+        extra_units.fetch_add(u64::from(cost.saturating_sub(1)), Ordering::Relaxed);
     }
 
+    #[inline]
     fn outcome(&self, allowed: bool) -> (&AtomicU64, &AtomicU64) {
         if allowed {
-            (&self.admitted, &self.admitted_units)
+            (&self.admitted, &self.admitted_extra_units)
         } else {
-            (&self.denied, &self.denied_units)
+            (&self.denied, &self.denied_extra_units)
         }
     }
 }
@@ -126,18 +133,19 @@ impl Counts {
                 .fold(0_u64, u64::wrapping_add)
         };
         let name = &self.name;
-        for (outcome, checks, units) in [
+        for (outcome, checks, extra_units) in [
             (
                 "admitted",
                 sum(|slot| &slot.admitted),
-                sum(|slot| &slot.admitted_units),
+                sum(|slot| &slot.admitted_extra_units),
             ),
             (
                 "denied",
                 sum(|slot| &slot.denied),
-                sum(|slot| &slot.denied_units),
+                sum(|slot| &slot.denied_extra_units),
             ),
         ] {
+            let units = checks.wrapping_add(extra_units);
             counter!("tollgate_checks_total", "limiter" => name.clone(), "outcome" => outcome)
                 .absolute(checks);
             counter!("tollgate_units_total", "limiter" => name.clone(), "outcome" => outcome)

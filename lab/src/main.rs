@@ -135,7 +135,11 @@ usage: tollgate-lab [--full] [--diagnostics] [--out DIR]
        tollgate-lab --request-loop VARIANT N
                  N admitted requests through one HTTP variant's router (0 no
                  layer, 1 and 3 tollgate, 2 and 4 tower_governor), for an
-                 instruction counter (notes/11)";
+                 instruction counter (notes/11)
+       tollgate-lab --deny-loop VARIANT N
+                 N denials of one drained key (0 plain, 1 a carried quota,
+                 2 counted for metrics), for an instruction counter
+                 (notes/14)";
 
 /// Each section's wall time, printed at the end.
 #[derive(Default)]
@@ -202,6 +206,20 @@ fn main() {
                         return;
                     }
                     _ => usage("--request-loop needs a variant and a request count"),
+                }
+            }
+            perf::DENY_LOOP_FLAG => {
+                let mut number = || args.next().and_then(|number| number.parse().ok());
+                match (number(), number()) {
+                    (Some(variant), Some(count)) => {
+                        counting_alloc::stop();
+                        let variant = usize::try_from(variant).unwrap_or(usize::MAX);
+                        if let Err(problem) = perf::deny_loop(variant, count) {
+                            usage(&problem);
+                        }
+                        return;
+                    }
+                    _ => usage("--deny-loop needs a variant and a check count"),
                 }
             }
             "--full" => full = true,

@@ -1419,6 +1419,54 @@ pub fn print_table(out: &mut String, table: &Table, baseline: Option<&str>) {
     );
 }
 
+/// The flag that makes this program deny checks in a loop instead of
+/// printing the report ([`deny_loop`]): `--deny-loop VARIANT N`.
+pub const DENY_LOOP_FLAG: &str = "--deny-loop";
+
+/// [`deny_loop`]'s variants.
+pub const DENY_LOOP_VARIANTS: [&str; 3] = ["plain", "a carried quota", "counted for metrics"];
+
+/// Denies `count` checks of one drained key on a keyed limiter with every
+/// default but a `ManualClock` (so that no calibration runs): plain, with
+/// each check carrying the limiter's own quota, or counting for the
+/// metrics. For an instruction counter, which sees no host: one denial's
+/// instructions are the difference between runs of `2N` and `N`, over `N`.
+///
+/// ```sh
+/// cargo build --release -p tollgate-lab
+/// for n in 10000 20000; do
+///   valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.2.$n \
+///     target/release/tollgate-lab --deny-loop 2 $n
+/// done
+/// ```
+pub fn deny_loop(variant: usize, count: u64) -> Result<(), String> {
+    let quota = tollgate::Quota::per_hour(1).map_err(|error| error.to_string())?;
+    let builder = tollgate::Builder::new(quota).clock(tollgate::clock::ManualClock::new());
+    let limiter = match variant {
+        0 | 1 => builder.build::<u64>(),
+        2 => builder.metrics("deny-loop").build::<u64>(),
+        _ => {
+            return Err(format!(
+                "no variant {variant}: 0 to 2 ({})",
+                DENY_LOOP_VARIANTS.join(", ")
+            ));
+        }
+    };
+    let check = |key: &u64| {
+        if variant == 1 {
+            limiter.check_with(key, &quota)
+        } else {
+            limiter.check(key)
+        }
+    };
+    assert!(check(&0).map_err(|error| error.to_string())?.is_allowed());
+    for _ in 0..count {
+        let denied = check(std::hint::black_box(&0)).map_err(|error| error.to_string())?;
+        std::hint::black_box(denied.is_allowed());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
