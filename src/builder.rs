@@ -149,11 +149,15 @@ impl<A: Algorithm, C: Clock, T> Builder<A, C, T> {
     /// the label `limiter="name"` (feature `metrics`; see
     /// [`crate::metrics`] for the names, and
     /// [`RateLimiter::publish_metrics`]). Without it a limiter counts
-    /// nothing.
+    /// nothing; a direct limiter counts nothing either way. Limiters of
+    /// one name add up.
     #[cfg(feature = "metrics")]
     #[must_use]
-    pub fn metrics(mut self, name: impl Into<metrics::SharedString>) -> Self {
-        self.metrics = Some(name.into());
+    pub fn metrics(mut self, name: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        self.metrics = Some(match name.into() {
+            std::borrow::Cow::Borrowed(name) => metrics::SharedString::const_str(name),
+            std::borrow::Cow::Owned(name) => name.into(),
+        });
         self
     }
 

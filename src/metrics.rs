@@ -1,26 +1,38 @@
-//! A limiter's counts for the [`metrics`] facade (feature `metrics`),
-//! kept without a shared write on the check path.
+//! A limiter's counts for the `metrics` crate's facade (feature
+//! `metrics`), kept without a shared write on the check path.
 //!
 //! Each thread counts in a slot of its own: a `Relaxed` load and store of
 //! words no other thread writes, no read-modify-write and no cache line
 //! two threads both write. A thread takes a number when it first counts and
 //! gives it back when it exits, through a mutex (which hands a reused
-//! number's slot over with everything its last owner wrote); the threads
-//! beyond [`SLOTS`] at once count in one shared slot with `fetch_add`.
+//! number's slot over with everything its last owner wrote; the lowest
+//! free number goes first); the threads beyond 64 at once count in one
+//! shared slot with `fetch_add`.
 //! [`RateLimiter::publish_metrics`](crate::RateLimiter::publish_metrics)
-//! adds the slots up and hands the totals to the installed recorder.
+//! adds the slots up and hands the recorder what was counted since its last
+//! call, so that limiters of one name add up, and one built again under a
+//! name goes on from where the old one left it.
 //!
 //! | metric | kind | labels |
 //! |---|---|---|
 //! | `tollgate_checks_total` | counter | `limiter`, `outcome` (`admitted`, `denied`) |
 //! | `tollgate_units_total` | counter | `limiter`, `outcome`: the checks' costs |
-//! | `tollgate_key_cap_refusals_total` | counter | `limiter`: new keys a full store refused |
+//! | `tollgate_new_key_refusals_total` | counter | `limiter`, `reason` (`full`: a rejecting key cap; `reclaiming`: a check stalled inside the store holds room back) |
 //! | `tollgate_evictions_total` | counter | `limiter`: idle keys `evict_idle` removed |
-//! | `tollgate_keys` | gauge | `limiter`: the keys the store holds |
+//! | `tollgate_keys` | gauge | `limiter`: the keys the store holds (limiters of one name add up) |
+//!
+//! Counted: the checks of a keyed limiter built with
+//! [`Builder::metrics`](crate::Builder::metrics) (`check`, `check_n`,
+//! `check_with` and their receipts, and so `check_all` and the layer's
+//! rules). Not counted: peeks, reservations (`reserve_n`, `until_ready`),
+//! admissions given back later (they stay counted as admitted), the
+//! evictions the stores make as they grow, and a direct limiter.
 
 use std::cell::Cell;
-use std::sync::Mutex;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use metrics::{SharedString, counter, gauge};
 
@@ -29,7 +41,7 @@ use crate::error::CheckError;
 
 /// The threads that count in slots of their own at once; the others share
 /// one.
-pub const SLOTS: usize = 64;
+const SLOTS: usize = 64;
 
 /// One thread's counts (or the shared slot's), on lines of their own. A
 /// check of one unit (the common case) counts once; the units a check costs
@@ -62,7 +74,6 @@ impl Slot {
     }
 
     /// Counts a decision in the shared slot.
-    #[cold]
     fn count_shared(&self, allowed: bool, cost: u32) {
         let (checks, extra_units) = self.outcome(allowed);
         checks.fetch_add(1, Ordering::Relaxed);
@@ -82,20 +93,35 @@ impl Slot {
 /// The counts of one limiter.
 pub(crate) struct Counts {
     name: SharedString,
-    slots: Box<[Slot]>,
+    slots: [Slot; SLOTS],
     shared: Slot,
-    refused: AtomicU64,
+    refused_full: AtomicU64,
+    refused_reclaiming: AtomicU64,
     evicted: AtomicU64,
+    /// The totals last handed to the recorder (in [`Published`]'s order),
+    /// and the keys then stored: what the next publication adds to.
+    published: Mutex<Published>,
+}
+
+/// What a limiter last handed the recorder.
+#[derive(Default)]
+struct Published {
+    /// Checks and units admitted, checks and units denied, new keys refused
+    /// (full, reclaiming), evictions.
+    totals: [u64; 7],
+    keys: u64,
 }
 
 impl Counts {
     pub(crate) fn new(name: SharedString) -> Self {
         Self {
             name,
-            slots: (0..SLOTS).map(|_| Slot::default()).collect(),
+            slots: std::array::from_fn(|_| Slot::default()),
             shared: Slot::default(),
-            refused: AtomicU64::new(0),
+            refused_full: AtomicU64::new(0),
+            refused_reclaiming: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
+            published: Mutex::new(Published::default()),
         }
     }
 
@@ -104,18 +130,36 @@ impl Counts {
     #[inline]
     pub(crate) fn count(&self, outcome: &Result<Decision, CheckError>, cost: u32) {
         match outcome {
-            Ok(decision) => match self.slots.get(thread_number()) {
+            // A thread with no number yet reads `usize::MAX`, past every
+            // slot: one comparison sends both it and the threads past the
+            // slots to the cold path.
+            Ok(decision) => match self.slots.get(NUMBER.with(Cell::get)) {
                 Some(slot) => slot.count_owned(decision.is_allowed(), cost),
-                None => self.shared.count_shared(decision.is_allowed(), cost),
+                None => self.count_unowned(decision.is_allowed(), cost),
             },
-            Err(CheckError::StoreFull { .. }) => self.count_refused(),
+            Err(CheckError::StoreFull { .. }) => Self::count_refused(&self.refused_full),
+            Err(CheckError::Reclaiming) => Self::count_refused(&self.refused_reclaiming),
             Err(_) => {}
         }
     }
 
+    /// Counts for a thread with no number yet (it takes one) or past the
+    /// slots (the shared slot).
     #[cold]
-    fn count_refused(&self) {
-        self.refused.fetch_add(1, Ordering::Relaxed);
+    fn count_unowned(&self, allowed: bool, cost: u32) {
+        let number = match NUMBER.with(Cell::get) {
+            usize::MAX => take_number(),
+            number => Some(number),
+        };
+        match number.and_then(|number| self.slots.get(number)) {
+            Some(slot) => slot.count_owned(allowed, cost),
+            None => self.shared.count_shared(allowed, cost),
+        }
+    }
+
+    #[cold]
+    fn count_refused(refused: &AtomicU64) {
+        refused.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts keys `evict_idle` removed.
@@ -123,7 +167,8 @@ impl Counts {
         self.evicted.fetch_add(keys as u64, Ordering::Relaxed);
     }
 
-    /// Hands the totals, and `keys` stored, to the installed recorder.
+    /// Hands the installed recorder what was counted since the last call,
+    /// and the change in `keys` stored.
     pub(crate) fn publish(&self, keys: usize) {
         let sum = |field: fn(&Slot) -> &AtomicU64| {
             self.slots
@@ -132,31 +177,61 @@ impl Counts {
                 .map(|slot| field(slot).load(Ordering::Relaxed))
                 .fold(0_u64, u64::wrapping_add)
         };
+        let admitted = sum(|slot| &slot.admitted);
+        let denied = sum(|slot| &slot.denied);
+        let totals = [
+            admitted,
+            admitted.wrapping_add(sum(|slot| &slot.admitted_extra_units)),
+            denied,
+            denied.wrapping_add(sum(|slot| &slot.denied_extra_units)),
+            self.refused_full.load(Ordering::Relaxed),
+            self.refused_reclaiming.load(Ordering::Relaxed),
+            self.evicted.load(Ordering::Relaxed),
+        ];
+        let keys = keys as u64;
+        // Held while the recorder is told, so that two publications of one
+        // limiter hand it each count once.
+        let mut published = self
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let name = &self.name;
-        for (outcome, checks, extra_units) in [
-            (
-                "admitted",
-                sum(|slot| &slot.admitted),
-                sum(|slot| &slot.admitted_extra_units),
-            ),
-            (
-                "denied",
-                sum(|slot| &slot.denied),
-                sum(|slot| &slot.denied_extra_units),
-            ),
-        ] {
-            let units = checks.wrapping_add(extra_units);
+        let since = |index: usize| totals[index].wrapping_sub(published.totals[index]);
+        for (outcome, checks, units) in [("admitted", 0, 1), ("denied", 2, 3)] {
             counter!("tollgate_checks_total", "limiter" => name.clone(), "outcome" => outcome)
-                .absolute(checks);
+                .increment(since(checks));
             counter!("tollgate_units_total", "limiter" => name.clone(), "outcome" => outcome)
-                .absolute(units);
+                .increment(since(units));
         }
-        counter!("tollgate_key_cap_refusals_total", "limiter" => name.clone())
-            .absolute(self.refused.load(Ordering::Relaxed));
-        counter!("tollgate_evictions_total", "limiter" => name.clone())
-            .absolute(self.evicted.load(Ordering::Relaxed));
+        for (reason, index) in [("full", 4), ("reclaiming", 5)] {
+            counter!("tollgate_new_key_refusals_total", "limiter" => name.clone(), "reason" => reason)
+                .increment(since(index));
+        }
+        counter!("tollgate_evictions_total", "limiter" => name.clone()).increment(since(6));
+        let stored = gauge!("tollgate_keys", "limiter" => name.clone());
         #[allow(clippy::cast_precision_loss)] // a gauge is an f64
-        gauge!("tollgate_keys", "limiter" => name.clone()).set(keys as f64);
+        if keys >= published.keys {
+            stored.increment((keys - published.keys) as f64);
+        } else {
+            stored.decrement((published.keys - keys) as f64);
+        }
+        *published = Published { totals, keys };
+    }
+}
+
+/// A limiter dropped takes its keys out of its name's gauge (the installed
+/// global recorder's).
+impl Drop for Counts {
+    fn drop(&mut self) {
+        let published = self
+            .published
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if published.keys > 0 {
+            #[allow(clippy::cast_precision_loss)] // a gauge is an f64
+            gauge!("tollgate_keys", "limiter" => self.name.clone())
+                .decrement(published.keys as f64);
+        }
     }
 }
 
@@ -168,8 +243,10 @@ impl std::fmt::Debug for Counts {
     }
 }
 
-/// Numbers given back by exited threads, for the next threads to count.
-static FREE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// Numbers given back by exited threads, for the next threads to count:
+/// the lowest first, so that the slots of a burst's threads are used again
+/// before the shared one.
+static FREE: Mutex<BinaryHeap<Reverse<usize>>> = Mutex::new(BinaryHeap::new());
 /// The next number never taken.
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
@@ -188,33 +265,82 @@ impl Drop for Owner {
         let number = NUMBER.with(|number| number.replace(usize::MAX));
         if number != usize::MAX {
             FREE.lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(number);
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(Reverse(number));
         }
     }
 }
 
-/// This thread's number, taken on its first call.
-#[inline]
-fn thread_number() -> usize {
-    let number = NUMBER.with(Cell::get);
-    if number == usize::MAX {
-        take_number()
-    } else {
-        number
-    }
-}
-
+/// Takes a number for this thread; `None` for a thread already tearing
+/// down its thread-locals, which could not give one back (it counts in the
+/// shared slot).
 #[cold]
-fn take_number() -> usize {
+fn take_number() -> Option<usize> {
+    // Registers the destructor that gives the number back, first.
+    OWNER.try_with(|_| ()).ok()?;
     let reused = FREE
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .pop();
+        .unwrap_or_else(PoisonError::into_inner)
+        .pop()
+        .map(|Reverse(number)| number);
     let number = reused.unwrap_or_else(|| NEXT.fetch_add(1, Ordering::Relaxed));
     NUMBER.with(|cell| cell.set(number));
-    // Registers the destructor that gives it back; a thread already
-    // tearing down its thread-locals keeps the number (it counts no more).
-    let _ = OWNER.try_with(|_| ());
-    number
+    Some(number)
+}
+
+#[cfg(all(test, not(any(feature = "loom", feature = "shuttle"))))]
+mod tests {
+    use std::sync::Barrier;
+
+    use super::{Counts, SLOTS};
+    use crate::decision::Decision;
+
+    /// 80 threads count at once, each holding its number until all have
+    /// counted once: 64 in slots of their own, 16 in the shared one, and
+    /// every count there. Then a lone thread takes the lowest free number.
+    #[test]
+    fn threads_past_the_slots_count_in_the_shared_one() {
+        let counts = Counts::new("test".into());
+        let denied = Decision::deny(1, 0, 1, 1);
+        let all = Barrier::new(80);
+        std::thread::scope(|scope| {
+            for _ in 0..80 {
+                scope.spawn(|| {
+                    counts.count(&Ok(denied), 3);
+                    all.wait();
+                    for _ in 0..9 {
+                        counts.count(&Ok(denied), 3);
+                    }
+                });
+            }
+        });
+        let shared = counts
+            .shared
+            .denied
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let owned: u64 = counts
+            .slots
+            .iter()
+            .map(|slot| slot.denied.load(std::sync::atomic::Ordering::Relaxed))
+            .sum();
+        assert!(shared >= 10 * (80 - SLOTS as u64), "shared {shared}");
+        assert_eq!(owned + shared, 800);
+        assert_eq!(
+            counts
+                .shared
+                .denied_extra_units
+                .load(std::sync::atomic::Ordering::Relaxed),
+            2 * shared
+        );
+        let number = std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    counts.count(&Ok(denied), 1);
+                    super::NUMBER.with(std::cell::Cell::get)
+                })
+                .join()
+                .unwrap()
+        });
+        assert_eq!(number, 0, "the lowest free number first");
+    }
 }

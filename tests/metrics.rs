@@ -36,7 +36,11 @@ impl Captured {
 
     /// The counter `name{labels}`, which must have been published.
     fn counter(&self, name: &str) -> u64 {
-        self.0.lock().unwrap()[name].load(Ordering::Relaxed)
+        let slots = self.0.lock().unwrap();
+        let Some(slot) = slots.get(name) else {
+            panic!("no {name} in {:?}", slots.keys().collect::<Vec<_>>());
+        };
+        slot.load(Ordering::Relaxed)
     }
 
     /// The gauge `name{labels}` (an `f64`'s bits).
@@ -114,8 +118,12 @@ fn refusals_and_evictions_are_counted() {
     let captured = Captured::default();
     metrics::with_local_recorder(&captured, || limiter.publish_metrics());
     assert_eq!(
-        captured.counter("tollgate_key_cap_refusals_total{limiter=capped}"),
+        captured.counter("tollgate_new_key_refusals_total{limiter=capped,reason=full}"),
         2
+    );
+    assert_eq!(
+        captured.counter("tollgate_new_key_refusals_total{limiter=capped,reason=reclaiming}"),
+        0
     );
     assert_eq!(
         captured.counter("tollgate_evictions_total{limiter=capped}"),
@@ -130,6 +138,42 @@ fn refusals_and_evictions_are_counted() {
         0
     );
     assert_eq!(captured.gauge("tollgate_keys{limiter=capped}"), 0.0);
+}
+
+/// Limiters of one name add up, each publication hands on only what was
+/// counted since the last, and a limiter built again under a name goes on
+/// from where the old one left it (a recorder's counters only add).
+#[test]
+fn limiters_of_one_name_add_up() {
+    let captured = Captured::default();
+    let build = || {
+        Builder::new(Quota::per_hour(100).unwrap())
+            .clock(ManualClock::new())
+            .metrics("api")
+            .build::<u64>()
+    };
+    let (first, second) = (build(), build());
+    for _ in 0..5 {
+        assert!(first.check(&1).unwrap().is_allowed());
+    }
+    for _ in 0..3 {
+        assert!(second.check(&1).unwrap().is_allowed());
+    }
+    metrics::with_local_recorder(&captured, || {
+        first.publish_metrics();
+        second.publish_metrics();
+        first.publish_metrics();
+    });
+    let admitted = "tollgate_checks_total{limiter=api,outcome=admitted}";
+    assert_eq!(captured.counter(admitted), 8);
+    assert_eq!(captured.gauge("tollgate_keys{limiter=api}"), 2.0);
+    drop(first);
+    let again = build();
+    for _ in 0..2 {
+        assert!(again.check(&2).unwrap().is_allowed());
+    }
+    metrics::with_local_recorder(&captured, || again.publish_metrics());
+    assert_eq!(captured.counter(admitted), 10);
 }
 
 /// A limiter built without `Builder::metrics` publishes nothing.

@@ -102,6 +102,11 @@ async fn a_scrape_reads_each_limiters_exact_counts() {
     assert_eq!(per_key("tollgate_units_total", Some("admitted")), 4.0);
     assert_eq!(per_key("tollgate_units_total", Some("denied")), 2.0);
     assert_eq!(per_key("tollgate_keys", None), 2.0);
-    assert_eq!(per_key("tollgate_key_cap_refusals_total", None), 0.0);
+    let refusals = sample(
+        &page,
+        "tollgate_new_key_refusals_total",
+        &[("limiter", "per-key"), ("reason", "full")],
+    );
+    assert_eq!(refusals, Some(0.0));
     assert_eq!(per_key("tollgate_evictions_total", None), 0.0);
 }

@@ -151,7 +151,9 @@ impl Algorithm for Gcra {
         // waiting for its slot (`crate::wait`), fixed with this admission
         // counted: moving the TAT back would let checks in ahead of it.
         // Only an exact refund then (with a tier's wider tolerance, also
-        // none: conservative).
+        // none: conservative). No clock margin here: plain checks leave the
+        // TAT at most a tolerance ahead, and a key that one just filled
+        // must still give back.
         if state.tat_ns > clamp_time(now_ns).saturating_add(self.interval.tolerance_ns()) {
             return None;
         }
