@@ -23,9 +23,10 @@ use std::num::NonZeroUsize;
 use crate::algorithm::{Algorithm, Gcra};
 use crate::cell::{Cell, CellFor, Preferred};
 use crate::clock::{Clock, TscClock};
-use crate::limiter::{DirectLimiter, RateLimiter, next_issuer};
+use crate::limiter::{DirectLimiter, RateLimiter};
 use crate::quota::Quota;
 use crate::store::{DefaultStore, Key, KeyCap, StoreKind, WhenFull};
+use crate::sync::next_issuer;
 use crate::wait::Queues;
 
 /// Chooses a limiter's algorithm, clock, store and key cap; starts from the

@@ -377,15 +377,9 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
         if self.issuer.is_none() || self.issuer != receipt.issuer() {
             return Refund::Nothing;
         }
-        let refund = std::cell::Cell::new(Refund::Nothing);
-        let changed = self.store.update(key, &self.algorithm, |state| {
-            released(&self.algorithm, state, &receipt, &self.clock, &refund)
-        });
-        if changed {
-            refund.get()
-        } else {
-            Refund::Nothing
-        }
+        refund_through(&self.algorithm, &receipt, &self.clock, |change| {
+            self.store.update(key, &self.algorithm, change)
+        })
     }
 
     /// The quota every key is held to.
@@ -469,38 +463,37 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> fmt::Debug for RateLimi
     }
 }
 
-/// The change a refund makes to a key's `state`: the algorithm's release,
-/// with a reading taken now (after the state was loaded, as
-/// [`Algorithm::release`] asks) if the clock's readings are ordered,
-/// noting how much it gives back in `refund`.
-fn released<A: Algorithm>(
+/// Gives back the admission `receipt` records through `update` (a store's
+/// or a cell's, applying a change atomically with every check; whether it
+/// changed the state): the algorithm's release, with a reading taken after
+/// the state was loaded (as [`Algorithm::release`] asks) if the clock's
+/// readings are ordered. Returns how much it gave back.
+fn refund_through<A: Algorithm>(
     algorithm: &A,
-    state: &A::State,
     receipt: &Receipt,
     clock: &impl Clock,
-    refund: &std::cell::Cell<Refund>,
-) -> Option<A::State> {
-    let now_ns = clock.ordered().then(|| {
-        // The reading must come after the load of `state` (on weakly
-        // ordered hardware a load of a clock's cached word could otherwise
-        // be served first): every admission `state` holds computed its
-        // word from its own reading, so that reading precedes its write,
-        // which this load saw (`Clock::ordered`).
-        acquire_fence();
-        clock.now_ns()
+    update: impl FnOnce(&dyn Fn(&A::State) -> Option<A::State>) -> bool,
+) -> Refund {
+    let given = std::cell::Cell::new(Refund::Nothing);
+    let changed = update(&|state| {
+        let now_ns = clock.ordered().then(|| {
+            // The reading must come after the load of `state` (on weakly
+            // ordered hardware a load of a clock's cached word could
+            // otherwise be served first): every admission `state` holds
+            // computed its word from its own reading, so that reading
+            // precedes its write, which this load saw (`Clock::ordered`).
+            acquire_fence();
+            clock.now_ns()
+        });
+        let (released, refund) = algorithm.release(state, receipt, now_ns)?;
+        given.set(refund);
+        Some(released)
     });
-    let (released, given) = algorithm.release(state, receipt, now_ns)?;
-    refund.set(given);
-    Some(released)
-}
-
-/// A new limiter's receipt stamp: unique in the process (a `u64` counter
-/// does not wrap), so that a refund finds its own limiter's receipts. Not
-/// a synchronisation protocol: a std atomic under the models too.
-pub(crate) fn next_issuer() -> NonZeroU64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    let issuer = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    NonZeroU64::new(issuer).unwrap_or(NonZeroU64::MAX)
+    if changed {
+        given.get()
+    } else {
+        Refund::Nothing
+    }
 }
 
 /// Only stores retire cells (eviction, migration); a direct limiter's cell is
@@ -614,18 +607,11 @@ impl<A: Algorithm, C: Clock, P: CellFor<A>> DirectLimiter<A, C, P> {
         if receipt.issuer() != Some(self.issuer) {
             return Refund::Nothing;
         }
-        let refund = std::cell::Cell::new(Refund::Nothing);
-        let changed = self
-            .cell
-            .update(&self.algorithm, |state| {
-                released(&self.algorithm, state, &receipt, &self.clock, &refund)
-            })
-            .expect(NEVER_RETIRED);
-        if changed {
-            refund.get()
-        } else {
-            Refund::Nothing
-        }
+        refund_through(&self.algorithm, &receipt, &self.clock, |change| {
+            self.cell
+                .update(&self.algorithm, change)
+                .expect(NEVER_RETIRED)
+        })
     }
 
     /// The quota the limiter enforces.

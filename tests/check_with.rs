@@ -32,7 +32,11 @@ fn drain<A: Algorithm, S: StoreKind<u64, A>>(
     let mut admitted = 0;
     while limiter.check_with(&key, quota).unwrap().is_allowed() {
         admitted += 1;
-        assert!(admitted <= 1_000_000, "never denied");
+        // A guard against a limiter that never denies, not a bound on the
+        // count: every caller asserts the exact count it expects.
+        if admitted > 1_000_000 {
+            panic!("never denied");
+        }
     }
     admitted
 }

@@ -86,6 +86,15 @@ pub(crate) fn acquire_fence() {
     loom::sync::atomic::fence(Ordering::Acquire);
 }
 
+/// A new limiter's receipt stamp: unique in the process (a `u64` counter
+/// does not wrap), so that a refund finds its own limiter's receipts. Not
+/// a protocol the models check: std's atomic under them too.
+pub(crate) fn next_issuer() -> std::num::NonZeroU64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let issuer = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::num::NonZeroU64::new(issuer).unwrap_or(std::num::NonZeroU64::MAX)
+}
+
 /// Locks `mutex`, recovering the guard if a previous holder panicked.
 ///
 /// See the module documentation for why ignoring poison is sound here.
