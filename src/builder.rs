@@ -25,7 +25,7 @@ use crate::cell::{Cell, CellFor, Preferred};
 use crate::clock::{Clock, TscClock};
 use crate::limiter::{DirectLimiter, RateLimiter};
 use crate::quota::Quota;
-use crate::store::{DefaultStore, Key, KeyCap, StoreKind, WhenFull};
+use crate::store::{DefaultStore, Generation, Key, KeyCap, StoreKind, WhenFull};
 use crate::sync::next_issuer;
 use crate::wait::Queues;
 
@@ -252,16 +252,19 @@ impl<A: Algorithm, C: Clock, S> Builder<A, C, StoreChosen<S>> {
     where
         S: StoreKind<K, A>,
     {
+        let receipts = self
+            .keyed
+            .cap
+            .is_none_or(|cap| cap.when_full() == WhenFull::Reject);
+        let generation = std::sync::Arc::new(Generation::new(
+            A::from_quota(&self.quota),
+            receipts.then(next_issuer),
+        ));
         RateLimiter {
-            algorithm: A::from_quota(&self.quota),
-            quota: self.quota,
             clock: self.clock.into_clock(),
-            store: self.keyed.store.build(self.keyed.cap),
-            issuer: self
-                .keyed
-                .cap
-                .is_none_or(|cap| cap.when_full() == WhenFull::Reject)
-                .then(next_issuer),
+            store: self.keyed.store.build(generation, self.keyed.cap),
+            receipts,
+            quota: crate::sync::Mutex::new(self.quota),
             #[cfg(feature = "metrics")]
             counts: self
                 .metrics

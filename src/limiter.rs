@@ -3,15 +3,18 @@
 use std::fmt;
 use std::num::NonZeroU64;
 
-use crate::algorithm::{Algorithm, Gcra, Receipt, Refund};
+use crate::algorithm::{Algorithm, Carry, Gcra, Receipt, Refund};
 use crate::builder::Builder;
 use crate::cell::{Cell, CellFor, Preferred};
 use crate::clock::{Clock, TscClock};
 use crate::decision::Decision;
 use crate::error::{CheckError, LayoutError};
 use crate::quota::Quota;
-use crate::store::{DefaultStore, Key, Lookup, Store, StoreKind};
+use crate::store::{
+    ChangeError, DefaultStore, Generation, Key, Lookup, Own, Store, StoreKind, Under,
+};
 use crate::sync::acquire_fence;
+use crate::sync::{Mutex, lock, next_issuer};
 use crate::wait::Queues;
 
 /// A rate limiter with one quota per key: each key (a user, an IP address, an
@@ -45,16 +48,19 @@ pub struct RateLimiter<
     C: Clock = TscClock,
     S: StoreKind<K, A> = DefaultStore,
 > {
-    pub(crate) quota: Quota,
-    pub(crate) algorithm: A,
     pub(crate) clock: C,
+    /// The keys' states, and the generation (algorithm, quota and receipt
+    /// stamp) each is in ([`Generation`]).
     pub(crate) store: S::Store,
-    /// The stamp of this limiter's receipts, which its refunds ask for;
-    /// `None` where admissions carry none: under a
+    /// Whether admissions carry receipts: not under a
     /// [`WhenFull::AdmitUntracked`](crate::store::WhenFull::AdmitUntracked)
     /// cap, which admits keys it does not store, so that an admission's
     /// receipt could match another's state.
-    pub(crate) issuer: Option<NonZeroU64>,
+    pub(crate) receipts: bool,
+    /// The quota new checks are held to; held by
+    /// [`set_quota`](RateLimiter::set_quota) for a whole change, so that
+    /// changes follow one another.
+    pub(crate) quota: Mutex<Quota>,
     /// The counts for the `metrics` facade (`Builder::metrics`).
     #[cfg(feature = "metrics")]
     pub(crate) counts: Option<Box<crate::metrics::Counts>>,
@@ -111,11 +117,7 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     /// and no key is stored, on error.
     #[inline]
     pub fn check_n<Q: Lookup<K> + ?Sized>(&self, key: &Q, n: u32) -> Result<Decision, CheckError> {
-        self.counted(
-            self.store
-                .check(key, &self.algorithm, self.clock.now_ns(), n),
-            n,
-        )
+        self.counted(self.store.check(key, &Own, self.clock.now_ns(), n), n)
     }
 
     /// Checks one unit request for `key` under `quota` instead of the
@@ -191,8 +193,7 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
         n: u32,
         quota: &Quota,
     ) -> Result<Decision, CheckError> {
-        let algorithm = self.algorithm.for_quota(quota)?;
-        self.counted(self.store.check(key, &algorithm, self.clock.now_ns(), n), n)
+        self.counted(self.store.check(key, quota, self.clock.now_ns(), n), n)
     }
 
     /// [`peek`](RateLimiter::peek) under `quota`, as
@@ -211,8 +212,7 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
         key: &Q,
         quota: &Quota,
     ) -> Result<Decision, CheckError> {
-        let algorithm = self.algorithm.for_quota(quota)?;
-        self.store.peek(key, &algorithm, self.clock.now_ns(), 1)
+        self.store.peek(key, quota, self.clock.now_ns(), 1)
     }
 
     /// Whether checks can carry `quota`
@@ -246,7 +246,11 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     ///
     /// The [`LayoutError`] every check carrying `quota` would return.
     pub fn accepts(&self, quota: &Quota) -> Result<(), LayoutError> {
-        self.algorithm.for_quota(quota).map(drop)
+        self.store
+            .generation()
+            .algorithm()
+            .for_quota(quota)
+            .map(drop)
     }
 
     /// The decision [`check`](RateLimiter::check) would return for `key` now,
@@ -262,8 +266,7 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     /// As [`check`](RateLimiter::check).
     #[inline]
     pub fn peek<Q: Lookup<K> + ?Sized>(&self, key: &Q) -> Result<Decision, CheckError> {
-        self.store
-            .peek(key, &self.algorithm, self.clock.now_ns(), 1)
+        self.store.peek(key, &Own, self.clock.now_ns(), 1)
     }
 
     /// [`check_n`](RateLimiter::check_n), and for an admission a receipt
@@ -299,7 +302,7 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
         key: &Q,
         n: u32,
     ) -> Result<(Decision, Option<Receipt>), CheckError> {
-        self.check_by_receipt(key, &self.algorithm, n)
+        self.check_by_receipt(key, &Own, n)
     }
 
     /// [`check_n_receipt`](RateLimiter::check_n_receipt) under `quota`, as
@@ -321,25 +324,28 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
         n: u32,
         quota: &Quota,
     ) -> Result<(Decision, Option<Receipt>), CheckError> {
-        self.check_by_receipt(key, &self.algorithm.for_quota(quota)?, n)
+        self.check_by_receipt(key, quota, n)
     }
 
-    /// A check by `algorithm` (the limiter's, or one of its layout) and its
-    /// receipt.
+    /// A check by the algorithm `under` chooses, and its receipt.
     #[inline]
     #[allow(clippy::type_complexity)]
-    fn check_by_receipt<Q: Lookup<K> + ?Sized>(
+    fn check_by_receipt<Q: Lookup<K> + ?Sized, U: Under<A>>(
         &self,
         key: &Q,
-        algorithm: &A,
+        under: &U,
         n: u32,
     ) -> Result<(Decision, Option<Receipt>), CheckError> {
         let now_ns = self.clock.now_ns();
-        let decision = self.counted(self.store.check(key, algorithm, now_ns, n), n)?;
-        let receipt = self.issuer.and_then(|issuer| {
-            let receipt = algorithm.receipt(&decision, now_ns, n)?;
-            Some(receipt.issued_by(issuer))
-        });
+        let checked = self.store.check_receipt(key, under, now_ns, n);
+        let decision = self.counted(
+            checked
+                .as_ref()
+                .map(|(decision, _)| *decision)
+                .map_err(|error| *error),
+            n,
+        )?;
+        let receipt = checked.ok().and_then(|(_, receipt)| receipt);
         Ok((decision, receipt))
     }
 
@@ -374,18 +380,97 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     /// As [`check`](RateLimiter::check), for this key's user code.
     #[allow(clippy::needless_pass_by_value)] // consumed: a receipt gives back once
     pub fn refund<Q: Lookup<K> + ?Sized>(&self, key: &Q, receipt: Receipt) -> Refund {
-        if self.issuer.is_none() || self.issuer != receipt.issuer() {
+        if !self.receipts {
             return Refund::Nothing;
         }
-        refund_through(&self.algorithm, &receipt, &self.clock, |change| {
-            self.store.update(key, &self.algorithm, change)
+        refund_through(|released| {
+            self.store.update(key, |generation, state| {
+                released(generation.release(state, &receipt, release_reading(&self.clock)))
+            })
         })
     }
 
-    /// The quota every key is held to.
+    /// Replaces the quota every key is held to, at once and without losing
+    /// what keys have used: each stored key's state is carried over by
+    /// `carry` ([`Carry`]: as is, in proportion, or unchanged), and checks
+    /// that begin after this returns decide by `quota`.
+    ///
+    /// ```
+    /// use tollgate::algorithm::Carry;
+    /// use tollgate::clock::ManualClock;
+    /// use tollgate::{Builder, Quota};
+    ///
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = Builder::new(Quota::per_minute(10)?)
+    ///     .clock(ManualClock::new())
+    ///     .build::<String>();
+    /// for _ in 0..4 {
+    ///     assert!(limiter.check("alice")?.is_allowed());
+    /// }
+    /// // Raised to 20 a minute: alice keeps the 6 units she had left (as
+    /// // is), where a new key has the whole new burst.
+    /// limiter.set_quota(Quota::per_minute(20)?, Carry::AsIs)?;
+    /// assert_eq!(limiter.peek("alice")?.remaining() + 1, 6);
+    /// assert_eq!(limiter.peek("bob")?.remaining() + 1, 20);
+    /// # Ok(())
+    /// # }
+    /// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
+    /// ```
+    ///
+    /// Each key moves atomically with respect to its checks: a check
+    /// decides wholly under the old quota, before its key moves, or wholly
+    /// under the new one. Keys move shard by shard, so while this runs a
+    /// check of one key may see the new quota and a check of another the
+    /// old. Receipts of admissions before the change give nothing back
+    /// after it ([`refund`](RateLimiter::refund)): a refused request that
+    /// spans a change stays charged (over-denial, never over-admission).
+    /// Reservations already waiting keep their slots; the key's booked time
+    /// is carried with theirs in it. Keys checked under a carried quota
+    /// ([`check_with`](RateLimiter::check_with)) are carried as if this
+    /// limiter's quota had checked them: under [`Carry::Unchanged`] every
+    /// key keeps its state as it is, whatever quota checked it.
+    ///
+    /// It takes each shard's lock in turn and rebuilds the shard (the
+    /// lock-free store) or rewrites its states: a pass over every key. A
+    /// check stalled inside the lock-free store delays it, never a check.
+    ///
+    /// # Errors
+    ///
+    /// [`ChangeError::Layout`] for a quota the limiter's states cannot be
+    /// read by ([`accepts`](RateLimiter::accepts): the window algorithms
+    /// keep their burst window), [`ChangeError::Unsupported`] for an
+    /// algorithm that does not carry states ([`Algorithm::carry`]), and
+    /// [`ChangeError::StoreFixed`] for a store that cannot change. Nothing
+    /// changes on error.
+    ///
+    /// # Panics
+    ///
+    /// If the algorithm's code panics while carrying a state (never the
+    /// crate's algorithms): the shards already moved stay under `quota`,
+    /// the others under the old one, every key exactly under one of them,
+    /// and [`quota`](RateLimiter::quota) still reports the old one. Also
+    /// if other keys' `Hash` or `Clone` panic in a rebuild, as for
+    /// [`check`](RateLimiter::check).
+    pub fn set_quota(&self, quota: Quota, carry: Carry) -> Result<(), ChangeError> {
+        let mut current = lock(&self.quota);
+        let from = self.store.generation();
+        let algorithm = from.algorithm().for_quota(&quota)?;
+        let issuer = from.issuer().map(|_| next_issuer());
+        self.store.change(
+            Generation::new(algorithm, issuer),
+            carry,
+            self.clock.now_ns(),
+        )?;
+        *current = quota;
+        Ok(())
+    }
+
+    /// The quota every key is held to (the last one
+    /// [`set_quota`](RateLimiter::set_quota) set).
     #[must_use]
-    pub fn quota(&self) -> &Quota {
-        &self.quota
+    pub fn quota(&self) -> Quota {
+        *lock(&self.quota)
     }
 
     /// How many keys hold state (keys that have been admitted at least once).
@@ -413,7 +498,7 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     /// inside a table (a key's `Eq` blocked on a lock) cannot hold it. What
     /// such a check holds back is freed by a later writer of the shard.
     pub fn evict_idle(&self) -> usize {
-        let evicted = self.store.evict_idle(&self.algorithm, self.clock.now_ns());
+        let evicted = self.store.evict_idle(self.clock.now_ns());
         #[cfg(feature = "metrics")]
         if let Some(counts) = &self.counts {
             counts.count_evicted(evicted);
@@ -456,36 +541,24 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
 impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> fmt::Debug for RateLimiter<K, A, C, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimiter")
-            .field("quota", &self.quota)
-            .field("algorithm", &self.algorithm)
+            .field("quota", &self.quota())
+            .field("generation", &self.store.generation())
             .field("store", &self.store)
             .finish_non_exhaustive()
     }
 }
 
-/// Gives back the admission `receipt` records through `update` (a store's
-/// or a cell's, applying a change atomically with every check; whether it
-/// changed the state): the algorithm's release, with a reading taken after
-/// the state was loaded (as [`Algorithm::release`] asks) if the clock's
-/// readings are ordered. Returns how much it gave back.
-fn refund_through<A: Algorithm>(
-    algorithm: &A,
-    receipt: &Receipt,
-    clock: &impl Clock,
-    update: impl FnOnce(&dyn Fn(&A::State) -> Option<A::State>) -> bool,
+/// Gives back an admission through `update` (a store's or a cell's,
+/// applying a change atomically with every check; whether it changed the
+/// state), which hands each release it computes ([`Algorithm::release`])
+/// to the function it is given, and installs the state that returns.
+/// Returns how much it gave back.
+fn refund_through<S>(
+    update: impl FnOnce(&dyn Fn(Option<(S, Refund)>) -> Option<S>) -> bool,
 ) -> Refund {
     let given = std::cell::Cell::new(Refund::Nothing);
-    let changed = update(&|state| {
-        let now_ns = clock.ordered().then(|| {
-            // The reading must come after the load of `state` (on weakly
-            // ordered hardware a load of a clock's cached word could
-            // otherwise be served first): every admission `state` holds
-            // computed its word from its own reading, so that reading
-            // precedes its write, which this load saw (`Clock::ordered`).
-            acquire_fence();
-            clock.now_ns()
-        });
-        let (released, refund) = algorithm.release(state, receipt, now_ns)?;
+    let changed = update(&|released| {
+        let (released, refund) = released?;
         given.set(refund);
         Some(released)
     });
@@ -494,6 +567,20 @@ fn refund_through<A: Algorithm>(
     } else {
         Refund::Nothing
     }
+}
+
+/// The reading a release is measured to ([`Algorithm::release`]), taken
+/// after the state was loaded, if the clock's readings are ordered.
+fn release_reading(clock: &impl Clock) -> Option<u64> {
+    clock.ordered().then(|| {
+        // The reading must come after the load of the state (on weakly
+        // ordered hardware a load of a clock's cached word could otherwise
+        // be served first): every admission the state holds computed its
+        // word from its own reading, so that reading precedes its write,
+        // which this load saw (`Clock::ordered`).
+        acquire_fence();
+        clock.now_ns()
+    })
 }
 
 /// Only stores retire cells (eviction, migration); a direct limiter's cell is
@@ -607,9 +694,12 @@ impl<A: Algorithm, C: Clock, P: CellFor<A>> DirectLimiter<A, C, P> {
         if receipt.issuer() != Some(self.issuer) {
             return Refund::Nothing;
         }
-        refund_through(&self.algorithm, &receipt, &self.clock, |change| {
+        refund_through(|released| {
             self.cell
-                .update(&self.algorithm, change)
+                .update(&self.algorithm, |state| {
+                    let now_ns = release_reading(&self.clock);
+                    released(self.algorithm.release(state, &receipt, now_ns))
+                })
                 .expect(NEVER_RETIRED)
         })
     }

@@ -182,7 +182,7 @@ where
     type Receipt = Receipt;
 
     fn quota(&self) -> Quota {
-        *RateLimiter::quota(self)
+        RateLimiter::quota(self)
     }
 
     fn accepts(&self, quota: &Quota) -> Result<(), LayoutError> {
@@ -197,7 +197,7 @@ where
         quota: Option<&Quota>,
     ) -> Option<Result<Checked<Self::Receipt>, Failure>> {
         Some(match quota {
-            None => checked(self.check_n_receipt(key, cost), RateLimiter::quota(self)),
+            None => checked(self.check_n_receipt(key, cost), &RateLimiter::quota(self)),
             Some(quota) => checked(self.check_n_receipt_with(key, cost, quota), quota),
         })
     }
@@ -211,9 +211,9 @@ where
     ) -> Option<Result<Checked<Self::Receipt>, Failure>> {
         let (decided, quota) = match quota {
             None => (self.check_n(key, cost), RateLimiter::quota(self)),
-            Some(quota) => (self.check_n_with(key, cost, quota), quota),
+            Some(quota) => (self.check_n_with(key, cost, quota), *quota),
         };
-        Some(checked(decided.map(|decision| (decision, None)), quota))
+        Some(checked(decided.map(|decision| (decision, None)), &quota))
     }
 
     fn check_n(
@@ -223,7 +223,7 @@ where
         quota: Option<&Quota>,
     ) -> impl Future<Output = Result<Checked<Self::Receipt>, Failure>> + Send {
         ready(match quota {
-            None => checked(self.check_n_receipt(key, cost), RateLimiter::quota(self)),
+            None => checked(self.check_n_receipt(key, cost), &RateLimiter::quota(self)),
             Some(quota) => checked(self.check_n_receipt_with(key, cost, quota), quota),
         })
     }

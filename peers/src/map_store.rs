@@ -5,14 +5,14 @@ use std::hash::{BuildHasher, Hash, RandomState};
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tollgate::algorithm::Algorithm;
+use tollgate::algorithm::{Algorithm, Carry, Receipt};
 use tollgate::cell::{Cell, CellFor, Preferred};
 use tollgate::store::kit::{
     Attempt, NewKey, Population, admit_new_key, decide_fresh, rested_at, retry_after_sweep,
 };
-use tollgate::store::{Key, KeyCap, Lookup, Store, StoreKind};
+use tollgate::store::{ChangeError, Generation, Key, KeyCap, Lookup, Store, StoreKind, Under};
 use tollgate::{CheckError, Decision};
 
 /// Keys in a concurrent map `M` (see [`MapFor`]), each key's state in the
@@ -163,8 +163,9 @@ where
 {
     type Store = MapStore<K, A, P::Cell, M::Map>;
 
-    fn build(&self, cap: Option<KeyCap>) -> Self::Store {
+    fn build(&self, generation: Arc<Generation<A>>, cap: Option<KeyCap>) -> Self::Store {
         MapStore {
+            generation,
             map: M::Map::empty(),
             stripes: std::array::from_fn(|_| Mutex::new(())),
             stripe_hasher: RandomState::new(),
@@ -178,6 +179,8 @@ where
 
 /// The store [`OnMap`] builds.
 pub struct MapStore<K, A, C, M> {
+    /// The one generation: this store does not change its quota.
+    generation: Arc<Generation<A>>,
     map: M,
     stripes: [Mutex<()>; STRIPES],
     /// Chooses a key's stripe (the maps' own hashes are not exposed).
@@ -186,7 +189,7 @@ pub struct MapStore<K, A, C, M> {
     /// The key count at which the next growth sweep runs.
     next_sweep_at: AtomicUsize,
     keys: PhantomData<fn() -> K>,
-    cells: PhantomData<fn() -> (A, C)>,
+    cells: PhantomData<fn() -> C>,
 }
 
 /// A stripe's lock: the unit value it guards cannot be left inconsistent by
@@ -246,9 +249,7 @@ impl<K: Key, A: Algorithm, C: Cell<A>, M: ConcurrentMap<K, C>> MapStore<K, A, C,
                 ),
             )
         };
-        retry_after_sweep(&self.population, attempt, || {
-            self.evict_idle(algorithm, now_ns)
-        })
+        retry_after_sweep(&self.population, attempt, || self.evict_idle(now_ns))
     }
 
     /// Inserts a new key (its stripe held). The maps run user code inside an
@@ -334,55 +335,81 @@ impl<K: Key, A: Algorithm, C: Cell<A>, M: ConcurrentMap<K, C>> Store<K, A>
     for MapStore<K, A, C, M>
 {
     #[inline]
-    fn check<Q: Lookup<K> + ?Sized>(
+    fn check<Q: Lookup<K> + ?Sized, U: Under<A>>(
         &self,
         key: &Q,
-        algorithm: &A,
+        under: &U,
         now_ns: u64,
         cost: u32,
     ) -> Result<Decision, CheckError> {
+        let algorithm = under.choose(&self.generation)?;
         let found = self
             .map
-            .read(key, |cell| cell.check(algorithm, now_ns, cost));
+            .read(key, |cell| cell.check(&algorithm, now_ns, cost));
         if let Some(decision) = found.transpose()?.flatten() {
             return Ok(decision);
         }
-        self.check_slow(key, algorithm, now_ns, cost)
+        self.check_slow(key, &algorithm, now_ns, cost)
     }
 
-    fn peek<Q: Lookup<K> + ?Sized>(
+    fn check_receipt<Q: Lookup<K> + ?Sized, U: Under<A>>(
         &self,
         key: &Q,
-        algorithm: &A,
+        under: &U,
+        now_ns: u64,
+        cost: u32,
+    ) -> Result<(Decision, Option<Receipt>), CheckError> {
+        let algorithm = under.choose(&self.generation)?;
+        let decision = self.check(key, under, now_ns, cost)?;
+        let receipt = self.generation.receipt(&algorithm, &decision, now_ns, cost);
+        Ok((decision, receipt))
+    }
+
+    fn peek<Q: Lookup<K> + ?Sized, U: Under<A>>(
+        &self,
+        key: &Q,
+        under: &U,
         now_ns: u64,
         cost: u32,
     ) -> Result<Decision, CheckError> {
+        let algorithm = under.choose(&self.generation)?;
         let found = self
             .map
-            .read(key, |cell| cell.peek(algorithm, now_ns, cost));
+            .read(key, |cell| cell.peek(&algorithm, now_ns, cost));
         if let Some(decision) = found.transpose()?.flatten() {
             return Ok(decision);
         }
         // Absent, or retired: evicted, so idle, as good as fresh.
-        Ok(decide_fresh(algorithm, now_ns, cost)?.decision())
+        Ok(decide_fresh(&*algorithm, now_ns, cost)?.decision())
     }
 
     fn update<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
-        algorithm: &A,
-        change: impl Fn(&A::State) -> Option<A::State>,
+        change: impl Fn(&Generation<A>, &A::State) -> Option<A::State>,
     ) -> bool {
         // A retired cell was evicted (cells never move here): the key is
         // idle, as good as fresh, and left alone.
+        let generation = &*self.generation;
         self.map
-            .read(key, |cell| cell.update(algorithm, &change))
+            .read(key, |cell| {
+                cell.update(generation.algorithm(), |state| change(generation, state))
+            })
             .flatten()
             .unwrap_or(false)
     }
 
-    fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {
-        self.sweep(algorithm, now_ns)
+    fn generation(&self) -> Arc<Generation<A>> {
+        Arc::clone(&self.generation)
+    }
+
+    /// The peers' maps keep one generation.
+    fn change(&self, _to: Generation<A>, _carry: Carry, _now_ns: u64) -> Result<(), ChangeError> {
+        Err(ChangeError::StoreFixed)
+    }
+
+    fn evict_idle(&self, now_ns: u64) -> usize {
+        self.sweep(self.generation.algorithm(), now_ns)
     }
 
     fn len(&self) -> usize {

@@ -223,7 +223,7 @@ impl<A: Scripted> Fallback<A> {
             } {
                 Ok(decision) => Some(Enforced {
                     decision,
-                    quota: Some(*local.quota()),
+                    quota: Some(local.quota()),
                 }),
                 // A new key beyond the local cap, or a cost above the
                 // local share's burst: denied until Redis is back.

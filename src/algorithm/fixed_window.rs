@@ -2,7 +2,10 @@
 
 use std::cmp::Ordering;
 
-use super::{Algorithm, PackedAlgorithm, Receipt, Refund, Verdict, same_window, validate_cost};
+use super::{
+    Algorithm, Carry, PackedAlgorithm, Receipt, Refund, Verdict, carry_count, same_window,
+    validate_cost,
+};
 use crate::clock::clamp_time;
 use crate::decision::Decision;
 use crate::error::{CheckError, LayoutError};
@@ -137,6 +140,25 @@ impl Algorithm for FixedWindow {
 
     fn capacity(&self) -> u32 {
         self.capacity
+    }
+
+    /// The count of the window `now` falls in is carried (see [`Carry`]);
+    /// a count of an earlier window counts nothing now and stays as it
+    /// is. `to` counts in the same windows ([`for_quota`](Algorithm::for_quota)).
+    fn carry(
+        &self,
+        to: &Self,
+        carry: Carry,
+        state: &FixedWindowState,
+        now_ns: u64,
+    ) -> Option<FixedWindowState> {
+        if state.window_index < self.window_index(clamp_time(now_ns)) {
+            return Some(*state);
+        }
+        Some(FixedWindowState {
+            count: carry_count(self.capacity, to.capacity, carry, state.count),
+            ..*state
+        })
     }
 
     #[inline]

@@ -1,7 +1,7 @@
 //! GCRA, the generic cell rate algorithm.
 
 use super::interval::{Interval, released_ns};
-use super::{Algorithm, PackedAlgorithm, Receipt, Refund, Verdict};
+use super::{Algorithm, Carry, PackedAlgorithm, Receipt, Refund, Verdict};
 use crate::clock::clamp_time;
 use crate::decision::Decision;
 use crate::error::{CheckError, LayoutError};
@@ -91,6 +91,20 @@ impl Algorithm for Gcra {
 
     fn capacity(&self) -> u32 {
         self.interval.capacity()
+    }
+
+    /// The debt the TAT books past `now` is carried
+    /// (`max(tat, now) − now`, see [`Carry`]) and booked again from `now`.
+    /// A TAT that has passed is idle and stays as it is.
+    fn carry(&self, to: &Self, carry: Carry, state: &GcraState, now_ns: u64) -> Option<GcraState> {
+        let now_ns = clamp_time(now_ns);
+        let debt_ns = state.tat_ns.saturating_sub(now_ns);
+        if debt_ns == 0 {
+            return Some(*state);
+        }
+        Some(GcraState {
+            tat_ns: now_ns + self.interval.carry_debt(&to.interval, carry, debt_ns),
+        })
     }
 
     #[inline]

@@ -11,7 +11,7 @@
 //! instant it will be paid off; the token bucket: as an amount and the instant
 //! it was measured), so this decision is written once and both call it.
 
-use super::{Verdict, to_u32, validate_cost};
+use super::{Carry, Verdict, to_u32, validate_cost};
 use crate::clock::{MAX_SPAN_NS, clamp_time};
 use crate::decision::Decision;
 use crate::error::CheckError;
@@ -86,6 +86,39 @@ impl Interval {
             tolerance_ns: self.tolerance_ns.saturating_add(extra_ns).min(MAX_SPAN_NS),
             ..*self
         }
+    }
+
+    /// The debt a key owing `debt_ns` under these constants owes under
+    /// `to`'s, by `carry` (see [`Carry`]): rounded up to the nanosecond,
+    /// so that it never leaves more free than the strategy's exact
+    /// arithmetic, and at most [`MAX_SPAN_NS`]. A key owing nothing owes
+    /// nothing.
+    pub(crate) fn carry_debt(&self, to: &Self, carry: Carry, debt_ns: u64) -> u64 {
+        if debt_ns == 0 {
+            return 0;
+        }
+        let debt = i128::from(debt_ns);
+        let carried = match carry {
+            // Free time `tolerance − debt` (negative while a reservation
+            // waits) counts units of this interval; the same units free
+            // under `to`, at most its burst, leave the rest owed.
+            Carry::AsIs => {
+                let free = i128::from(self.tolerance_ns) - debt;
+                let free_to = (free * i128::from(to.emission_interval_ns))
+                    .div_euclid(i128::from(self.emission_interval_ns));
+                i128::from(to.tolerance_ns) - free_to.min(i128::from(to.tolerance_ns))
+            }
+            // The fraction of the tolerance owed is kept.
+            Carry::Proportional => {
+                let scaled = debt * i128::from(to.tolerance_ns);
+                let tolerance = i128::from(self.tolerance_ns);
+                (scaled + tolerance - 1) / tolerance
+            }
+            Carry::Unchanged => debt,
+        };
+        u64::try_from(carried.max(0))
+            .unwrap_or(u64::MAX)
+            .min(MAX_SPAN_NS)
     }
 
     /// The decision of an admission that leaves `debt_ns` owed.

@@ -106,6 +106,27 @@ pub trait Algorithm: Debug + Send + Sync + Sized + 'static {
     /// The most unit requests a key can hold at once (the quota's burst).
     fn capacity(&self) -> u32;
 
+    /// `state`, read at `now_ns`, carried over to `to` (this algorithm's
+    /// [`for_quota`](Algorithm::for_quota) of a new quota) by the strategy
+    /// `carry`: what a key keeps when its limiter's quota changes
+    /// ([`RateLimiter::set_quota`](crate::RateLimiter::set_quota)). `None`
+    /// (the default) for an algorithm that does not implement it.
+    ///
+    /// Every strategy keeps an idle key idle (an idle key decides as an
+    /// absent one, which has no state to carry), and rounds toward the
+    /// units used, never toward the units free. See [`Carry`] and each
+    /// algorithm for what a state keeps.
+    fn carry(
+        &self,
+        to: &Self,
+        carry: Carry,
+        state: &Self::State,
+        now_ns: u64,
+    ) -> Option<Self::State> {
+        let _ = (to, carry, state, now_ns);
+        None
+    }
+
     /// Decides a request of `cost` units at `now_ns` against `state`, without
     /// changing anything.
     ///
@@ -289,6 +310,34 @@ impl Receipt {
     }
 }
 
+/// What each key keeps when its limiter's quota changes at runtime
+/// ([`RateLimiter::set_quota`](crate::RateLimiter::set_quota)): the
+/// strategies of Bucket4j's `TokensInheritanceStrategy`, and the reading a
+/// carried quota makes.
+///
+/// Say a key has `a` units available of a burst `b`, and the new burst is
+/// `b'`. Every strategy leaves an idle key idle (it decides as an absent
+/// key, which has nothing to carry: its whole new burst), and none lets a
+/// window that spans the change admit more than `max(b, b')` units plus
+/// what each quota refills in its part of it (note 14 proves it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Carry {
+    /// The units available are kept, at most the new burst: `a' = min(a,
+    /// b')`. A raise gives keys in use no new units at once (they refill at
+    /// the new rate); a cut takes away only what exceeds the new burst.
+    AsIs,
+    /// The fraction of the burst available is kept: `a' = a × b' / b`. A
+    /// key that had half its burst left has half the new one left.
+    Proportional,
+    /// The state is kept as it is and read under the new quota, as a
+    /// [`check_with`](crate::RateLimiter::check_with) reads it: GCRA and the
+    /// token bucket keep the refill time booked (units used count in the
+    /// new quota's intervals), the window algorithms keep their counts (a
+    /// raise adds `b' − b` units free to every key).
+    Unchanged,
+}
+
 /// How much of an admission a refund gave back
 /// ([`RateLimiter::refund`](crate::RateLimiter::refund)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -359,6 +408,24 @@ fn same_window(window_ns: u64, quota: &Quota) -> Result<(), LayoutError> {
             quota: quota.burst_window(),
         })
     }
+}
+
+/// The units a window algorithm's key counts as used after a change from a
+/// burst of `from` to one of `to`, by `carry`, when it had counted `used`
+/// (see [`Carry`]): rounded up, and never above both `used` and `to`, so
+/// that the count packs wherever the two bursts do.
+fn carry_count(from: u32, to: u32, carry: Carry, used: u32) -> u32 {
+    if used == 0 {
+        return 0;
+    }
+    let (from, to_wide, used_wide) = (u64::from(from), u64::from(to), u64::from(used));
+    let carried = match carry {
+        // Free `from − used` (none past the burst), at most `to`.
+        Carry::AsIs => to_wide - from.saturating_sub(used_wide).min(to_wide),
+        Carry::Proportional => (used_wide * to_wide).div_ceil(from.max(1)),
+        Carry::Unchanged => used_wide,
+    };
+    to_u32(carried.min(used_wide.max(to_wide)))
 }
 
 /// Clamps a count known to be at most a `u32` capacity back into `u32`.

@@ -2,7 +2,9 @@
 
 use std::collections::VecDeque;
 
-use super::{Algorithm, Receipt, Refund, Verdict, same_window, to_u32, validate_cost};
+use super::{
+    Algorithm, Carry, Receipt, Refund, Verdict, carry_count, same_window, to_u32, validate_cost,
+};
 use crate::clock::clamp_time;
 use crate::decision::Decision;
 use crate::error::{CheckError, LayoutError};
@@ -108,6 +110,38 @@ impl Algorithm for SlidingWindowLog {
 
     fn capacity(&self) -> u32 {
         self.capacity
+    }
+
+    /// The stamps still in the window at `now` are carried as a count
+    /// (see [`Carry`]): fewer keep the newest, more add stamps at `now`
+    /// (the latest instant, so the most conservative). `to` counts in the
+    /// same windows.
+    fn carry(
+        &self,
+        to: &Self,
+        carry: Carry,
+        state: &SlidingWindowLogState,
+        now_ns: u64,
+    ) -> Option<SlidingWindowLogState> {
+        let mut carried = state.clone();
+        if carry == Carry::Unchanged {
+            return Some(carried);
+        }
+        let newest_ns = state.stamps_ns.back().copied();
+        let now_ns = newest_ns.map_or(clamp_time(now_ns), |newest_ns| {
+            clamp_time(now_ns).max(newest_ns)
+        });
+        carried.stamps_ns.drain(..self.departed(state, now_ns));
+        let live = to_u32(carried.stamps_ns.len() as u64);
+        let kept = carry_count(self.capacity, to.capacity, carry, live);
+        if kept <= live {
+            carried.stamps_ns.drain(..(live - kept) as usize);
+        } else {
+            carried
+                .stamps_ns
+                .extend(std::iter::repeat_n(now_ns, (kept - live) as usize));
+        }
+        Some(carried)
     }
 
     fn decide(

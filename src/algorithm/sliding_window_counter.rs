@@ -3,7 +3,8 @@
 use std::cmp::Ordering;
 
 use super::{
-    Algorithm, PackedAlgorithm, Receipt, Refund, Verdict, same_window, to_u32, validate_cost,
+    Algorithm, Carry, PackedAlgorithm, Receipt, Refund, Verdict, carry_count, same_window, to_u32,
+    validate_cost,
 };
 use crate::clock::{END_OF_TIME_NS, clamp_time};
 use crate::decision::Decision;
@@ -245,6 +246,46 @@ impl Algorithm for SlidingWindowCounter {
 
     fn capacity(&self) -> u32 {
         self.capacity
+    }
+
+    /// Both counts, rolled forward to `now`, are carried (see [`Carry`]):
+    /// in proportion, each rounded up; as is, a raise adds `b' − b` to the
+    /// current window's count, and a cut takes it from the current count
+    /// and then from the previous one (whose weight is below one, so the
+    /// estimate falls by at most the cut: conservative). `to` counts in
+    /// the same windows.
+    fn carry(
+        &self,
+        to: &Self,
+        carry: Carry,
+        state: &SlidingWindowCounterState,
+        now_ns: u64,
+    ) -> Option<SlidingWindowCounterState> {
+        let view = self.view(state, clamp_time(now_ns));
+        let (from_burst, to_burst) = (self.capacity, to.capacity);
+        let (previous, current) = match carry {
+            Carry::Unchanged => return Some(*state),
+            _ if view.previous == 0 && view.current == 0 => return Some(*state),
+            Carry::Proportional => (
+                carry_count(from_burst, to_burst, carry, view.previous),
+                carry_count(from_burst, to_burst, carry, view.current),
+            ),
+            Carry::AsIs if to_burst >= from_burst => {
+                let raised = view.current.saturating_add(to_burst - from_burst);
+                (view.previous, raised.min(view.current.max(to_burst)))
+            }
+            Carry::AsIs => {
+                let cut = from_burst - to_burst;
+                let from_current = cut.min(view.current);
+                let from_previous = (cut - from_current).min(view.previous);
+                (view.previous - from_previous, view.current - from_current)
+            }
+        };
+        Some(SlidingWindowCounterState {
+            window_index: view.window_index,
+            previous,
+            current,
+        })
     }
 
     #[inline]

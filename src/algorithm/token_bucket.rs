@@ -1,7 +1,7 @@
 //! The token bucket, refilled lazily on read.
 
 use super::interval::{Interval, released_ns};
-use super::{Algorithm, Receipt, Refund, Verdict};
+use super::{Algorithm, Carry, Receipt, Refund, Verdict};
 use crate::clock::clamp_time;
 use crate::decision::Decision;
 use crate::error::{CheckError, LayoutError};
@@ -57,6 +57,27 @@ impl Algorithm for TokenBucket {
 
     fn capacity(&self) -> u32 {
         self.interval.capacity()
+    }
+
+    /// The deficit left at `now` is carried (see [`Carry`]) and dated
+    /// `now` (a reading older than the bucket's is its own instant, as in
+    /// `decide`). A full bucket stays as it is.
+    fn carry(
+        &self,
+        to: &Self,
+        carry: Carry,
+        state: &TokenBucketState,
+        now_ns: u64,
+    ) -> Option<TokenBucketState> {
+        let now_ns = clamp_time(now_ns).max(state.last_ns);
+        let deficit_ns = state.deficit_ns.saturating_sub(now_ns - state.last_ns);
+        if deficit_ns == 0 {
+            return Some(*state);
+        }
+        Some(TokenBucketState {
+            deficit_ns: self.interval.carry_debt(&to.interval, carry, deficit_ns),
+            last_ns: now_ns,
+        })
     }
 
     #[inline]

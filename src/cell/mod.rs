@@ -42,7 +42,7 @@ pub use atomic::Atomic;
 pub use locked::Locked;
 
 use crate::algorithm::{
-    Algorithm, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+    Algorithm, Carry, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
 use crate::decision::Decision;
 use crate::error::CheckError;
@@ -104,6 +104,21 @@ pub trait Cell<A: Algorithm>: private::Sealed<A> + Debug + Send + Sync + Sized {
     /// (a state no check produces) is not installed: `Some(false)`.
     fn update(&self, algorithm: &A, change: impl Fn(&A::State) -> Option<A::State>)
     -> Option<bool>;
+
+    /// A new, unshared cell holding this cell's state carried from `from`
+    /// to `to` at `now_ns` by `carry` ([`Algorithm::carry`]), in `to`'s
+    /// layout; `None` if this cell is retired or the algorithm does not
+    /// carry the state. This cell is left as it is: a store carries the
+    /// cells of a table no check can reach yet, and keeps them if the
+    /// algorithm's code panics.
+    fn carried(&self, from: &A, to: &A, carry: Carry, now_ns: u64) -> Option<Self> {
+        let carried = std::cell::RefCell::new(None);
+        self.update(from, |state| {
+            *carried.borrow_mut() = from.carry(to, carry, state, now_ns);
+            None
+        })?;
+        Some(Self::with_state(to, carried.into_inner()?))
+    }
 
     /// Replaces the state with `new` if it is `current`, as
     /// [`update`](Cell::update) does: `Some(true)` if it did,

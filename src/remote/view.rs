@@ -37,6 +37,7 @@
 use std::fmt;
 use std::num::NonZeroUsize;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::offset::{Offset, RemoteClock};
@@ -48,7 +49,9 @@ use crate::clock::{Clock, MonotonicClock, saturating_nanos};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::quota::Quota;
-use crate::store::{DefaultStore, Key, KeyCap, Lookup, Store, StoreKind, WhenFull};
+use crate::store::{
+    DefaultStore, Generation, Key, KeyCap, Lookup, Own, Store, StoreKind, WhenFull,
+};
 use crate::sync::canary::{self, Canary};
 
 /// The word the table stores for a key (`word.rs` documents its layout).
@@ -273,7 +276,9 @@ impl Miss {
 /// ```
 #[doc(hidden)]
 pub struct LocalView<K: Key> {
-    judge: Judge,
+    /// The view's rules, clock and offset, and the algorithm its store
+    /// decides by (the store's one generation).
+    generation: Arc<Generation<Judge>>,
     store: <DefaultStore as StoreKind<K, Judge>>::Store,
 }
 
@@ -308,6 +313,12 @@ pub struct Ask<'a, K: Key> {
 }
 
 impl<K: Key> LocalView<K> {
+    /// The view's rules, clock and offset.
+    #[inline]
+    fn judge(&self) -> &Judge {
+        self.generation.algorithm()
+    }
+
     /// A view of the remote limiter `quota`, deciding on `remote` and
     /// reading local instants from `clock`: a deny cache, with `leases`
     /// when given; at most `max_keys` keys held (a new key beyond them is
@@ -343,13 +354,19 @@ impl<K: Key> LocalView<K> {
                 .clamp(1, MAX_SPAN_US),
             max_units,
         };
+        let judge = Judge {
+            rules,
+            clock: Box::new(clock),
+            offset: Offset::new(remote),
+        };
+        // No receipts, and the rules never change.
+        let generation = Arc::new(Generation::new(judge, None));
         Ok(Self {
-            judge: Judge {
-                rules,
-                clock: Box::new(clock),
-                offset: Offset::new(remote),
-            },
-            store: DefaultStore::default().build(Some(KeyCap::new(max_keys, WhenFull::Reject))),
+            store: DefaultStore::default().build(
+                Arc::clone(&generation),
+                Some(KeyCap::new(max_keys, WhenFull::Reject)),
+            ),
+            generation,
         })
     }
 
@@ -372,12 +389,12 @@ impl<K: Key> LocalView<K> {
         key: &Q,
         cost: u32,
     ) -> Result<Local<'_, K>, CheckError> {
-        validate_cost(cost, self.judge.rules.burst)?;
+        validate_cost(cost, self.judge().rules.burst)?;
         let Some(recent_ns) = self.recent_ns() else {
             // Nothing is known before the first round trip: ask.
             return Ok(Local::Ask(self.unclaimed(cost)));
         };
-        let decision = match self.store.check(key, &self.judge, recent_ns, cost) {
+        let decision = match self.store.check(key, &Own, recent_ns, cost) {
             Ok(decision) => decision,
             // A key the table cannot hold now is asked without a claim.
             Err(CheckError::StoreFull { .. } | CheckError::Reclaiming) => {
@@ -405,11 +422,11 @@ impl<K: Key> LocalView<K> {
         key: &Q,
         cost: u32,
     ) -> Result<Option<Decision>, CheckError> {
-        validate_cost(cost, self.judge.rules.burst)?;
+        validate_cost(cost, self.judge().rules.burst)?;
         let Some(recent_ns) = self.recent_ns() else {
             return Ok(None);
         };
-        let decision = self.store.peek(key, &self.judge, recent_ns, cost)?;
+        let decision = self.store.peek(key, &Own, recent_ns, cost)?;
         Ok(Miss::carried_by(&decision).is_none().then_some(decision))
     }
 
@@ -434,9 +451,9 @@ impl<K: Key> LocalView<K> {
     /// go with their word, units a decision could still have spent. That
     /// is under-admission only, never a decision Redis would not make.
     pub fn evict_idle(&self) -> usize {
-        self.judge
+        self.judge()
             .remote_now()
-            .map_or(0, |remote_ns| self.store.evict_idle(&self.judge, remote_ns))
+            .map_or(0, |remote_ns| self.store.evict_idle(remote_ns))
     }
 
     /// Records that a call deciding on `reading_ns`, a reading of this
@@ -446,13 +463,13 @@ impl<K: Key> LocalView<K> {
     /// local decision is then taken at an older instant. Asks record their
     /// own reading.
     pub fn record_sent(&self, reading_ns: u64) {
-        self.judge.offset.sending(reading_ns);
+        self.judge().offset.sending(reading_ns);
     }
 
     /// The most units a lease holds (zero: a deny cache only).
     #[must_use]
     pub fn max_lease_units(&self) -> u32 {
-        self.judge.rules.max_units
+        self.judge().rules.max_units
     }
 
     /// The instant the table is given (its sweeps'), read without a clock:
@@ -460,7 +477,7 @@ impl<K: Key> LocalView<K> {
     /// any); `None` while the remote's clock is unknown. The decision reads
     /// its own instant (see [`Judge`]).
     fn recent_ns(&self) -> Option<u64> {
-        let offset = &self.judge.offset;
+        let offset = &self.judge().offset;
         offset.recent_ns().or_else(|| offset.known().then_some(0))
     }
 
@@ -484,7 +501,7 @@ impl<K: Key> LocalView<K> {
     /// local clock the remote decides on it: no check may then decide at
     /// an older instant).
     fn sending(&self) -> u64 {
-        let sent_ns = self.judge.clock.now_ns();
+        let sent_ns = self.judge().clock.now_ns();
         self.record_sent(sent_ns);
         sent_ns
     }
@@ -499,7 +516,7 @@ impl<K: Key> LocalView<K> {
         class: u32,
         back: u32,
     ) -> Ask<'_, K> {
-        let rules = &self.judge.rules;
+        let rules = &self.judge().rules;
         // The lease the claim replaced: its units at the top slots up to
         // its end, which the claim's floor left out.
         let end_us = Word::unpack(claimed).end_us + u64::from(back) * rules.interval_us;
@@ -564,9 +581,9 @@ impl<K: Key> Ask<'_, K> {
     /// after it went stale: the reply's units are then unspent).
     pub fn complete(mut self, reply: &LeaseReply) -> bool {
         let view = self.view;
-        view.judge
+        view.judge()
             .offset
-            .observe(reply.now_us, self.sent_ns, view.judge.clock.now_ns());
+            .observe(reply.now_us, self.sent_ns, view.judge().clock.now_ns());
         let Some((key, claimed, _)) = self.claim.take() else {
             return false;
         };
@@ -581,7 +598,7 @@ impl<K: Key> Ask<'_, K> {
             tag: self.class,
         };
         view.store
-            .compare_exchange(&key, &view.judge, &claimed, &Knowledge(installed.pack()))
+            .compare_exchange(&key, &claimed, &Knowledge(installed.pack()))
     }
 
     /// Ends an ask whose call was never sent (the caller knows it: a
@@ -595,9 +612,7 @@ impl<K: Key> Ask<'_, K> {
         let Some((key, claimed, replaced)) = self.claim.take() else {
             return false;
         };
-        self.view
-            .store
-            .compare_exchange(&key, &self.view.judge, &claimed, &replaced)
+        self.view.store.compare_exchange(&key, &claimed, &replaced)
     }
 }
 
@@ -617,7 +632,7 @@ impl<K: Key> Drop for Ask<'_, K> {
         };
         drop(catch_unwind(AssertUnwindSafe(|| {
             view.store
-                .compare_exchange(&key, &view.judge, &claimed, &Knowledge(released.pack()))
+                .compare_exchange(&key, &claimed, &Knowledge(released.pack()))
         })));
         drop(catch_unwind(AssertUnwindSafe(move || drop(key))));
     }
@@ -625,7 +640,7 @@ impl<K: Key> Drop for Ask<'_, K> {
 
 impl<K: Key> fmt::Debug for LocalView<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rules = &self.judge.rules;
+        let rules = &self.judge().rules;
         f.debug_struct("LocalView")
             .field("interval_us", &rules.interval_us)
             .field("burst", &rules.burst)

@@ -22,8 +22,8 @@
 //! conformance suite.
 
 pub use super::discard::Held;
-use super::{KeyCap, Lookup, WhenFull};
-use crate::algorithm::{Algorithm, Verdict};
+use super::{ChangeError, Generation, KeyCap, Lookup, WhenFull};
+use crate::algorithm::{Algorithm, Carry, Verdict};
 use crate::decision::Decision;
 use crate::error::CheckError;
 
@@ -243,6 +243,26 @@ pub fn decide_fresh<A: Algorithm>(
     cost: u32,
 ) -> Result<Verdict<A::Admission>, CheckError> {
     algorithm.decide(Held::new(A::State::default()).get(), now_ns, cost)
+}
+
+/// Checks that `from`'s states can be carried to `to` by `carry` (the
+/// algorithm implements [`Algorithm::carry`]), before a store's
+/// [`change`](super::Store::change) touches anything.
+///
+/// # Errors
+///
+/// [`ChangeError::Unsupported`] when it cannot.
+pub fn check_carries<A: Algorithm>(
+    from: &Generation<A>,
+    to: &Generation<A>,
+    carry: Carry,
+    now_ns: u64,
+) -> Result<(), ChangeError> {
+    let fresh = Held::new(A::State::default());
+    from.algorithm()
+        .carry(to.algorithm(), carry, fresh.get(), now_ns)
+        .map(drop)
+        .ok_or(ChangeError::Unsupported)
 }
 
 /// Returns the growth sweeps' horizon: keys idle at this instant have

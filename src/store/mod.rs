@@ -100,9 +100,13 @@ pub type DefaultStore = LockFree;
 #[cfg(feature = "shuttle")]
 pub type DefaultStore = PerKey;
 
-use crate::algorithm::Algorithm;
+use std::num::NonZeroU64;
+use std::sync::Arc;
+
+use crate::algorithm::{Algorithm, Carry, Receipt};
 use crate::decision::Decision;
-use crate::error::CheckError;
+use crate::error::{CheckError, LayoutError};
+use crate::quota::Quota;
 
 /// A key type a store can hold: hashable, comparable, cloneable and
 /// shareable across threads (integers, `String`, tuples, IP addresses, …).
@@ -211,58 +215,214 @@ impl KeyCap {
     }
 }
 
-/// A map from keys to per-key state, and the discipline that applies an
-/// algorithm to it.
-pub trait Store<K: Key, A: Algorithm>: Debug + Send + Sync {
-    /// Decides `cost` units for `key` at `now_ns` and, if admitted, consumes
-    /// them; read, decide and write are atomic with respect to every other
-    /// check on the same key.
+/// What a store decides by: the algorithm its keys' states are kept in,
+/// and the stamp its receipts carry.
+///
+/// A store holds one generation at a time and every key's state is in it.
+/// [`Store::change`] moves every key to a new one (a limiter's
+/// [`set_quota`](crate::RateLimiter::set_quota)), carrying each state over;
+/// a check decides by the generation the state it reads is in, so that no
+/// state is ever read by another generation's algorithm than its own.
+#[derive(Debug)]
+pub struct Generation<A> {
+    algorithm: A,
+    issuer: Option<NonZeroU64>,
+}
+
+impl<A: Algorithm> Generation<A> {
+    /// The generation of `algorithm`, whose receipts carry `issuer`
+    /// (`None`: it makes none). Receipts of one generation are refunded by
+    /// that generation only: a change makes the receipts of the one before
+    /// give back nothing.
+    #[must_use]
+    pub fn new(algorithm: A, issuer: Option<NonZeroU64>) -> Self {
+        Self { algorithm, issuer }
+    }
+
+    /// The algorithm the states are kept in.
+    #[must_use]
+    pub const fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+
+    /// The stamp of this generation's receipts.
+    #[must_use]
+    pub const fn issuer(&self) -> Option<NonZeroU64> {
+        self.issuer
+    }
+
+    /// The receipt of a check by `algorithm` (this generation's or one it
+    /// chose, [`Under`]), stamped as this generation's; `None` for a
+    /// denial or a generation that makes none.
+    #[must_use]
+    pub fn receipt(
+        &self,
+        algorithm: &A,
+        decision: &Decision,
+        now_ns: u64,
+        cost: u32,
+    ) -> Option<Receipt> {
+        let issuer = self.issuer?;
+        Some(algorithm.receipt(decision, now_ns, cost)?.issued_by(issuer))
+    }
+
+    /// `receipt`'s admission taken out of `state` by this generation's
+    /// algorithm ([`Algorithm::release`]), if the receipt is this
+    /// generation's.
+    pub(crate) fn release(
+        &self,
+        state: &A::State,
+        receipt: &Receipt,
+        now_ns: Option<u64>,
+    ) -> Option<(A::State, crate::algorithm::Refund)> {
+        if self.issuer.is_none() || self.issuer != receipt.issuer() {
+            return None;
+        }
+        self.algorithm.release(state, receipt, now_ns)
+    }
+}
+
+/// The algorithm a check decides by, chosen from the generation of the
+/// state it reads: the generation's own ([`Own`]), one for a quota the
+/// check carries (a [`Quota`]: [`Algorithm::for_quota`]), or another of
+/// the same layout.
+pub trait Under<A: Algorithm> {
+    /// The algorithm, from the generation's.
     ///
     /// # Errors
     ///
-    /// As [`Algorithm::decide`], and [`CheckError::StoreFull`] for a new key
-    /// past a rejecting cap; nothing is consumed or stored on error.
-    fn check<Q: Lookup<K> + ?Sized>(
+    /// [`CheckError::Layout`] when the generation cannot read its states
+    /// by the one asked for.
+    fn choose<'g>(&self, generation: &'g Generation<A>) -> Result<Chosen<'g, A>, CheckError>;
+}
+
+/// What [`Under::choose`] chose: the generation's own algorithm, or one
+/// derived from it.
+#[derive(Debug)]
+pub enum Chosen<'g, A> {
+    /// The generation's own.
+    Own(&'g A),
+    /// One derived from it.
+    Derived(A),
+}
+
+impl<A> std::ops::Deref for Chosen<'_, A> {
+    type Target = A;
+
+    #[inline]
+    fn deref(&self) -> &A {
+        match self {
+            Chosen::Own(algorithm) => algorithm,
+            Chosen::Derived(algorithm) => algorithm,
+        }
+    }
+}
+
+/// A check under the generation's own quota.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Own;
+
+impl<A: Algorithm> Under<A> for Own {
+    #[inline]
+    fn choose<'g>(&self, generation: &'g Generation<A>) -> Result<Chosen<'g, A>, CheckError> {
+        Ok(Chosen::Own(&generation.algorithm))
+    }
+}
+
+/// A check carrying its own quota, read in the generation's layout.
+impl<A: Algorithm> Under<A> for Quota {
+    #[inline]
+    fn choose<'g>(&self, generation: &'g Generation<A>) -> Result<Chosen<'g, A>, CheckError> {
+        Ok(Chosen::Derived(generation.algorithm.for_quota(self)?))
+    }
+}
+
+/// Why [`Store::change`] refused a change; nothing changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChangeError {
+    /// The new quota cannot be read in the store's layout (see
+    /// [`Algorithm::for_quota`]).
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    /// The algorithm does not carry states over
+    /// ([`Algorithm::carry`] returned `None`).
+    #[error("the limiter's algorithm does not carry states to another quota")]
+    Unsupported,
+    /// The store cannot change its generation.
+    #[error("the store does not change its quota")]
+    StoreFixed,
+}
+
+/// A map from keys to per-key state, and the discipline that applies an
+/// algorithm to it.
+pub trait Store<K: Key, A: Algorithm>: Debug + Send + Sync {
+    /// Decides `cost` units for `key` at `now_ns`, by the algorithm `under`
+    /// chooses from the generation of the key's state, and, if admitted,
+    /// consumes them; read, decide and write are atomic with respect to
+    /// every other check on the same key.
+    ///
+    /// # Errors
+    ///
+    /// As [`Algorithm::decide`] and [`Under::choose`], and
+    /// [`CheckError::StoreFull`] for a new key past a rejecting cap;
+    /// nothing is consumed or stored on error.
+    fn check<Q: Lookup<K> + ?Sized, U: Under<A>>(
         &self,
         key: &Q,
-        algorithm: &A,
+        under: &U,
         now_ns: u64,
         cost: u32,
     ) -> Result<Decision, CheckError>;
+
+    /// [`check`](Store::check), and for an admission its receipt, made
+    /// and stamped by the generation that decided it
+    /// ([`Generation::receipt`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](Store::check).
+    #[allow(clippy::type_complexity)]
+    fn check_receipt<Q: Lookup<K> + ?Sized, U: Under<A>>(
+        &self,
+        key: &Q,
+        under: &U,
+        now_ns: u64,
+        cost: u32,
+    ) -> Result<(Decision, Option<Receipt>), CheckError>;
 
     /// The decision `check` would return, consuming and storing nothing (for
     /// a new key: the decision of a fresh key, whatever the cap).
     ///
     /// # Errors
     ///
-    /// As [`Algorithm::decide`].
-    fn peek<Q: Lookup<K> + ?Sized>(
+    /// As [`check`](Store::check).
+    fn peek<Q: Lookup<K> + ?Sized, U: Under<A>>(
         &self,
         key: &Q,
-        algorithm: &A,
+        under: &U,
         now_ns: u64,
         cost: u32,
     ) -> Result<Decision, CheckError>;
 
     /// Removes every key that is idle at `now_ns` and gives back the memory
     /// they held; returns how many.
-    fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize;
+    fn evict_idle(&self, now_ns: u64) -> usize;
 
-    /// Replaces `key`'s state with what `change` makes of it, atomically
-    /// with respect to every check of the key; returns whether it did
-    /// (`change` returned a state). A key the store does not hold (never
-    /// admitted, or evicted: idle) is left alone, and `change` is not
-    /// called. Runs the key's `Hash`, `Eq` and `Borrow`, and `change`,
-    /// before anything changes; `change` may run more than once (see
-    /// [`Cell::update`](crate::cell::Cell::update)).
+    /// Replaces `key`'s state with what `change` makes of it (given the
+    /// generation the state is in), atomically with respect to every check
+    /// of the key; returns whether it did (`change` returned a state). A
+    /// key the store does not hold (never admitted, or evicted: idle) is
+    /// left alone, and `change` is not called. Runs the key's `Hash`, `Eq`
+    /// and `Borrow`, and `change`, before anything changes; `change` may
+    /// run more than once (see [`Cell::update`](crate::cell::Cell::update)).
     ///
     /// The primitive behind giving an admission back
     /// ([`RateLimiter::refund`](crate::RateLimiter::refund)).
     fn update<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
-        algorithm: &A,
-        change: impl Fn(&A::State) -> Option<A::State>,
+        change: impl Fn(&Generation<A>, &A::State) -> Option<A::State>,
     ) -> bool;
 
     /// Replaces `key`'s state with `new` if it is `current`, as
@@ -271,17 +431,29 @@ pub trait Store<K: Key, A: Algorithm>: Debug + Send + Sync {
     fn compare_exchange<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
-        algorithm: &A,
         current: &A::State,
         new: &A::State,
     ) -> bool
     where
         A::State: PartialEq + Clone,
     {
-        self.update(key, algorithm, |state| {
-            (state == current).then(|| new.clone())
-        })
+        self.update(key, |_, state| (state == current).then(|| new.clone()))
     }
+
+    /// The generation new checks decide by.
+    fn generation(&self) -> Arc<Generation<A>>;
+
+    /// Moves every key to `to`, each state carried over at `now_ns` by
+    /// `carry` ([`Algorithm::carry`]), atomically with respect to each
+    /// key's checks: a check decides wholly before its key moves, or wholly
+    /// after. Checks that begin after it returns decide by `to`. `to`'s
+    /// algorithm must be one of the current one's
+    /// [`for_quota`](Algorithm::for_quota) (its layout).
+    ///
+    /// # Errors
+    ///
+    /// [`ChangeError`]; nothing changed.
+    fn change(&self, to: Generation<A>, carry: Carry, now_ns: u64) -> Result<(), ChangeError>;
 
     /// How many keys are stored.
     fn len(&self) -> usize;
@@ -298,8 +470,9 @@ pub trait StoreKind<K: Key, A: Algorithm>: Debug + Clone + Send + Sync + 'static
     /// The store this kind builds.
     type Store: Store<K, A>;
 
-    /// Builds an empty store, capped if `cap` is given.
-    fn build(&self, cap: Option<KeyCap>) -> Self::Store;
+    /// Builds an empty store deciding by `generation`, capped if `cap` is
+    /// given.
+    fn build(&self, generation: Arc<Generation<A>>, cap: Option<KeyCap>) -> Self::Store;
 }
 
 /// The default shard count: four per available core, a power of two.

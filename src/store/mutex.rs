@@ -4,19 +4,20 @@
 use std::any::Any;
 use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
-use std::marker::PhantomData;
+use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
 use super::kit::{
-    Attempt, NewKey, Population, admit_new_key, decide_fresh, rested_at, retry_after_sweep,
+    Attempt, NewKey, Population, admit_new_key, check_carries, decide_fresh, rested_at,
+    retry_after_sweep,
 };
 use super::{
-    Discard, Discarded, Key, KeyCap, Lookup, Store, StoreKind, default_shards, drop_pair,
-    resume_first_panic, shard_index,
+    ChangeError, Discard, Discarded, Generation, Key, KeyCap, Lookup, Store, StoreKind, Under,
+    default_shards, drop_pair, resume_first_panic, shard_index,
 };
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, Carry, Receipt};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::sync::{Mutex, MutexGuard, lock};
@@ -59,16 +60,16 @@ impl Default for Sharded {
 impl<K: Key, A: Algorithm> StoreKind<K, A> for GlobalMutex {
     type Store = MutexStore<K, A>;
 
-    fn build(&self, cap: Option<KeyCap>) -> MutexStore<K, A> {
-        MutexStore::new(1, cap)
+    fn build(&self, generation: Arc<Generation<A>>, cap: Option<KeyCap>) -> MutexStore<K, A> {
+        MutexStore::new(1, generation, cap)
     }
 }
 
 impl<K: Key, A: Algorithm> StoreKind<K, A> for Sharded {
     type Store = MutexStore<K, A>;
 
-    fn build(&self, cap: Option<KeyCap>) -> MutexStore<K, A> {
-        MutexStore::new(self.shards, cap)
+    fn build(&self, generation: Arc<Generation<A>>, cap: Option<KeyCap>) -> MutexStore<K, A> {
+        MutexStore::new(self.shards, generation, cap)
     }
 }
 
@@ -136,6 +137,11 @@ impl<K: Hash, V> Table<K, V> {
         self.entries.find_mut(hash, |entry| key.matches(&entry.key))
     }
 
+    /// Every entry's value, in the table's order.
+    pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.entries.iter_mut().map(|entry| &mut entry.value)
+    }
+
     /// Whether the next insert would grow the table.
     fn is_full(&self) -> bool {
         self.entries.len() == self.entries.capacity()
@@ -199,28 +205,42 @@ impl<K: Hash, V> Table<K, V> {
 
 /// The store [`GlobalMutex`] (one shard) and [`Sharded`] build.
 pub struct MutexStore<K, A: Algorithm> {
-    shards: Box<[LockedShard<K, A::State>]>,
+    shards: Box<[LockedShard<K, A>]>,
     hasher: RandomState,
     population: Population,
-    algorithm: PhantomData<fn() -> A>,
+    /// The generation new checks decide by; held by a change for its whole
+    /// pass, so that changes follow one another.
+    current: Mutex<Arc<Generation<A>>>,
 }
 
-/// One shard: its lock and table on their own cache line(s).
-type LockedShard<K, S> = CachePadded<Mutex<Table<K, S>>>;
+/// One shard: its lock, its table and their generation, on their own cache
+/// line(s).
+type LockedShard<K, A> = CachePadded<Mutex<InShard<K, A>>>;
+
+/// What one shard's lock guards: its keys' states and their generation.
+struct InShard<K, A: Algorithm> {
+    generation: Arc<Generation<A>>,
+    table: Table<K, A::State>,
+}
 
 impl<K: Key, A: Algorithm> MutexStore<K, A> {
-    fn new(shards: usize, cap: Option<KeyCap>) -> Self {
+    fn new(shards: usize, generation: Arc<Generation<A>>, cap: Option<KeyCap>) -> Self {
         Self {
             shards: (0..shards)
-                .map(|_| CachePadded::new(Mutex::new(Table::default())))
+                .map(|_| {
+                    CachePadded::new(Mutex::new(InShard {
+                        generation: Arc::clone(&generation),
+                        table: Table::default(),
+                    }))
+                })
                 .collect(),
             hasher: RandomState::new(),
             population: Population::new(cap),
-            algorithm: PhantomData,
+            current: Mutex::new(generation),
         }
     }
 
-    fn shard(&self, hash: u64) -> MutexGuard<'_, Table<K, A::State>> {
+    fn shard(&self, hash: u64) -> MutexGuard<'_, InShard<K, A>> {
         lock(&self.shards[shard_index(hash, self.shards.len())])
     }
 
@@ -240,79 +260,136 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
     }
 
     /// One check under the key's shard lock; `swept`: the store was just
-    /// swept for this check.
-    fn check_once<Q: Lookup<K> + ?Sized>(
+    /// swept for this check. A decision is handed to `finish` with its
+    /// generation and algorithm.
+    #[allow(clippy::too_many_arguments)]
+    fn check_once<Q: Lookup<K> + ?Sized, U: Under<A>>(
         &self,
         hash: u64,
         key: &Q,
-        algorithm: &A,
+        under: &U,
         now_ns: u64,
         cost: u32,
         swept: bool,
+        mut finish: impl FnMut(&Generation<A>, &A, Decision),
     ) -> Result<Attempt, CheckError> {
         // Declared before the lock, so dropped after it even when a panic
         // unwinds: evicted keys' `Drop` never runs under the lock.
         let mut evicted = Discarded::new();
         // Lookup, decision and write all happen under the shard's lock.
-        let mut shard = self.shard(hash);
-        if let Some(entry) = shard.find_mut(hash, key) {
-            return algorithm
-                .check(&mut entry.value, now_ns, cost)
-                .map(Attempt::Done);
+        let mut guard = self.shard(hash);
+        let InShard { generation, table } = &mut *guard;
+        let algorithm = under.choose(generation)?;
+        if let Some(entry) = table.find_mut(hash, key) {
+            let decision = algorithm.check(&mut entry.value, now_ns, cost)?;
+            finish(generation, &algorithm, decision);
+            return Ok(Attempt::Done(decision));
         }
+        let own = generation.algorithm();
         let checked = admit_new_key(
             &self.population,
-            algorithm,
+            &*algorithm,
             key,
             now_ns,
             cost,
             swept,
             NewKey::new(
-                (&mut shard, &mut evicted),
-                |(shard, evicted)| {
-                    shard.make_room(&self.hasher, |table| {
-                        self.sweep(table, evicted, algorithm, rested_at(algorithm, now_ns));
+                (&mut *table, &mut evicted),
+                |(table, evicted)| {
+                    table.make_room(&self.hasher, |table| {
+                        self.sweep(table, evicted, own, rested_at(own, now_ns));
                     });
                     Ok(())
                 },
                 |state| state,
-                |(shard, _), key, value| shard.insert(hash, Entry { key, value }, &self.hasher),
+                |(table, _), key, value| table.insert(hash, Entry { key, value }, &self.hasher),
             ),
         );
-        drop(shard);
+        if let Ok(Attempt::Done(decision)) = &checked {
+            finish(generation, &algorithm, *decision);
+        }
+        drop(guard);
         drop(evicted);
         checked
+    }
+
+    /// A check, and `finish` applied to its decision with the generation
+    /// and the algorithm that decided it.
+    fn check_then<Q: Lookup<K> + ?Sized, U: Under<A>, R>(
+        &self,
+        key: &Q,
+        under: &U,
+        now_ns: u64,
+        cost: u32,
+        finish: impl Fn(&Generation<A>, &A, Decision) -> R,
+    ) -> Result<R, CheckError> {
+        let hash = self.hasher.hash_one(key);
+        let mut finished = None;
+        retry_after_sweep(
+            &self.population,
+            |swept| {
+                self.check_once(
+                    hash,
+                    key,
+                    under,
+                    now_ns,
+                    cost,
+                    swept,
+                    |generation, algorithm, decision| {
+                        finished = Some(finish(generation, algorithm, decision));
+                    },
+                )
+            },
+            || self.evict_idle(now_ns),
+        )
+        .map(|_| finished.expect("a decided check is finished"))
     }
 }
 
 impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
-    fn check<Q: Lookup<K> + ?Sized>(
+    fn check<Q: Lookup<K> + ?Sized, U: Under<A>>(
         &self,
         key: &Q,
-        algorithm: &A,
+        under: &U,
         now_ns: u64,
         cost: u32,
     ) -> Result<Decision, CheckError> {
-        let hash = self.hasher.hash_one(key);
-        retry_after_sweep(
-            &self.population,
-            |swept| self.check_once(hash, key, algorithm, now_ns, cost, swept),
-            || self.evict_idle(algorithm, now_ns),
+        self.check_then(key, under, now_ns, cost, |_, _, decision| decision)
+    }
+
+    fn check_receipt<Q: Lookup<K> + ?Sized, U: Under<A>>(
+        &self,
+        key: &Q,
+        under: &U,
+        now_ns: u64,
+        cost: u32,
+    ) -> Result<(Decision, Option<Receipt>), CheckError> {
+        self.check_then(
+            key,
+            under,
+            now_ns,
+            cost,
+            |generation, algorithm, decision| {
+                let receipt = generation.receipt(algorithm, &decision, now_ns, cost);
+                (decision, receipt)
+            },
         )
     }
 
-    fn peek<Q: Lookup<K> + ?Sized>(
+    fn peek<Q: Lookup<K> + ?Sized, U: Under<A>>(
         &self,
         key: &Q,
-        algorithm: &A,
+        under: &U,
         now_ns: u64,
         cost: u32,
     ) -> Result<Decision, CheckError> {
         let hash = self.hasher.hash_one(key);
-        let mut shard = self.shard(hash);
-        let verdict = match shard.find_mut(hash, key) {
+        let mut guard = self.shard(hash);
+        let InShard { generation, table } = &mut *guard;
+        let algorithm = under.choose(generation)?;
+        let verdict = match table.find_mut(hash, key) {
             Some(entry) => algorithm.decide(&entry.value, now_ns, cost)?,
-            None => decide_fresh(algorithm, now_ns, cost)?,
+            None => decide_fresh(&*algorithm, now_ns, cost)?,
         };
         Ok(verdict.decision())
     }
@@ -320,25 +397,60 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
     fn update<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
-        _algorithm: &A,
-        change: impl Fn(&A::State) -> Option<A::State>,
+        change: impl Fn(&Generation<A>, &A::State) -> Option<A::State>,
     ) -> bool {
         let hash = self.hasher.hash_one(key);
-        let mut shard = self.shard(hash);
-        let Some(entry) = shard.find_mut(hash, key) else {
+        let mut guard = self.shard(hash);
+        let InShard { generation, table } = &mut *guard;
+        let Some(entry) = table.find_mut(hash, key) else {
             return false;
         };
-        let Some(changed) = change(&entry.value) else {
+        let Some(changed) = change(generation, &entry.value) else {
             return false;
         };
         let replaced = std::mem::replace(&mut entry.value, changed);
         // The replaced state's `Drop` (user code) after the lock.
-        drop(shard);
+        drop(guard);
         drop(replaced);
         true
     }
 
-    fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {
+    fn generation(&self) -> Arc<Generation<A>> {
+        Arc::clone(&lock(&self.current))
+    }
+
+    fn change(&self, to: Generation<A>, carry: Carry, now_ns: u64) -> Result<(), ChangeError> {
+        let mut current = lock(&self.current);
+        check_carries(&current, &to, carry, now_ns)?;
+        let to = Arc::new(to);
+        for shard in &*self.shards {
+            let mut guard = lock(shard);
+            let InShard { generation, table } = &mut *guard;
+            let (from, to_algorithm) = (generation.algorithm(), to.algorithm());
+            // The algorithm's code first, changing nothing: a panic leaves
+            // the shard in its generation, every state as it was.
+            let carried: Vec<A::State> = table
+                .values_mut()
+                .map(|state| {
+                    from.carry(to_algorithm, carry, state, now_ns)
+                        .expect("`Algorithm::carry` returned None after carrying a fresh state")
+                })
+                .collect();
+            let replaced: Vec<A::State> = table
+                .values_mut()
+                .zip(carried)
+                .map(|(state, carried)| std::mem::replace(state, carried))
+                .collect();
+            *generation = Arc::clone(&to);
+            // The replaced states' `Drop` (user code) after the lock.
+            drop(guard);
+            drop(replaced);
+        }
+        *current = to;
+        Ok(())
+    }
+
+    fn evict_idle(&self, now_ns: u64) -> usize {
         let mut evicted = Discarded::new();
         // Every shard is swept before any is tidied: tidying hashes keys
         // (user code), and a panic there then leaves every idle key evicted,
@@ -347,10 +459,14 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
         let removed = self
             .shards
             .iter()
-            .map(|shard| self.sweep(&mut lock(shard), &mut evicted, algorithm, now_ns))
+            .map(|shard| {
+                let mut guard = lock(shard);
+                let InShard { generation, table } = &mut *guard;
+                self.sweep(table, &mut evicted, generation.algorithm(), now_ns)
+            })
             .sum();
         for shard in &*self.shards {
-            lock(shard).tidy(&self.hasher);
+            lock(shard).table.tidy(&self.hasher);
         }
         removed
     }
@@ -366,7 +482,7 @@ impl<K, A: Algorithm> Drop for MutexStore<K, A> {
     fn drop(&mut self) {
         let mut first_panic = None;
         for shard in &*self.shards {
-            if let Some(panic) = lock(shard).clear() {
+            if let Some(panic) = lock(shard).table.clear() {
                 first_panic.get_or_insert(panic);
             }
         }

@@ -4,13 +4,19 @@
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};
 use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::Arc as StdArc;
 
 use super::kit::{
-    Attempt, Held, NewKey, Population, admit_new_key, decide_fresh, rested_at, retry_after_sweep,
+    Attempt, Held, NewKey, Population, admit_new_key, check_carries, decide_fresh, rested_at,
+    retry_after_sweep,
 };
 use super::mutex::{Entry, Table};
-use super::{Discarded, Key, KeyCap, Lookup, Store, StoreKind, resume_first_panic};
-use crate::algorithm::Algorithm;
+use super::{
+    ChangeError, Discarded, Generation, Key, KeyCap, Lookup, Store, StoreKind, Under,
+    resume_first_panic,
+};
+use crate::algorithm::{Algorithm, Carry, Receipt};
 use crate::cell::{Cell, CellFor, Preferred};
 use crate::decision::Decision;
 use crate::error::CheckError;
@@ -76,27 +82,44 @@ impl<P> fmt::Debug for PerKey<P> {
 impl<K: Key, A: Algorithm, P: CellFor<A> + 'static> StoreKind<K, A> for PerKey<P> {
     type Store = PerKeyStore<K, A, P::Cell>;
 
-    fn build(&self, cap: Option<KeyCap>) -> Self::Store {
+    fn build(&self, generation: StdArc<Generation<A>>, cap: Option<KeyCap>) -> Self::Store {
         PerKeyStore {
-            table: Mutex::new(Table::default()),
+            table: Mutex::new(InTable {
+                generation,
+                table: Table::default(),
+            }),
             hasher: RandomState::new(),
             population: Population::new(cap),
-            algorithm: PhantomData,
         }
     }
 }
 
 /// The store [`PerKey`] builds.
 pub struct PerKeyStore<K, A, C> {
-    table: Mutex<Table<K, Arc<C>>>,
+    table: Mutex<InTable<K, A, C>>,
     hasher: RandomState,
     population: Population,
-    algorithm: PhantomData<fn() -> A>,
+}
+
+/// What the table's lock guards: the keys' cells, and the generation new
+/// keys are made in (changes are made under it, so they follow one
+/// another).
+struct InTable<K, A, C> {
+    generation: StdArc<Generation<A>>,
+    table: Table<K, Arc<Keyed<A, C>>>,
+}
+
+/// A key's cell and the generation its state is in: a check holding the
+/// cell's `Arc` decides by that generation, and a change retires the cell
+/// before it moves the state to another.
+struct Keyed<A, C> {
+    cell: C,
+    generation: StdArc<Generation<A>>,
 }
 
 /// What a lookup under the lock found.
-enum Found<C> {
-    Cell(Arc<C>),
+enum Found<A, C> {
+    Cell(Arc<Keyed<A, C>>),
     /// The key was absent and the check needs no cell: decided already (a
     /// new key, stored or past the cap), or a sweep comes first.
     NoCell(Attempt),
@@ -110,13 +133,15 @@ impl<K: Key, A: Algorithm, C: Cell<A>> PerKeyStore<K, A, C> {
     /// cell no lookup can reach.
     fn sweep(
         &self,
-        table: &mut Table<K, Arc<C>>,
-        evicted: &mut Discarded<Entry<K, Arc<C>>>,
-        algorithm: &A,
+        table: &mut Table<K, Arc<Keyed<A, C>>>,
+        evicted: &mut Discarded<Entry<K, Arc<Keyed<A, C>>>>,
         idle_at_ns: u64,
     ) -> usize {
         table.sweep(&self.population, evicted, |entry| {
-            entry.value.retire_if_idle(algorithm, idle_at_ns)
+            let keyed = &entry.value;
+            keyed
+                .cell
+                .retire_if_idle(keyed.generation.algorithm(), idle_at_ns)
         })
     }
 
@@ -124,26 +149,31 @@ impl<K: Key, A: Algorithm, C: Cell<A>> PerKeyStore<K, A, C> {
     /// held); `swept`: the store was just swept for this check. What a
     /// growth sweep evicts goes to `evicted`, which the caller declared
     /// before it took the lock, so that it is dropped after the lock is
-    /// released even when a panic unwinds.
+    /// released even when a panic unwinds. A new key's decision is handed
+    /// to `finish`.
     #[allow(clippy::too_many_arguments)]
-    fn find_or_insert<Q: Lookup<K> + ?Sized>(
+    fn find_or_insert<Q: Lookup<K> + ?Sized, U: Under<A>>(
         &self,
-        table: &mut Table<K, Arc<C>>,
-        evicted: &mut Discarded<Entry<K, Arc<C>>>,
+        in_table: &mut InTable<K, A, C>,
+        evicted: &mut Discarded<Entry<K, Arc<Keyed<A, C>>>>,
         hash: u64,
         key: &Q,
-        algorithm: &A,
+        under: &U,
         now_ns: u64,
         cost: u32,
         swept: bool,
-    ) -> Result<Found<C>, CheckError> {
+        finish: impl FnOnce(&Generation<A>, &A, Decision),
+    ) -> Result<Found<A, C>, CheckError> {
+        let InTable { generation, table } = in_table;
         if let Some(entry) = table.find_mut(hash, key) {
             return Ok(Found::Cell(Arc::clone(&entry.value)));
         }
         // A new key is decided here, under the lock, on its unshared cell.
-        admit_new_key(
+        let algorithm = under.choose(generation)?;
+        let own = generation.algorithm();
+        let attempt = admit_new_key(
             &self.population,
-            algorithm,
+            &*algorithm,
             key,
             now_ns,
             cost,
@@ -152,27 +182,37 @@ impl<K: Key, A: Algorithm, C: Cell<A>> PerKeyStore<K, A, C> {
                 (table, evicted),
                 |(table, evicted)| {
                     table.make_room(&self.hasher, |table| {
-                        self.sweep(table, evicted, algorithm, rested_at(algorithm, now_ns));
+                        self.sweep(table, evicted, rested_at(own, now_ns));
                     });
                     Ok(())
                 },
-                |state| Arc::new(C::with_state(algorithm, state)),
+                |state| {
+                    Arc::new(Keyed {
+                        cell: C::with_state(&algorithm, state),
+                        generation: StdArc::clone(generation),
+                    })
+                },
                 |(table, _), key, value| table.insert(hash, Entry { key, value }, &self.hasher),
             ),
-        )
-        .map(Found::NoCell)
+        )?;
+        if let Attempt::Done(decision) = attempt {
+            finish(generation, &algorithm, decision);
+        }
+        Ok(Found::NoCell(attempt))
     }
-}
 
-impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
-    fn check<Q: Lookup<K> + ?Sized>(
+    /// A check, and `finish` applied to its decision with the generation
+    /// and the algorithm that decided it.
+    fn check_then<Q: Lookup<K> + ?Sized, U: Under<A>, R>(
         &self,
         key: &Q,
-        algorithm: &A,
+        under: &U,
         now_ns: u64,
         cost: u32,
-    ) -> Result<Decision, CheckError> {
+        finish: impl Fn(&Generation<A>, &A, Decision) -> R,
+    ) -> Result<R, CheckError> {
         let hash = self.hasher.hash_one(key);
+        let mut finished = None;
         let attempt = |swept| loop {
             let mut evicted = Discarded::new();
             let found = self.find_or_insert(
@@ -180,76 +220,183 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
                 &mut evicted,
                 hash,
                 key,
-                algorithm,
+                under,
                 now_ns,
                 cost,
                 swept,
+                |generation, algorithm, decision| {
+                    finished = Some(finish(generation, algorithm, decision));
+                },
             );
             drop(evicted);
             // Held: if an eviction unlinked the cell meanwhile, this may be
             // its last reference, and dropping it drops the evicted state
             // (user code), whose panic is the store's to discard.
-            let cell = Held::new(match found? {
-                Found::Cell(cell) => cell,
+            let keyed = Held::new(match found? {
+                Found::Cell(keyed) => keyed,
                 Found::NoCell(checked) => return Ok(checked),
             });
+            let Keyed { cell, generation } = &**keyed.get();
+            let algorithm = under.choose(generation)?;
             // The lock is released: the check runs on the cell alone.
-            if let Some(decision) = cell.get().check(algorithm, now_ns, cost)? {
+            if let Some(decision) = cell.check(&algorithm, now_ns, cost)? {
+                finished = Some(finish(generation, &algorithm, decision));
                 return Ok(Attempt::Done(decision));
             }
-            // Retired by an eviction after we found it: look again.
+            // Retired by an eviction or a change after we found it: look
+            // again.
         };
-        retry_after_sweep(&self.population, attempt, || {
-            self.evict_idle(algorithm, now_ns)
-        })
+        retry_after_sweep(&self.population, attempt, || self.evict_idle(now_ns))
+            .map(|_| finished.expect("a decided check is finished"))
     }
 
-    fn peek<Q: Lookup<K> + ?Sized>(
+    /// The key's cell, if stored (table lock held only to find it).
+    fn find(&self, hash: u64, key: &(impl Lookup<K> + ?Sized)) -> Option<Held<Arc<Keyed<A, C>>>> {
+        // Held, as in `check_then`.
+        lock(&self.table)
+            .table
+            .find_mut(hash, key)
+            .map(|entry| Held::new(Arc::clone(&entry.value)))
+    }
+}
+
+impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
+    fn check<Q: Lookup<K> + ?Sized, U: Under<A>>(
         &self,
         key: &Q,
-        algorithm: &A,
+        under: &U,
+        now_ns: u64,
+        cost: u32,
+    ) -> Result<Decision, CheckError> {
+        self.check_then(key, under, now_ns, cost, |_, _, decision| decision)
+    }
+
+    fn check_receipt<Q: Lookup<K> + ?Sized, U: Under<A>>(
+        &self,
+        key: &Q,
+        under: &U,
+        now_ns: u64,
+        cost: u32,
+    ) -> Result<(Decision, Option<Receipt>), CheckError> {
+        self.check_then(
+            key,
+            under,
+            now_ns,
+            cost,
+            |generation, algorithm, decision| {
+                let receipt = generation.receipt(algorithm, &decision, now_ns, cost);
+                (decision, receipt)
+            },
+        )
+    }
+
+    fn peek<Q: Lookup<K> + ?Sized, U: Under<A>>(
+        &self,
+        key: &Q,
+        under: &U,
         now_ns: u64,
         cost: u32,
     ) -> Result<Decision, CheckError> {
         let hash = self.hasher.hash_one(key);
-        // Held, as in `check`.
-        let cell = lock(&self.table)
-            .find_mut(hash, key)
-            .map(|entry| Held::new(Arc::clone(&entry.value)));
-        if let Some(decision) = cell
-            .map(|cell| cell.get().peek(algorithm, now_ns, cost))
-            .transpose()?
-            .flatten()
-        {
-            return Ok(decision);
+        loop {
+            let Some(keyed) = self.find(hash, key) else {
+                // Absent (or evicted: idle, so as good as fresh).
+                let generation = self.generation();
+                let algorithm = under.choose(&generation)?;
+                return Ok(decide_fresh(&*algorithm, now_ns, cost)?.decision());
+            };
+            let Keyed { cell, generation } = &**keyed.get();
+            let algorithm = under.choose(generation)?;
+            if let Some(decision) = cell.peek(&algorithm, now_ns, cost)? {
+                return Ok(decision);
+            }
+            // Retired: evicted, or moved by a change; look again.
         }
-        // Absent, or retired (evicted: idle, so as good as fresh).
-        Ok(decide_fresh(algorithm, now_ns, cost)?.decision())
     }
 
     fn update<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
-        algorithm: &A,
-        change: impl Fn(&A::State) -> Option<A::State>,
+        change: impl Fn(&Generation<A>, &A::State) -> Option<A::State>,
     ) -> bool {
         let hash = self.hasher.hash_one(key);
-        // Held, as in `check`.
-        let cell = lock(&self.table)
-            .find_mut(hash, key)
-            .map(|entry| Held::new(Arc::clone(&entry.value)));
-        // A retired cell was evicted (this store never moves cells): the
-        // key is idle, as good as fresh, and left alone.
-        cell.and_then(|cell| cell.get().update(algorithm, change))
-            .unwrap_or(false)
+        loop {
+            // Absent: never admitted, or evicted (idle, as good as fresh),
+            // and left alone.
+            let Some(keyed) = self.find(hash, key) else {
+                return false;
+            };
+            let Keyed { cell, generation } = &**keyed.get();
+            if let Some(changed) =
+                cell.update(generation.algorithm(), |state| change(generation, state))
+            {
+                return changed;
+            }
+            // Retired: evicted, or moved by a change; look again.
+        }
     }
 
-    fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {
+    fn generation(&self) -> StdArc<Generation<A>> {
+        StdArc::clone(&lock(&self.table).generation)
+    }
+
+    fn change(&self, to: Generation<A>, carry: Carry, now_ns: u64) -> Result<(), ChangeError> {
+        let mut in_table = lock(&self.table);
+        check_carries(&in_table.generation, &to, carry, now_ns)?;
+        let to = StdArc::new(to);
+        let InTable { generation, table } = &mut *in_table;
+        // Every cell retired into an unshared one first (no user code): a
+        // check holding a cell's `Arc` finds it retired and looks again,
+        // under the lock we hold.
+        let moved: Vec<C> = table
+            .values_mut()
+            .map(|keyed| {
+                keyed
+                    .cell
+                    .retire_into_new()
+                    .expect("under the lock, a stored cell is live")
+            })
+            .collect();
+        // The algorithm's code: a panic keeps every moved state in its
+        // generation.
+        let carried = catch_unwind(AssertUnwindSafe(|| {
+            moved
+                .iter()
+                .map(|cell| {
+                    cell.carried(generation.algorithm(), to.algorithm(), carry, now_ns)
+                        .expect("`Algorithm::carry` returned None after carrying a fresh state")
+                })
+                .collect::<Vec<C>>()
+        }));
+        let (cells, in_generation, panic) = match carried {
+            Ok(carried) => (carried, StdArc::clone(&to), None),
+            Err(panic) => (moved, StdArc::clone(generation), Some(panic)),
+        };
+        let replaced: Vec<Arc<Keyed<A, C>>> = table
+            .values_mut()
+            .zip(cells)
+            .map(|(keyed, cell)| {
+                let generation = StdArc::clone(&in_generation);
+                std::mem::replace(keyed, Arc::new(Keyed { cell, generation }))
+            })
+            .collect();
+        if let Some(panic) = panic {
+            drop(in_table);
+            drop(replaced);
+            resume_unwind(panic);
+        }
+        *generation = to;
+        drop(in_table);
+        drop(replaced);
+        Ok(())
+    }
+
+    fn evict_idle(&self, now_ns: u64) -> usize {
         // Declared before the lock: dropped after it, even if `tidy` panics.
         let mut evicted = Discarded::new();
-        let mut table = lock(&self.table);
-        let removed = self.sweep(&mut table, &mut evicted, algorithm, now_ns);
-        table.tidy(&self.hasher);
+        let mut in_table = lock(&self.table);
+        let removed = self.sweep(&mut in_table.table, &mut evicted, now_ns);
+        in_table.table.tidy(&self.hasher);
         removed
     }
 
@@ -260,7 +407,7 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
 
 impl<K, A, C> Drop for PerKeyStore<K, A, C> {
     fn drop(&mut self) {
-        resume_first_panic(lock(&self.table).clear());
+        resume_first_panic(lock(&self.table).table.clear());
     }
 }
 

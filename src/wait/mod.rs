@@ -98,7 +98,7 @@ use crate::cell::{Cell, CellFor};
 use crate::clock::{Clock, clamp_time, saturating_nanos};
 use crate::decision::Decision;
 use crate::error::CheckError;
-use crate::store::{Key, Lookup, Store, StoreKind};
+use crate::store::{Chosen, Generation, Key, Lookup, Store, StoreKind, Under};
 use crate::{DirectLimiter, RateLimiter};
 
 /// Why a request cannot wait for an admission.
@@ -192,6 +192,16 @@ pub struct Reservation<'a, L: Ledger> {
     decision: Decision,
 }
 
+/// A reservation's check: the generation's GCRA with its tolerance widened
+/// by the wait a caller accepts, in nanoseconds (see [`reserve`]).
+struct Widened(u64);
+
+impl Under<Gcra> for Widened {
+    fn choose<'g>(&self, generation: &'g Generation<Gcra>) -> Result<Chosen<'g, Gcra>, CheckError> {
+        Ok(Chosen::Derived(generation.algorithm().widened(self.0)))
+    }
+}
+
 /// Reserves through `queues` for `key`: the widened check `check(gcra,
 /// now, n)` on the key's state, under its queue's lock.
 #[allow(clippy::too_many_arguments)]
@@ -253,12 +263,8 @@ impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> private::Sealed for RateLimiter<K,
     }
 
     fn refund(&self, key: &K, tail_ns: u64, restored_ns: u64) -> bool {
-        self.store.compare_exchange(
-            key,
-            &self.algorithm,
-            &GcraState::at(tail_ns),
-            &GcraState::at(restored_ns),
-        )
+        self.store
+            .compare_exchange(key, &GcraState::at(tail_ns), &GcraState::at(restored_ns))
     }
 
     fn queues(&self) -> &Queues<K> {
@@ -313,13 +319,15 @@ impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> RateLimiter<K, Gcra, C, S> {
         n: u32,
         max_wait: Duration,
     ) -> Result<Reservation<'_, Self>, WaitError> {
+        let generation = self.store.generation();
+        let widened = Widened(saturating_nanos(max_wait));
         reserve(
             self,
-            &self.algorithm,
+            generation.algorithm(),
             key,
             n,
             max_wait,
-            |widened, now_ns, n| self.store.check(key, widened, now_ns, n),
+            |_, now_ns, n| self.store.check(key, &widened, now_ns, n),
         )
     }
 

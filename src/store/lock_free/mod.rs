@@ -31,18 +31,24 @@ use std::fmt;
 use std::hash::{BuildHasher, RandomState};
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
 use self::shard::{GRACE_ROUNDS, PROMPT_ROUNDS, Retired, Shard, Writer};
 use self::table::{Stagger, max_used};
-use super::kit::{Attempt, NewKey, Population, admit_new_key, decide_fresh, retry_after_sweep};
-use super::{Discarded, Key, KeyCap, Lookup, Store, StoreKind, default_shards, shard_index};
-use crate::algorithm::Algorithm;
+use super::kit::{
+    Attempt, NewKey, Population, admit_new_key, check_carries, decide_fresh, retry_after_sweep,
+};
+use super::{
+    ChangeError, Discarded, Generation, Key, KeyCap, Lookup, Store, StoreKind, Under,
+    default_shards, shard_index,
+};
+use crate::algorithm::{Algorithm, Carry, Receipt};
 use crate::cell::{Cell, CellFor, Preferred};
 use crate::decision::Decision;
 use crate::error::CheckError;
-use crate::sync::{lock, rcu};
+use crate::sync::{Mutex, lock, rcu};
 
 /// The default store: checks on keys it holds take no lock, and write
 /// nothing shared but the key's own state.
@@ -237,28 +243,41 @@ where
 {
     type Store = LockFreeStore<K, A, P::Cell, H>;
 
-    fn build(&self, cap: Option<KeyCap>) -> Self::Store {
+    fn build(&self, generation: Arc<Generation<A>>, cap: Option<KeyCap>) -> Self::Store {
         // The process's first store decides how readers and writers order
         // themselves (registering for membarrier: milliseconds, once), so
         // that no check pays it.
         rcu::prepare();
         LockFreeStore {
             shards: (0..self.shards)
-                .map(|index| CachePadded::new(Shard::new(Stagger::new(index, self.shards))))
+                .map(|index| {
+                    CachePadded::new(Shard::new(
+                        Stagger::new(index, self.shards),
+                        Arc::clone(&generation),
+                    ))
+                })
                 .collect(),
             hasher: self.hasher.clone(),
             population: Population::new(cap),
-            algorithm: PhantomData,
+            current: Mutex::new(generation),
         }
     }
 }
 
+/// A table's generation: every state in the table is in it.
+pub(super) type Gen<A> = Arc<Generation<A>>;
+
+/// A shard of keys in generation `Gen<A>`, on its own cache lines.
+type PaddedShard<K, A, C> = CachePadded<Shard<K, C, Gen<A>>>;
+
 /// The store [`LockFree`] builds.
 pub struct LockFreeStore<K, A, C, H> {
-    shards: Box<[CachePadded<Shard<K, C>>]>,
+    shards: Box<[PaddedShard<K, A, C>]>,
     hasher: H,
     population: Population,
-    algorithm: PhantomData<fn() -> A>,
+    /// The generation new tables are made in; held by a change for its
+    /// whole pass, so that changes follow one another.
+    current: Mutex<Gen<A>>,
 }
 
 /// Under the shard's lock every live slot's cell is live: eviction and
@@ -273,23 +292,67 @@ where
     H: BuildHasher + Send + Sync,
 {
     #[inline]
-    fn shard(&self, hash: u64) -> &Shard<K, C> {
+    fn shard(&self, hash: u64) -> &Shard<K, C, Gen<A>> {
         &self.shards[shard_index(hash, self.shards.len())]
+    }
+
+    /// A check, and `finish` applied to its decision with the generation
+    /// and the algorithm that decided it.
+    #[inline]
+    fn check_then<Q: Lookup<K> + ?Sized, U: Under<A>, R>(
+        &self,
+        key: &Q,
+        under: &U,
+        now_ns: u64,
+        cost: u32,
+        finish: impl Fn(&Generation<A>, &A, Decision) -> R,
+    ) -> Result<R, CheckError> {
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shard(hash);
+        {
+            // `Shard::read_key`, written out: a decision returned from
+            // inside the match reaches the caller in registers, where
+            // nested enums cost two stack copies of it, one a stalled
+            // store forward (a fifth of a denial on one thread). Left when
+            // dropped, also when the key's `Eq` panics.
+            let section = rcu::enter();
+            let table = shard.table(&section);
+            if let Some(cell) = table.find(hash, key) {
+                // The generation of the table the cell is in: a change
+                // retires the cell before its state leaves this one.
+                let generation = table.meta();
+                let algorithm = under.choose(generation)?;
+                let checked = cell.check(&algorithm, now_ns, cost);
+                table.assert_not_freed();
+                match checked {
+                    Ok(Some(decision)) => return Ok(finish(generation, &algorithm, decision)),
+                    Err(error) => return Err(error),
+                    // Retired under us: evicted or moved.
+                    Ok(None) => {}
+                }
+            }
+        }
+        // Absent, or retired under us: the slow path looks again under the
+        // lock, and inserts if absent.
+        self.check_slow(shard, hash, key, under, now_ns, cost, &finish)
     }
 
     /// The slow path: under the shard's mutex, look again, insert if absent;
     /// then free what a rebuild replaced, with the lock released.
     #[cold]
     #[inline(never)]
-    fn check_slow<Q: Lookup<K> + ?Sized>(
+    #[allow(clippy::too_many_arguments)]
+    fn check_slow<Q: Lookup<K> + ?Sized, U: Under<A>, R>(
         &self,
-        shard: &Shard<K, C>,
+        shard: &Shard<K, C, Gen<A>>,
         hash: u64,
         key: &Q,
-        algorithm: &A,
+        under: &U,
         now_ns: u64,
         cost: u32,
-    ) -> Result<Decision, CheckError> {
+        finish: &impl Fn(&Generation<A>, &A, Decision) -> R,
+    ) -> Result<R, CheckError> {
+        let mut finished = None;
         retry_after_sweep(
             &self.population,
             |swept| {
@@ -301,12 +364,14 @@ where
                     shard,
                     &mut writer,
                     &mut discarded,
-                    hash,
-                    key,
-                    algorithm,
+                    (hash, key),
+                    under,
                     now_ns,
                     cost,
                     swept,
+                    |generation, algorithm, decision| {
+                        finished = Some(finish(generation, algorithm, decision));
+                    },
                 );
                 // A rebuild waited for the shard's last replaced table to be
                 // free to go: free it now, so that a shard holds one replaced
@@ -320,34 +385,44 @@ where
                 }
                 checked
             },
-            || self.evict_idle(algorithm, now_ns),
+            || self.evict_idle(now_ns),
         )
+        .map(|_| finished.expect("a decided check is finished"))
     }
 
     /// One attempt under the shard's lock (`writer` is its guarded data).
-    /// `swept`: the store was just swept for this check.
+    /// `swept`: the store was just swept for this check. A decision is
+    /// handed to `finish` with its generation and algorithm.
     #[allow(clippy::too_many_arguments)]
-    fn check_locked<Q: Lookup<K> + ?Sized>(
+    fn check_locked<Q: Lookup<K> + ?Sized, U: Under<A>>(
         &self,
-        shard: &Shard<K, C>,
-        writer: &mut Writer<K, C>,
-        discarded: &mut Discarded<Retired<K, C>>,
-        hash: u64,
-        key: &Q,
-        algorithm: &A,
+        shard: &Shard<K, C, Gen<A>>,
+        writer: &mut Writer<K, C, Gen<A>>,
+        discarded: &mut Discarded<Retired<K, C, Gen<A>>>,
+        (hash, key): (u64, &Q),
+        under: &U,
         now_ns: u64,
         cost: u32,
         swept: bool,
+        mut finish: impl FnMut(&Generation<A>, &A, Decision),
     ) -> Result<Attempt, CheckError> {
         // SAFETY: our caller holds the lock for the whole call.
         let table = unsafe { shard.table_locked() };
+        // Only lock holders replace the table, and a growth keeps its
+        // generation: this one is every state's in the shard until we
+        // release the lock.
+        let generation = Arc::clone(table.meta());
+        let algorithm = under.choose(&generation)?;
         if let Some(cell) = table.find(hash, key) {
-            let decision = cell.check(algorithm, now_ns, cost)?.expect(LIVE_UNDER_LOCK);
+            let decision = cell
+                .check(&algorithm, now_ns, cost)?
+                .expect(LIVE_UNDER_LOCK);
+            finish(&generation, &algorithm, decision);
             return Ok(Attempt::Done(decision));
         }
-        admit_new_key(
+        let attempt = admit_new_key(
             &self.population,
-            algorithm,
+            &*algorithm,
             key,
             now_ns,
             cost,
@@ -356,20 +431,54 @@ where
                 (writer, discarded, table),
                 |(writer, discarded, table)| {
                     if writer.used >= max_used(table.buckets()) {
-                        self.grow(shard, writer, discarded, algorithm, now_ns)?;
+                        self.grow(shard, writer, discarded, now_ns)?;
                         // SAFETY: lock held, as above.
                         *table = unsafe { shard.table_locked() };
                     }
                     Ok(())
                 },
-                |state| C::with_state(algorithm, state),
+                |state| C::with_state(&algorithm, state),
                 |(writer, _, table), owned, cell| {
                     table.insert(hash, owned, cell);
                     writer.used += 1;
                     writer.live += 1;
                 },
             ),
-        )
+        )?;
+        if let Attempt::Done(decision) = attempt {
+            finish(&generation, &algorithm, decision);
+        }
+        Ok(attempt)
+    }
+
+    /// Runs `read` on `key`'s cell (`None`: the key is absent) and the
+    /// generation of the table it is in, taking no lock: in a read
+    /// section, left before this returns (no thread takes a shard lock
+    /// inside one: see `shard::may_rebuild`), even when `read` or the
+    /// key's `Eq` panics. `read` returns `None` for a retired cell (evicted
+    /// or moved by a rebuild): then it runs once more under the shard's
+    /// lock, where no writer is mid-change and every live slot's cell is
+    /// live.
+    fn read_key<Q: Lookup<K> + ?Sized, R>(
+        &self,
+        hash: u64,
+        key: &Q,
+        read: impl Fn(&Generation<A>, Option<&C>) -> Option<R>,
+    ) -> R {
+        let shard = self.shard(hash);
+        {
+            let section = rcu::enter();
+            let table = shard.table(&section);
+            let read = read(table.meta(), table.find(hash, key));
+            table.assert_not_freed();
+            if let Some(read) = read {
+                return read;
+            }
+        }
+        let _writer = lock(&shard.writer);
+        // SAFETY: we hold the lock.
+        let table = unsafe { shard.table_locked() };
+        read(table.meta(), table.find(hash, key)).expect(LIVE_UNDER_LOCK)
     }
 }
 
@@ -381,67 +490,84 @@ where
     H: BuildHasher + Send + Sync,
 {
     #[inline]
-    fn check<Q: Lookup<K> + ?Sized>(
+    fn check<Q: Lookup<K> + ?Sized, U: Under<A>>(
         &self,
         key: &Q,
-        algorithm: &A,
+        under: &U,
         now_ns: u64,
         cost: u32,
     ) -> Result<Decision, CheckError> {
-        let hash = self.hasher.hash_one(key);
-        let shard = self.shard(hash);
-        {
-            // `Shard::find_cell`, written out: a decision returned from
-            // inside the match reaches the caller in registers, where
-            // `find_cell`'s nested enums cost two stack copies of it, one a
-            // stalled store forward (a fifth of a denial on one thread).
-            // Left when dropped, also when the key's `Eq` panics.
-            let section = rcu::enter();
-            let table = shard.table(&section);
-            if let Some(cell) = table.find(hash, key) {
-                let checked = cell.check(algorithm, now_ns, cost);
-                table.assert_not_freed();
-                match checked {
-                    Ok(Some(decision)) => return Ok(decision),
-                    Err(error) => return Err(error),
-                    // Retired under us: evicted or moved.
-                    Ok(None) => {}
-                }
-            }
-        }
-        // Absent, or retired under us: the slow path looks again under the
-        // lock, and inserts if absent.
-        self.check_slow(shard, hash, key, algorithm, now_ns, cost)
+        self.check_then(key, under, now_ns, cost, |_, _, decision| decision)
     }
 
-    fn peek<Q: Lookup<K> + ?Sized>(
+    #[inline]
+    fn check_receipt<Q: Lookup<K> + ?Sized, U: Under<A>>(
         &self,
         key: &Q,
-        algorithm: &A,
+        under: &U,
+        now_ns: u64,
+        cost: u32,
+    ) -> Result<(Decision, Option<Receipt>), CheckError> {
+        self.check_then(
+            key,
+            under,
+            now_ns,
+            cost,
+            |generation, algorithm, decision| {
+                let receipt = generation.receipt(algorithm, &decision, now_ns, cost);
+                (decision, receipt)
+            },
+        )
+    }
+
+    fn peek<Q: Lookup<K> + ?Sized, U: Under<A>>(
+        &self,
+        key: &Q,
+        under: &U,
         now_ns: u64,
         cost: u32,
     ) -> Result<Decision, CheckError> {
         let hash = self.hasher.hash_one(key);
-        self.shard(hash)
-            .with_cell(hash, key, |cell| {
-                cell.peek(algorithm, now_ns, cost).transpose()
-            })
-            .unwrap_or_else(|| Ok(decide_fresh(algorithm, now_ns, cost)?.decision()))
+        self.read_key(hash, key, |generation, cell| {
+            let algorithm = match under.choose(generation) {
+                Ok(algorithm) => algorithm,
+                Err(error) => return Some(Err(error)),
+            };
+            match cell {
+                Some(cell) => cell.peek(&algorithm, now_ns, cost).transpose(),
+                None => Some(decide_fresh(&*algorithm, now_ns, cost).map(|v| v.decision())),
+            }
+        })
     }
 
     fn update<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
-        algorithm: &A,
-        change: impl Fn(&A::State) -> Option<A::State>,
+        change: impl Fn(&Generation<A>, &A::State) -> Option<A::State>,
     ) -> bool {
         let hash = self.hasher.hash_one(key);
-        self.shard(hash)
-            .with_cell(hash, key, |cell| cell.update(algorithm, &change))
-            .unwrap_or(false)
+        self.read_key(hash, key, |generation, cell| match cell {
+            Some(cell) => cell.update(generation.algorithm(), |state| change(generation, state)),
+            None => Some(false),
+        })
     }
 
-    fn evict_idle(&self, algorithm: &A, now_ns: u64) -> usize {
+    fn generation(&self) -> Arc<Generation<A>> {
+        Arc::clone(&lock(&self.current))
+    }
+
+    fn change(&self, to: Generation<A>, carry: Carry, now_ns: u64) -> Result<(), ChangeError> {
+        let mut current = lock(&self.current);
+        check_carries(&current, &to, carry, now_ns)?;
+        let to = Arc::new(to);
+        for shard in &*self.shards {
+            self.convert(shard, &to, carry, now_ns);
+        }
+        *current = to;
+        Ok(())
+    }
+
+    fn evict_idle(&self, now_ns: u64) -> usize {
         // Every shard is swept before any is compacted: compacting clones and
         // hashes keys (user code), and a panic there then leaves every idle
         // key evicted, as the call meant to.
@@ -452,7 +578,7 @@ where
                 let mut writer = lock(&shard.writer);
                 // SAFETY: we hold the lock.
                 let table = unsafe { shard.table_locked() };
-                self.sweep(table, &mut writer, algorithm, now_ns)
+                self.sweep(table, &mut writer, now_ns)
             })
             .sum();
         // A shard whose rebuild panics (a key's `Hash` or `Clone`) keeps its
@@ -461,7 +587,7 @@ where
         let mut first_panic = None;
         for shard in &*self.shards {
             let compacted = catch_unwind(AssertUnwindSafe(|| {
-                self.compact(shard, algorithm);
+                self.compact(shard);
             }));
             if let Err(panic) = compacted {
                 first_panic.get_or_insert(panic);

@@ -23,11 +23,12 @@
 
 use std::hash::BuildHasher;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::Arc;
 
-use super::shard::{Retired, Shard, Writer, may_rebuild};
+use super::shard::{GRACE_ROUNDS, PROMPT_ROUNDS, Retired, Shard, Writer, may_rebuild};
 use super::table::{Headroom, RawTable, buckets_for, max_used};
-use super::{LIVE_UNDER_LOCK, LockFreeStore};
-use crate::algorithm::Algorithm;
+use super::{Gen, LIVE_UNDER_LOCK, LockFreeStore};
+use crate::algorithm::{Algorithm, Carry};
 use crate::cell::Cell;
 use crate::error::CheckError;
 use crate::store::kit::rested_at;
@@ -54,11 +55,11 @@ where
     /// many. Runs no user code.
     pub(super) fn sweep(
         &self,
-        table: &RawTable<K, C>,
-        writer: &mut Writer<K, C>,
-        algorithm: &A,
+        table: &RawTable<K, C, Gen<A>>,
+        writer: &mut Writer<K, C, Gen<A>>,
         idle_at_ns: u64,
     ) -> usize {
+        let algorithm = table.meta().algorithm();
         let mut released = self.population.releasing();
         for (index, _, cell) in table.live() {
             // `is_idle` is the algorithm's code: each eviction is counted as
@@ -82,7 +83,7 @@ where
     /// Rebuilds `shard` without its evicted slots, so that their keys and
     /// states are freed, and smaller if it is far larger than its keys
     /// need (`evict_idle`).
-    pub(super) fn compact(&self, shard: &Shard<K, C>, algorithm: &A) {
+    pub(super) fn compact(&self, shard: &Shard<K, C, Gen<A>>) {
         // Declared before the lock: dropped after it, even if a rebuild's
         // user code panics.
         let mut discarded = Discarded::new();
@@ -99,7 +100,7 @@ where
             (writer.used > writer.live).then(|| table.buckets())
         };
         if let Some(buckets) = buckets.filter(|_| may_rebuild(&mut writer, &mut discarded)) {
-            self.rebuild(shard, &mut writer, &mut discarded, algorithm, buckets);
+            self.rebuild(shard, &mut writer, &mut discarded, buckets, None);
         }
         discarded.extend(writer.take_graced());
         drop(writer);
@@ -121,10 +122,9 @@ where
     /// [`rebuild`](Self::rebuild)).
     pub(super) fn grow(
         &self,
-        shard: &Shard<K, C>,
-        writer: &mut Writer<K, C>,
-        discarded: &mut Discarded<Retired<K, C>>,
-        algorithm: &A,
+        shard: &Shard<K, C, Gen<A>>,
+        writer: &mut Writer<K, C, Gen<A>>,
+        discarded: &mut Discarded<Retired<K, C, Gen<A>>>,
         now_ns: u64,
     ) -> Result<(), CheckError> {
         // Before the sweep: a rebuild refused would waste it, and the next
@@ -135,7 +135,8 @@ where
         // SAFETY: our caller holds the lock.
         let table = unsafe { shard.table_locked() };
         if (writer.live + 1) * 4 > max_used(table.buckets()) * 3 {
-            self.sweep(table, writer, algorithm, rested_at(algorithm, now_ns));
+            let idle_at_ns = rested_at(table.meta().algorithm(), now_ns);
+            self.sweep(table, writer, idle_at_ns);
         }
         // A table that would not need to grow for its live keys filled up
         // with evicted slots: keys are going as well as coming, and the new
@@ -146,8 +147,48 @@ where
         } else {
             growing
         };
-        self.rebuild(shard, writer, discarded, algorithm, buckets);
+        self.rebuild(shard, writer, discarded, buckets, None);
         Ok(())
+    }
+
+    /// Moves `shard`'s keys to the generation `to`, each state carried at
+    /// `now_ns` by `carry`: a rebuild of the same size whose new table is
+    /// in `to` (see [`rebuild`](Self::rebuild)). Waits, with the lock
+    /// released between tries, while the shard's replaced tables are still
+    /// read (a check stalled inside one delays the change, never a check).
+    pub(super) fn convert(
+        &self,
+        shard: &Shard<K, C, Gen<A>>,
+        to: &Gen<A>,
+        carry: Carry,
+        now_ns: u64,
+    ) {
+        loop {
+            // Declared before the lock: dropped after it, even if a
+            // rebuild's user code panics.
+            let mut discarded = Discarded::new();
+            let mut writer = lock(&shard.writer);
+            let rebuilt = may_rebuild(&mut writer, &mut discarded);
+            if rebuilt {
+                // SAFETY: we hold the lock.
+                let buckets = unsafe { shard.table_locked() }.buckets();
+                let conversion = Conversion { to, carry, now_ns };
+                self.rebuild(
+                    shard,
+                    &mut writer,
+                    &mut discarded,
+                    buckets,
+                    Some(conversion),
+                );
+            }
+            discarded.extend(writer.take_graced());
+            drop(writer);
+            drop(discarded);
+            shard.reclaim(if rebuilt { PROMPT_ROUNDS } else { GRACE_ROUNDS });
+            if rebuilt {
+                return;
+            }
+        }
     }
 
     /// Replaces the shard's table (lock held) with one of `buckets` buckets
@@ -160,11 +201,11 @@ where
     /// Its caller asked [`may_rebuild`] first.
     fn rebuild(
         &self,
-        shard: &Shard<K, C>,
-        writer: &mut Writer<K, C>,
-        discarded: &mut Discarded<Retired<K, C>>,
-        algorithm: &A,
+        shard: &Shard<K, C, Gen<A>>,
+        writer: &mut Writer<K, C, Gen<A>>,
+        discarded: &mut Discarded<Retired<K, C, Gen<A>>>,
         buckets: usize,
+        conversion: Option<Conversion<'_, A>>,
     ) {
         // SAFETY: our caller holds the lock.
         let old = unsafe { shard.table_locked() };
@@ -182,7 +223,7 @@ where
         // copied beside a vacant cell, whose creation and drop run no user
         // code. A panic leaves the shard as it was, and `new`, never
         // published, goes with its copies to `discarded`.
-        let mut new = RawTable::with_buckets(buckets);
+        let mut new = RawTable::with_buckets(buckets, Arc::clone(old.meta()));
         // Where each key went, in the order `old.live()` gives them: phase 2
         // walks `old.live()` again, and nothing changes the old table in
         // between (we hold the lock, and only its holders write). One
@@ -209,10 +250,18 @@ where
                     canary::planted(Canary::RebuildCopiesTombstone),
                     "{LIVE_UNDER_LOCK}"
                 );
-                C::new(algorithm)
+                C::new(old.meta().algorithm())
             });
             new.set_value(new_index, cell);
         }
+        // Phase 3, the algorithm's code, on cells no check can reach yet:
+        // every state carried to the new generation, or (a panic) none,
+        // and the table published as it is, in the old one.
+        let carried = conversion.map(|conversion| {
+            catch_unwind(AssertUnwindSafe(|| {
+                conversion.carry_all(old.meta(), &mut new, &moves);
+            }))
+        });
         writer.used = moves.len();
         writer.live = moves.len();
         // The canary starts the old table's grace period while checks can
@@ -236,5 +285,47 @@ where
         writer
             .retired
             .push(early.unwrap_or_else(|| Retired::unlinked(replaced)));
+        if let Some(Err(panic)) = carried {
+            resume_unwind(panic);
+        }
+    }
+}
+
+/// An algorithm that carries a fresh state carries every state
+/// ([`Algorithm::carry`]); one that does not abandons the change of the
+/// shard, as a panic does.
+const CARRIES_EVERY_STATE: &str = "`Algorithm::carry` returned None after carrying a fresh state";
+
+/// A change of generation a rebuild makes ([`LockFreeStore::convert`]).
+pub(super) struct Conversion<'a, A> {
+    to: &'a Gen<A>,
+    carry: Carry,
+    now_ns: u64,
+}
+
+impl<A: Algorithm> Conversion<'_, A> {
+    /// Carries the states of `table`'s cells at `moves` (unpublished) from
+    /// `from` to this conversion's generation, and makes it the table's:
+    /// all of them, or, if the algorithm's code panics, none.
+    fn carry_all<K, C: Cell<A>>(
+        &self,
+        from: &Gen<A>,
+        table: &mut RawTable<K, C, Gen<A>>,
+        moves: &[usize],
+    ) {
+        let (from_algorithm, to_algorithm) = (from.algorithm(), self.to.algorithm());
+        let carried: Vec<C> = moves
+            .iter()
+            .map(|&index| {
+                table
+                    .written_value(index)
+                    .carried(from_algorithm, to_algorithm, self.carry, self.now_ns)
+                    .expect(CARRIES_EVERY_STATE)
+            })
+            .collect();
+        for (&index, cell) in moves.iter().zip(carried) {
+            table.set_value(index, cell);
+        }
+        table.set_meta(Arc::clone(self.to));
     }
 }

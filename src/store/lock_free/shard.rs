@@ -32,9 +32,8 @@
 //! full, until the stalled check leaves (the first writer after it frees
 //! the tables and rebuilds).
 
-use super::LIVE_UNDER_LOCK;
 use super::table::{MIN_BUCKETS, RawTable, Stagger};
-use crate::store::{Discard, Discarded, Lookup};
+use crate::store::{Discard, Discarded};
 use crate::sync::canary::{self, Canary};
 use crate::sync::rcu::{self, Guard, Snapshot, Ticket};
 
@@ -94,35 +93,25 @@ const REFUSAL_ROUNDS: usize = GRACE_ROUNDS;
 /// a refused key costs a few looks, not a whole wait.
 const STALLED_ROUNDS: usize = 4;
 
-pub(super) struct Shard<K, C> {
+pub(super) struct Shard<K, C, M> {
     /// The current table: never null, from `Box::into_raw`, replaced only
     /// under `writer` and freed only through a [`Retired`] (or with the
     /// shard).
-    pub(super) table: AtomicPtr<RawTable<K, C>>,
-    pub(super) writer: Mutex<Writer<K, C>>,
+    pub(super) table: AtomicPtr<RawTable<K, C, M>>,
+    pub(super) writer: Mutex<Writer<K, C, M>>,
     /// Where this shard's table sizes sit within a growth step.
     pub(super) stagger: Stagger,
 }
 
-/// What [`Shard::find_cell`] found.
-pub(super) enum CellRead<R> {
-    /// The key's cell, live: what the read returned.
-    Live(R),
-    /// The key's cell, retired under the read: evicted or moved.
-    Retired,
-    /// No cell: the key is not in the table.
-    Absent,
-}
-
 /// A shard's writer-side bookkeeping, under its mutex.
-pub(super) struct Writer<K, C> {
+pub(super) struct Writer<K, C, M> {
     /// Live and deleted slots in the current table.
     pub(super) used: usize,
     /// Live slots.
     pub(super) live: usize,
     /// Replaced tables not yet freed: fewer than [`MAX_RETIRED`] before a
     /// rebuild, at most that many after it (see [`may_rebuild`]).
-    pub(super) retired: Vec<Retired<K, C>>,
+    pub(super) retired: Vec<Retired<K, C, M>>,
     /// A wait for the replaced table's grace period ran out: later
     /// rebuilds wait `STALLED_ROUNDS`, not `REFUSAL_ROUNDS`, so that while a
     /// check stays stalled a refused key costs a few looks at its
@@ -130,12 +119,12 @@ pub(super) struct Writer<K, C> {
     stalled: bool,
 }
 
-impl<K, C> Writer<K, C> {
+impl<K, C, M> Writer<K, C, M> {
     /// Takes out the replaced tables whose grace period has elapsed, to be
     /// freed once the lock is released. Issues no barrier (it runs under the
     /// shard's lock, on a new key's path): a table whose ticket no barrier
     /// has served yet waits for `Shard::reclaim`'s, issued without the lock.
-    pub(super) fn take_graced(&mut self) -> Vec<Retired<K, C>> {
+    pub(super) fn take_graced(&mut self) -> Vec<Retired<K, C, M>> {
         let mut graced = Vec::new();
         let mut index = 0;
         while index < self.retired.len() {
@@ -152,9 +141,9 @@ impl<K, C> Writer<K, C> {
 /// A table unlinked by a rebuild, freed when this is dropped. Dropped only
 /// once its grace period has elapsed (no check can still be reading the
 /// table), or with the whole store (`&mut`, so no check at all).
-pub(super) struct Retired<K, C> {
+pub(super) struct Retired<K, C, M> {
     /// From `Box::into_raw`; owned by this value alone.
-    pub(super) table: *mut RawTable<K, C>,
+    pub(super) table: *mut RawTable<K, C, M>,
     grace: GracePeriod,
 }
 
@@ -172,12 +161,12 @@ enum GracePeriod {
 // SAFETY: a `Retired` owns its table (no other owner frees it), so sending
 // it sends the table, which is Send when its keys and cells are Send and
 // Sync; the snapshot holds only `'static` records of atomics.
-unsafe impl<K: Send + Sync, C: Send + Sync> Send for Retired<K, C> {}
+unsafe impl<K: Send + Sync, C: Send + Sync, M: Send + Sync> Send for Retired<K, C, M> {}
 
-impl<K, C> Retired<K, C> {
+impl<K, C, M> Retired<K, C, M> {
     /// Takes ownership of `table`, just unlinked from its shard by a swap
     /// on this thread (the ticket must come after the swap).
-    pub(super) fn unlinked(table: *mut RawTable<K, C>) -> Self {
+    pub(super) fn unlinked(table: *mut RawTable<K, C, M>) -> Self {
         let grace = if canary::planted(Canary::FreeWithoutGrace) {
             // The canary frees the table without waiting for its readers.
             GracePeriod::Elapsed
@@ -189,7 +178,7 @@ impl<K, C> Retired<K, C> {
 
     /// The canary `RetireBeforeUnlink`: the table's snapshot of sections is
     /// taken while it is still the shard's, before the swap that unlinks it.
-    pub(super) fn before_unlink(table: *mut RawTable<K, C>) -> Self {
+    pub(super) fn before_unlink(table: *mut RawTable<K, C, M>) -> Self {
         Self {
             table,
             grace: GracePeriod::Waiting(Arc::new(rcu::ticket().snapshot())),
@@ -199,7 +188,7 @@ impl<K, C> Retired<K, C> {
     /// Takes ownership of `table`, which was never published (a rebuild
     /// abandoned by a panic), to be freed outside the lock: no check ever
     /// saw it, so its grace period has elapsed already.
-    pub(super) fn unpublished(table: RawTable<K, C>) -> Self {
+    pub(super) fn unpublished(table: RawTable<K, C, M>) -> Self {
         Self {
             table: Box::into_raw(Box::new(table)),
             grace: GracePeriod::Elapsed,
@@ -260,7 +249,7 @@ impl<K, C> Retired<K, C> {
     }
 }
 
-impl<K, C> Drop for Retired<K, C> {
+impl<K, C, M> Drop for Retired<K, C, M> {
     fn drop(&mut self) {
         // SAFETY: the pointer came from `Box::into_raw` (a table published
         // in the shard's pointer, or `unpublished`), and it is freed only
@@ -282,7 +271,7 @@ impl<K, C> Drop for Retired<K, C> {
     }
 }
 
-impl<K, C> Discard for Retired<K, C> {
+impl<K, C, M> Discard for Retired<K, C, M> {
     /// Frees the table; its `Drop` discards every panic already.
     fn discard(self) -> Option<Box<dyn std::any::Any + Send>> {
         drop(self);
@@ -290,11 +279,14 @@ impl<K, C> Discard for Retired<K, C> {
     }
 }
 
-impl<K, C> Shard<K, C> {
-    pub(super) fn new(stagger: Stagger) -> Self {
+impl<K, C, M> Shard<K, C, M> {
+    pub(super) fn new(stagger: Stagger, meta: M) -> Self {
         Self {
             stagger,
-            table: AtomicPtr::new(Box::into_raw(Box::new(RawTable::with_buckets(MIN_BUCKETS)))),
+            table: AtomicPtr::new(Box::into_raw(Box::new(RawTable::with_buckets(
+                MIN_BUCKETS,
+                meta,
+            )))),
             writer: Mutex::new(Writer {
                 used: 0,
                 live: 0,
@@ -306,7 +298,7 @@ impl<K, C> Shard<K, C> {
 
     /// The current table, for a check inside the read section `_section`.
     #[inline]
-    pub(super) fn table<'g>(&self, _section: &'g Guard) -> &'g RawTable<K, C> {
+    pub(super) fn table<'g>(&self, _section: &'g Guard) -> &'g RawTable<K, C, M> {
         // Acquire: pairs with the Release swap that published a rebuilt
         // table, so that its slots and control bytes are visible.
         let table = self.table.load(Ordering::Acquire);
@@ -327,7 +319,7 @@ impl<K, C> Shard<K, C> {
     /// The caller holds `self.writer` for as long as it uses the reference.
     /// Only a holder of that lock replaces the table or frees a replaced
     /// one, so the table cannot go away under it, even once replaced.
-    pub(super) unsafe fn table_locked(&self) -> &RawTable<K, C> {
+    pub(super) unsafe fn table_locked(&self) -> &RawTable<K, C, M> {
         // Relaxed: the last swap was made under the lock we hold, whose
         // acquisition orders us after it.
         let table = self.table.load(Ordering::Relaxed);
@@ -335,51 +327,6 @@ impl<K, C> Shard<K, C> {
         // lock (as documented): no section is needed for a table that no
         // other thread can free.
         unsafe { &*table }
-    }
-
-    /// Runs `read` on `key`'s cell in the current table, taking no lock:
-    /// in a read section, left before this returns (no thread takes a shard
-    /// lock inside one: see [`may_rebuild`]), even when `read` or the key's
-    /// `Eq` panics (the guard's `Drop`). `read` returns `None` for a retired
-    /// cell.
-    #[inline]
-    pub(super) fn find_cell<Q: Lookup<K> + ?Sized, R>(
-        &self,
-        hash: u64,
-        key: &Q,
-        read: impl FnOnce(&C) -> Option<R>,
-    ) -> CellRead<R> {
-        let section = rcu::enter();
-        let table = self.table(&section);
-        let found = match table.find(hash, key) {
-            Some(cell) => read(cell).map_or(CellRead::Retired, CellRead::Live),
-            None => CellRead::Absent,
-        };
-        table.assert_not_freed();
-        found
-    }
-
-    /// Runs `read` on `key`'s cell as [`find_cell`](Self::find_cell) does
-    /// and, when the cell was retired under it (evicted, or moved by a
-    /// rebuild), once more under the shard's lock, where no writer is
-    /// mid-change and every live slot's cell is live. `None` when the key is
-    /// absent: never admitted, or evicted (idle, so as good as fresh).
-    pub(super) fn with_cell<Q: Lookup<K> + ?Sized, R>(
-        &self,
-        hash: u64,
-        key: &Q,
-        read: impl Fn(&C) -> Option<R>,
-    ) -> Option<R> {
-        match self.find_cell(hash, key, &read) {
-            CellRead::Live(read) => return Some(read),
-            CellRead::Absent => return None,
-            CellRead::Retired => {}
-        }
-        let _writer = lock(&self.writer);
-        // SAFETY: we hold the lock.
-        unsafe { self.table_locked() }
-            .find(hash, key)
-            .map(|cell| read(cell).expect(LIVE_UNDER_LOCK))
     }
 
     /// Frees the shard's replaced tables once no check can see them. Runs
@@ -420,7 +367,7 @@ impl<K, C> Shard<K, C> {
     }
 }
 
-impl<K, C> Drop for Shard<K, C> {
+impl<K, C, M> Drop for Shard<K, C, M> {
     fn drop(&mut self) {
         // SAFETY: `&mut self`: no other thread can reach the table any more,
         // and the pointer came from `Box::into_raw` and is freed only here
@@ -474,9 +421,9 @@ enum Grace {
 /// (`REFUSAL_ROUNDS`, or `STALLED_ROUNDS` after a wait ran out) and refuses if
 /// none goes: a check stalled inside them holds them, and a rebuild would
 /// keep one more (the canary rebuilds all the same, keeping every table).
-pub(super) fn may_rebuild<K, C>(
-    writer: &mut Writer<K, C>,
-    discarded: &mut Discarded<Retired<K, C>>,
+pub(super) fn may_rebuild<K, C, M>(
+    writer: &mut Writer<K, C, M>,
+    discarded: &mut Discarded<Retired<K, C, M>>,
 ) -> bool {
     discarded.extend(writer.take_graced());
     if writer.retired.len() < MAX_RETIRED || canary::planted(Canary::KeepEveryReplacedTable) {

@@ -187,9 +187,11 @@ type Slot<K, V> = UnsafeCell<MaybeUninit<(K, V)>>;
 
 /// Invariant: `slots.len() == control.len()`, from `with_buckets`, its only
 /// constructor; no method reassigns either field.
-pub(crate) struct RawTable<K, V> {
+pub(crate) struct RawTable<K, V, M> {
     control: Box<[AtomicU8]>,
     slots: Box<[Slot<K, V>]>,
+    /// What the table's values are read by (the store's generation).
+    meta: M,
     /// Under loom, a replaced table is poisoned instead of freed
     /// (`shard::Retired`), and a check asserts, before it leaves its read
     /// section, that the table it read was not: a free that overtook a
@@ -203,19 +205,21 @@ pub(crate) struct RawTable<K, V> {
 // SAFETY: the table hands out `&K` and `&V` to any thread that finds them,
 // and drops `K` and `V` on whichever thread reclaims it, so it is Send and
 // Sync exactly when they are.
-unsafe impl<K: Send + Sync, V: Send + Sync> Sync for RawTable<K, V> {}
+unsafe impl<K: Send + Sync, V: Send + Sync, M: Send + Sync> Sync for RawTable<K, V, M> {}
 // SAFETY: as above.
-unsafe impl<K: Send + Sync, V: Send + Sync> Send for RawTable<K, V> {}
+unsafe impl<K: Send + Sync, V: Send + Sync, M: Send + Sync> Send for RawTable<K, V, M> {}
 
-impl<K, V> RawTable<K, V> {
-    /// An empty table of `buckets` buckets (at least [`MIN_BUCKETS`]).
-    pub(crate) fn with_buckets(buckets: usize) -> Self {
+impl<K, V, M> RawTable<K, V, M> {
+    /// An empty table of `buckets` buckets (at least [`MIN_BUCKETS`]),
+    /// whose values are read by `meta`.
+    pub(crate) fn with_buckets(buckets: usize, meta: M) -> Self {
         debug_assert!(buckets >= MIN_BUCKETS);
         Self {
             control: (0..buckets).map(|_| AtomicU8::new(EMPTY)).collect(),
             slots: (0..buckets)
                 .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
                 .collect(),
+            meta,
             #[cfg(feature = "loom")]
             freed: std::sync::atomic::AtomicBool::new(false),
         }
@@ -244,6 +248,12 @@ impl<K, V> RawTable<K, V> {
             !self.freed.load(std::sync::atomic::Ordering::SeqCst),
             "a check read a table freed before it left its read section"
         );
+    }
+
+    /// What the table's values are read by.
+    #[inline]
+    pub(crate) const fn meta(&self) -> &M {
+        &self.meta
     }
 
     pub(crate) fn buckets(&self) -> usize {
@@ -365,6 +375,20 @@ impl<K, V> RawTable<K, V> {
             })
     }
 
+    /// The value of a written slot in a table not yet published (so
+    /// `&mut self`).
+    pub(crate) fn written_value(&mut self, index: usize) -> &V {
+        debug_assert!(self.control[index].load(Ordering::Relaxed) != EMPTY);
+        // SAFETY: the slot was written (its control byte is not EMPTY), and
+        // `&mut self` excludes every other access.
+        unsafe { &self.slot(index).1 }
+    }
+
+    /// Replaces what the values of a table not yet published are read by.
+    pub(crate) fn set_meta(&mut self, meta: M) {
+        self.meta = meta;
+    }
+
     /// Replaces the value of a written slot in a table not yet published (so
     /// `&mut self`), dropping the old value.
     pub(crate) fn set_value(&mut self, index: usize, value: V) {
@@ -427,7 +451,7 @@ impl<K, V> RawTable<K, V> {
     }
 }
 
-impl<K, V> Drop for RawTable<K, V> {
+impl<K, V, M> Drop for RawTable<K, V, M> {
     /// With the store: the first panic in a key's `Drop` goes on to whoever
     /// dropped the store, once every slot is dropped (unless a panic is
     /// unwinding already: then it is discarded, as a second would abort).
@@ -436,7 +460,7 @@ impl<K, V> Drop for RawTable<K, V> {
     }
 }
 
-impl<K, V> fmt::Debug for RawTable<K, V> {
+impl<K, V, M> fmt::Debug for RawTable<K, V, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RawTable")
             .field("buckets", &self.buckets())

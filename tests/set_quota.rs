@@ -1,0 +1,293 @@
+//! A limiter's quota changed at runtime (`RateLimiter::set_quota`): each
+//! strategy's arithmetic on every algorithm and store, exact counts under
+//! 64 threads hammering across the change, reservations waiting through
+//! it, and the changes refused.
+
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use tollgate::algorithm::{
+    Algorithm, Carry, FixedWindow, Gcra, Refund, SlidingWindowCounter, SlidingWindowLog,
+    TokenBucket,
+};
+use tollgate::clock::ManualClock;
+use tollgate::store::{ChangeError, GlobalMutex, LockFree, PerKey, Sharded, StoreKind};
+use tollgate::{Builder, LayoutError, Quota, RateLimiter};
+
+fn per_minute(limit: u32) -> Quota {
+    Quota::per_minute(limit).unwrap()
+}
+
+/// Units `key` can take now: the admissions a drain gets (on a frozen
+/// clock), counted on a probe that is then given back by the drain
+/// itself: the drain is the measurement.
+fn drain<A: Algorithm, S: StoreKind<String, A>>(
+    limiter: &RateLimiter<String, A, ManualClock, S>,
+    key: &str,
+) -> u32 {
+    let mut admitted = 0;
+    while limiter.check(key).unwrap().is_allowed() {
+        admitted += 1;
+        assert!(admitted <= 1_000, "a limiter that never denies");
+    }
+    admitted
+}
+
+/// A limiter of 10 a minute on `store`, whose key "used" took 4 units.
+fn used_four<A: Algorithm, S: StoreKind<String, A>>(
+    store: S,
+) -> RateLimiter<String, A, ManualClock, S> {
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(3_600));
+    let limiter = Builder::new(per_minute(10))
+        .algorithm::<A>()
+        .clock(clock)
+        .store(store)
+        .build::<String>();
+    for _ in 0..4 {
+        assert!(limiter.check("used").unwrap().is_allowed());
+    }
+    limiter
+}
+
+/// What "used" (4 of 10 taken) and "fresh" can take after a change to
+/// `to` by `carry`.
+fn after_change<A: Algorithm, S: StoreKind<String, A>>(
+    store: S,
+    to: u32,
+    carry: Carry,
+) -> (u32, u32) {
+    let limiter = used_four::<A, S>(store);
+    limiter.set_quota(per_minute(to), carry).unwrap();
+    assert_eq!(limiter.quota(), per_minute(to));
+    (drain(&limiter, "used"), drain(&limiter, "fresh"))
+}
+
+/// Every strategy on every store, for one algorithm: `raised` and `cut`
+/// are what "used" can take after 10 → 20 and 10 → 5, as (as is,
+/// proportional, unchanged).
+fn strategies<A: Algorithm>(raised: [u32; 3], cut: [u32; 3])
+where
+    LockFree: StoreKind<String, A>,
+    PerKey: StoreKind<String, A>,
+    Sharded: StoreKind<String, A>,
+    GlobalMutex: StoreKind<String, A>,
+{
+    let carries = [Carry::AsIs, Carry::Proportional, Carry::Unchanged];
+    for (index, carry) in carries.into_iter().enumerate() {
+        for (to, expected) in [(20, raised[index]), (5, cut[index])] {
+            let outcomes = [
+                after_change::<A, _>(LockFree::default(), to, carry),
+                after_change::<A, _>(PerKey::new(), to, carry),
+                after_change::<A, _>(Sharded::default(), to, carry),
+                after_change::<A, _>(GlobalMutex, to, carry),
+            ];
+            for (store, outcome) in outcomes.into_iter().enumerate() {
+                assert_eq!(
+                    outcome,
+                    (expected, to),
+                    "{} → {to} by {carry:?}, store {store}",
+                    std::any::type_name::<A>()
+                );
+            }
+        }
+    }
+}
+
+// 4 of 10 used. As is: 6 left, at most the new burst (5 after a cut).
+// Proportional: 40 % used, of 20 (8) or of 5 (2, rounded up). Unchanged:
+// GCRA and the token bucket keep 24 s booked, which is 8 units of 3 s or
+// 2 of 12 s; the windows keep their count of 4.
+#[test]
+fn gcra_carries_by_each_strategy_on_every_store() {
+    strategies::<Gcra>([6, 12, 12], [5, 3, 3]);
+}
+
+#[test]
+fn token_bucket_carries_by_each_strategy_on_every_store() {
+    strategies::<TokenBucket>([6, 12, 12], [5, 3, 3]);
+}
+
+#[test]
+fn fixed_window_carries_by_each_strategy_on_every_store() {
+    strategies::<FixedWindow>([6, 12, 16], [5, 3, 1]);
+}
+
+#[test]
+fn sliding_window_counter_carries_by_each_strategy_on_every_store() {
+    strategies::<SlidingWindowCounter>([6, 12, 16], [5, 3, 1]);
+}
+
+#[test]
+fn sliding_log_carries_by_each_strategy_on_every_store() {
+    strategies::<SlidingWindowLog>([6, 12, 16], [5, 3, 1]);
+}
+
+/// 64 threads hammer 8 keys on a frozen clock while the quota is raised
+/// from 100 000 to 200 000 a minute, once they have taken a tenth of the old
+/// one. Each admission tells the quota that decided it
+/// (its limit): a key that took `u` units under the old quota takes
+/// exactly what the strategy leaves it under the new one, whenever the
+/// change fell.
+fn hammered(carry: Carry, left: impl Fn(u32) -> u32) {
+    const KEYS: usize = 8;
+    const OLD: u32 = 100_000;
+    const THREADS: usize = 64;
+    let limiter = Arc::new(
+        Builder::new(per_minute(OLD))
+            .clock(ManualClock::new())
+            .build::<usize>(),
+    );
+    let old: Arc<Vec<AtomicU32>> = Arc::new((0..KEYS).map(|_| AtomicU32::new(0)).collect());
+    let new: Arc<Vec<AtomicU32>> = Arc::new((0..KEYS).map(|_| AtomicU32::new(0)).collect());
+    let start = Arc::new(Barrier::new(THREADS));
+    // The admission that brings the old quota's total to a tenth of the
+    // keys' bursts makes its thread change the quota, amid the others.
+    let taken = Arc::new(AtomicU32::new(0));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|thread| {
+            let (limiter, old, new, start, taken) = (
+                Arc::clone(&limiter),
+                Arc::clone(&old),
+                Arc::clone(&new),
+                Arc::clone(&start),
+                Arc::clone(&taken),
+            );
+            std::thread::spawn(move || {
+                start.wait();
+                // Keep checking until every key denies under the new quota.
+                let mut denied_new = [false; KEYS];
+                let mut round = thread;
+                while denied_new.iter().any(|denied| !denied) {
+                    let key = round % KEYS;
+                    round += 1;
+                    let decision = limiter.check(&key).unwrap();
+                    let counts = match decision.limit() {
+                        OLD => &old,
+                        limit if limit == 2 * OLD => &new,
+                        other => panic!("a limit of {other}"),
+                    };
+                    if decision.is_allowed() {
+                        counts[key].fetch_add(1, Ordering::Relaxed);
+                        if decision.limit() == OLD
+                            && taken.fetch_add(1, Ordering::Relaxed) + 1 == OLD * 8 / 10
+                        {
+                            limiter.set_quota(per_minute(2 * OLD), carry).unwrap();
+                        }
+                    } else if decision.limit() == 2 * OLD {
+                        denied_new[key] = true;
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    // The change fell while keys were part-used, or the test shows nothing.
+    let part_used = old
+        .iter()
+        .filter(|count| (1..OLD).contains(&count.load(Ordering::Relaxed)))
+        .count();
+    let counts: Vec<u32> = old
+        .iter()
+        .map(|count| count.load(Ordering::Relaxed))
+        .collect();
+    assert!(
+        part_used > 0,
+        "every key was drained or untouched at the change: {counts:?}"
+    );
+    for key in 0..KEYS {
+        let (old, new) = (
+            old[key].load(Ordering::Relaxed),
+            new[key].load(Ordering::Relaxed),
+        );
+        assert!(old <= OLD, "key {key}: {old} under the old quota");
+        assert_eq!(
+            new,
+            left(old),
+            "key {key}: {old} before, {new} after ({carry:?})"
+        );
+    }
+}
+
+#[test]
+fn a_change_under_64_threads_keeps_exact_counts_as_is() {
+    // Used u > 0 keeps its 100 000 − u free; a key untouched before gets
+    // 200 000.
+    hammered(Carry::AsIs, |used| {
+        if used == 0 { 200_000 } else { 100_000 - used }
+    });
+}
+
+#[test]
+fn a_change_under_64_threads_keeps_exact_counts_in_proportion() {
+    hammered(Carry::Proportional, |used| 200_000 - 2 * used);
+}
+
+/// Reservations waiting when the quota is cut keep their slots; the key's
+/// booked time, theirs in it, is carried, so a check after the change
+/// waits behind them at the new rate.
+#[test]
+fn reservations_keep_their_slots_across_a_change() {
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(10));
+    let limiter = Builder::new(Quota::per_second(1).unwrap())
+        .clock(clock.clone())
+        .build::<String>();
+    let max_wait = Duration::from_secs(10);
+    let mut first = limiter.reserve_n("k", 1, max_wait).unwrap();
+    let second = limiter.reserve_n("k", 1, max_wait).unwrap();
+    let third = limiter.reserve_n("k", 1, max_wait).unwrap();
+    assert!(first.is_ready());
+    assert_eq!(second.wait(), Duration::from_secs(1));
+    assert_eq!(third.wait(), Duration::from_secs(2));
+    // Cut to one every two seconds: the 3 s booked (three units of a 1 s
+    // tolerance) are carried in proportion to the new tolerance of 2 s: 6 s.
+    limiter
+        .set_quota(
+            Quota::new(1, Duration::from_secs(2)).unwrap(),
+            Carry::Proportional,
+        )
+        .unwrap();
+    assert_eq!(second.wait(), Duration::from_secs(1));
+    assert_eq!(third.wait(), Duration::from_secs(2));
+    let denied = limiter.check("k").unwrap();
+    assert!(!denied.is_allowed());
+    // A unit fits once the debt is down to the tolerance less its cost
+    // (2 s − 2 s): in 6 s.
+    assert_eq!(denied.retry_after(), Duration::from_secs(6));
+    drop((first, second, third));
+}
+
+/// A receipt from before a change gives nothing back after it: its
+/// charge was counted by the old quota.
+#[test]
+fn receipts_do_not_cross_a_change() {
+    let limiter = used_four::<Gcra, _>(LockFree::default());
+    let (decision, receipt) = limiter.check_n_receipt("used", 1).unwrap();
+    assert!(decision.is_allowed());
+    limiter.set_quota(per_minute(20), Carry::AsIs).unwrap();
+    assert_eq!(limiter.refund("used", receipt.unwrap()), Refund::Nothing);
+    // 5 of 10 used, as is: 5 left.
+    assert_eq!(drain(&limiter, "used"), 5);
+}
+
+/// A window algorithm keeps its window: another is refused, and nothing
+/// changes.
+#[test]
+fn a_change_of_window_is_refused_and_changes_nothing() {
+    let limiter = used_four::<FixedWindow, _>(LockFree::default());
+    assert_eq!(
+        limiter.set_quota(Quota::per_second(10).unwrap(), Carry::AsIs),
+        Err(ChangeError::Layout(LayoutError::WindowDiffers {
+            limiter: Duration::from_secs(60),
+            quota: Duration::from_secs(1),
+        }))
+    );
+    assert_eq!(limiter.quota(), per_minute(10));
+    assert_eq!(drain(&limiter, "used"), 6);
+}
