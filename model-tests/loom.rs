@@ -24,8 +24,8 @@ use loom::sync::{Arc, Mutex};
 use loom::thread;
 use tollgate::Decision;
 use tollgate::algorithm::{
-    Algorithm, FixedWindow, Gcra, PackedAlgorithm, SlidingWindowCounter, SlidingWindowCounterState,
-    Verdict,
+    Algorithm, Carry, FixedWindow, Gcra, PackedAlgorithm, SlidingWindowCounter,
+    SlidingWindowCounterState, Verdict,
 };
 use tollgate::canary::{self, Canary};
 use tollgate::cell::{Adaptive, Atomic, Cell};
@@ -726,6 +726,50 @@ fn lock_free_check_against_rebuild() {
         "lock-free table, hot-key check vs 8->11 rebuild",
         3,
         check_against_rebuild,
+    );
+}
+
+/// A check of a key that has taken 1 of its 2 units races a raise of the
+/// quota to 4, carried as is: the check lands before the change (admitted
+/// under 2, then 4 of 4 used) or after it (3 of 4 used, then admitted),
+/// never on a carried state by the old quota's algorithm or on a cell the
+/// change left behind. Either way it is admitted and the key has nothing
+/// left.
+fn check_against_change() {
+    let limiter = one_table(Quota::per_hour(2).unwrap(), &ManualClock::new());
+    assert!(allowed(&limiter, 0));
+    let check = spawn_on(&limiter, |limiter| allowed(limiter, 0));
+    let change = spawn_on(&limiter, |limiter| {
+        limiter
+            .set_quota(Quota::per_hour(4).unwrap(), Carry::AsIs)
+            .unwrap();
+    });
+    change.join().unwrap();
+    assert!(check.join().unwrap(), "the check racing the change");
+    assert!(!allowed(&limiter, 0), "a unit past the carried state");
+    assert_eq!(limiter.quota(), Quota::per_hour(4).unwrap());
+}
+
+/// Bound 3, as the rebuild model: the change is a rebuild that carries
+/// each state.
+#[test]
+fn lock_free_check_against_change() {
+    explore(
+        "lock-free table, check vs a quota change",
+        3,
+        check_against_change,
+    );
+}
+
+/// Canary: the check decides by the generation of a table loaded before
+/// the one it reads the cell in.
+#[test]
+fn canary_generation_apart_is_caught() {
+    rebuild_canary(
+        "canary_generation_apart_is_caught",
+        Canary::GenerationApart,
+        "the check racing the change",
+        check_against_change,
     );
 }
 

@@ -256,10 +256,11 @@ impl<A: Algorithm, C: Clock, S> Builder<A, C, StoreChosen<S>> {
             .keyed
             .cap
             .is_none_or(|cap| cap.when_full() == WhenFull::Reject);
-        let generation = std::sync::Arc::new(Generation::new(
-            A::from_quota(&self.quota),
-            receipts.then(next_issuer),
-        ));
+        let generation = std::sync::Arc::new(
+            Generation::new(A::from_quota(&self.quota))
+                .with_quota(self.quota)
+                .with_receipts(receipts),
+        );
         RateLimiter {
             clock: self.clock.into_clock(),
             store: self.keyed.store.build(generation, self.keyed.cap),

@@ -14,7 +14,7 @@ use crate::store::{
     ChangeError, DefaultStore, Generation, Key, Lookup, Own, Store, StoreKind, Under,
 };
 use crate::sync::acquire_fence;
-use crate::sync::{Mutex, lock, next_issuer};
+use crate::sync::{Mutex, lock};
 use crate::wait::Queues;
 
 /// A rate limiter with one quota per key: each key (a user, an IP address, an
@@ -349,6 +349,43 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
         Ok((decision, receipt))
     }
 
+    /// [`check_n_receipt`](RateLimiter::check_n_receipt) (under `quota`
+    /// if given, as [`check_n_receipt_with`](RateLimiter::check_n_receipt_with)),
+    /// and the quota that decided it: the one the check carried, or the
+    /// limiter's own as it stood for the key's state (which
+    /// [`set_quota`](RateLimiter::set_quota) may change at any moment, so
+    /// that [`quota`](RateLimiter::quota) read beside the check may be
+    /// another). What a layer in front of a server advertises with the
+    /// decision.
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n_with`](RateLimiter::check_n_with).
+    ///
+    /// # Panics
+    ///
+    /// As [`check`](RateLimiter::check).
+    #[inline]
+    #[allow(clippy::type_complexity)]
+    pub fn check_n_quoted<Q: Lookup<K> + ?Sized>(
+        &self,
+        key: &Q,
+        n: u32,
+        quota: Option<&Quota>,
+    ) -> Result<(Decision, Option<Receipt>, Quota), CheckError> {
+        let now_ns = self.clock.now_ns();
+        let quoted = |generation: &Generation<A>, algorithm: &A, decision: Decision| {
+            let receipt = generation.receipt(algorithm, &decision, now_ns, n);
+            let quota = quota.or(generation.quota()).copied();
+            (decision, receipt, quota.expect(QUOTED))
+        };
+        let checked = match quota {
+            None => self.store.check_then(key, &Own, now_ns, n, quoted),
+            Some(quota) => self.store.check_then(key, quota, now_ns, n, quoted),
+        };
+        self.counted_with(checked, n, |(decision, _, _)| decision)
+    }
+
     /// Gives back the admission `receipt` came with (a request another
     /// limit refused), as far as it can without admitting more than the
     /// quota; returns how much ([`Refund`]).
@@ -456,9 +493,10 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
         let mut current = lock(&self.quota);
         let from = self.store.generation();
         let algorithm = from.algorithm().for_quota(&quota)?;
-        let issuer = from.issuer().map(|_| next_issuer());
         self.store.change(
-            Generation::new(algorithm, issuer),
+            Generation::new(algorithm)
+                .with_quota(quota)
+                .with_receipts(from.issuer().is_some()),
             carry,
             self.clock.now_ns(),
         )?;
@@ -522,18 +560,36 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     /// Counts a check's `outcome` of `n` units (feature `metrics`, for a
     /// limiter built with [`Builder::metrics`]; otherwise nothing).
     #[inline]
-    #[cfg_attr(not(feature = "metrics"), allow(clippy::unused_self))]
     fn counted(
         &self,
         outcome: Result<Decision, CheckError>,
         n: u32,
     ) -> Result<Decision, CheckError> {
+        self.counted_with(outcome, n, |decision| decision)
+    }
+
+    /// Counts a check's `outcome` of `n` units, whose decision `decision`
+    /// finds, as [`counted`](Self::counted).
+    #[inline]
+    #[cfg_attr(not(feature = "metrics"), allow(clippy::unused_self))]
+    fn counted_with<T>(
+        &self,
+        outcome: Result<T, CheckError>,
+        n: u32,
+        decision: impl Fn(&T) -> &Decision,
+    ) -> Result<T, CheckError> {
         #[cfg(feature = "metrics")]
         if let Some(counts) = &self.counts {
-            counts.count(&outcome, n);
+            counts.count(
+                &outcome
+                    .as_ref()
+                    .map(|checked| *decision(checked))
+                    .map_err(|error| *error),
+                n,
+            );
         }
         #[cfg(not(feature = "metrics"))]
-        let _ = n;
+        let _ = (n, decision);
         outcome
     }
 }
@@ -582,6 +638,10 @@ fn release_reading(clock: &impl Clock) -> Option<u64> {
         clock.now_ns()
     })
 }
+
+/// A keyed limiter's generations carry their quota (`Builder::build`,
+/// `RateLimiter::set_quota`).
+const QUOTED: &str = "a limiter's generations carry their quota";
 
 /// Only stores retire cells (eviction, migration); a direct limiter's cell is
 /// private and never retired, so its checks always decide.

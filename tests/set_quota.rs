@@ -260,7 +260,41 @@ fn reservations_keep_their_slots_across_a_change() {
     // A unit fits once the debt is down to the tolerance less its cost
     // (2 s − 2 s): in 6 s.
     assert_eq!(denied.retry_after(), Duration::from_secs(6));
-    drop((first, second, third));
+    // Abandoned after the change, a reservation gives nothing back: its
+    // share of the carried time is no longer its cost.
+    drop(third);
+    assert_eq!(
+        limiter.check("k").unwrap().retry_after(),
+        Duration::from_secs(6)
+    );
+    assert_eq!(limiter.waiting_reservations(), 1);
+    drop((first, second));
+}
+
+/// Before a change, an abandoned reservation gives its units back.
+#[test]
+fn reservations_abandoned_before_a_change_give_back() {
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(10));
+    let limiter = Builder::new(Quota::per_second(1).unwrap())
+        .clock(clock)
+        .build::<String>();
+    let max_wait = Duration::from_secs(10);
+    let first = limiter.reserve_n("k", 1, max_wait).unwrap();
+    let second = limiter.reserve_n("k", 1, max_wait).unwrap();
+    drop(second);
+    limiter
+        .set_quota(
+            Quota::new(1, Duration::from_secs(2)).unwrap(),
+            Carry::Proportional,
+        )
+        .unwrap();
+    // 1 s booked, carried to 2 s: the tolerance, so a unit waits 2 s.
+    assert_eq!(
+        limiter.check("k").unwrap().retry_after(),
+        Duration::from_secs(2)
+    );
+    drop(first);
 }
 
 /// A receipt from before a change gives nothing back after it: its

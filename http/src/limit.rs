@@ -196,10 +196,7 @@ where
         cost: u32,
         quota: Option<&Quota>,
     ) -> Option<Result<Checked<Self::Receipt>, Failure>> {
-        Some(match quota {
-            None => checked(self.check_n_receipt(key, cost), &RateLimiter::quota(self)),
-            Some(quota) => checked(self.check_n_receipt_with(key, cost, quota), quota),
-        })
+        Some(quoted(self.check_n_quoted(key, cost, quota)))
     }
 
     #[inline]
@@ -209,11 +206,14 @@ where
         cost: u32,
         quota: Option<&Quota>,
     ) -> Option<Result<Checked<Self::Receipt>, Failure>> {
-        let (decided, quota) = match quota {
-            None => (self.check_n(key, cost), RateLimiter::quota(self)),
-            Some(quota) => (self.check_n_with(key, cost, quota), *quota),
-        };
-        Some(checked(decided.map(|decision| (decision, None)), &quota))
+        // The receipt is made beside the decision (a multiplication): not
+        // worth a path of its own.
+        Some(
+            quoted(self.check_n_quoted(key, cost, quota)).map(|checked| Checked {
+                receipt: None,
+                ..checked
+            }),
+        )
     }
 
     fn check_n(
@@ -222,15 +222,27 @@ where
         cost: u32,
         quota: Option<&Quota>,
     ) -> impl Future<Output = Result<Checked<Self::Receipt>, Failure>> + Send {
-        ready(match quota {
-            None => checked(self.check_n_receipt(key, cost), &RateLimiter::quota(self)),
-            Some(quota) => checked(self.check_n_receipt_with(key, cost, quota), quota),
-        })
+        ready(quoted(self.check_n_quoted(key, cost, quota)))
     }
 
     fn refund(&self, key: &K, receipt: Self::Receipt) -> Refund {
         RateLimiter::refund(self, key, receipt)
     }
+}
+
+/// Reads an in-process keyed check's outcome, with the quota that decided
+/// it, as the layer does.
+#[inline]
+fn quoted<R>(
+    outcome: Result<(Decision, Option<R>, Quota), CheckError>,
+) -> Result<Checked<R>, Failure> {
+    outcome
+        .map(|(decision, receipt, quota)| Checked {
+            decision,
+            quota: Some(quota),
+            receipt,
+        })
+        .map_err(Failure::from)
 }
 
 /// Reads an in-process check's outcome, decided by `quota`, as the layer

@@ -7,7 +7,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tollgate::algorithm::{Algorithm, Carry, Receipt};
+use tollgate::algorithm::{Algorithm, Carry};
 use tollgate::cell::{Cell, CellFor, Preferred};
 use tollgate::store::kit::{
     Attempt, NewKey, Population, admit_new_key, decide_fresh, rested_at, retry_after_sweep,
@@ -335,34 +335,23 @@ impl<K: Key, A: Algorithm, C: Cell<A>, M: ConcurrentMap<K, C>> Store<K, A>
     for MapStore<K, A, C, M>
 {
     #[inline]
-    fn check<Q: Lookup<K> + ?Sized, U: Under<A>>(
+    fn check_then<Q: Lookup<K> + ?Sized, U: Under<A>, R>(
         &self,
         key: &Q,
         under: &U,
         now_ns: u64,
         cost: u32,
-    ) -> Result<Decision, CheckError> {
+        finish: impl Fn(&Generation<A>, &A, Decision) -> R,
+    ) -> Result<R, CheckError> {
         let algorithm = under.choose(&self.generation)?;
         let found = self
             .map
             .read(key, |cell| cell.check(&algorithm, now_ns, cost));
-        if let Some(decision) = found.transpose()?.flatten() {
-            return Ok(decision);
-        }
-        self.check_slow(key, &algorithm, now_ns, cost)
-    }
-
-    fn check_receipt<Q: Lookup<K> + ?Sized, U: Under<A>>(
-        &self,
-        key: &Q,
-        under: &U,
-        now_ns: u64,
-        cost: u32,
-    ) -> Result<(Decision, Option<Receipt>), CheckError> {
-        let algorithm = under.choose(&self.generation)?;
-        let decision = self.check(key, under, now_ns, cost)?;
-        let receipt = self.generation.receipt(&algorithm, &decision, now_ns, cost);
-        Ok((decision, receipt))
+        let decision = match found.transpose()?.flatten() {
+            Some(decision) => decision,
+            None => self.check_slow(key, &algorithm, now_ns, cost)?,
+        };
+        Ok(finish(&self.generation, &algorithm, decision))
     }
 
     fn peek<Q: Lookup<K> + ?Sized, U: Under<A>>(

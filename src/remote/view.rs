@@ -360,7 +360,7 @@ impl<K: Key> LocalView<K> {
             offset: Offset::new(remote),
         };
         // No receipts, and the rules never change.
-        let generation = Arc::new(Generation::new(judge, None));
+        let generation = Arc::new(Generation::new(judge).with_receipts(false));
         Ok(Self {
             store: DefaultStore::default().build(
                 Arc::clone(&generation),

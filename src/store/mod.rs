@@ -216,7 +216,8 @@ impl KeyCap {
 }
 
 /// What a store decides by: the algorithm its keys' states are kept in,
-/// and the stamp its receipts carry.
+/// the quota it was built from (for a limiter's), and the stamp its
+/// receipts carry.
 ///
 /// A store holds one generation at a time and every key's state is in it.
 /// [`Store::change`] moves every key to a new one (a limiter's
@@ -226,17 +227,57 @@ impl KeyCap {
 #[derive(Debug)]
 pub struct Generation<A> {
     algorithm: A,
-    issuer: Option<NonZeroU64>,
+    quota: Option<Quota>,
+    /// Unique in the process: what receipts and reservations are stamped
+    /// with.
+    number: NonZeroU64,
+    receipts: bool,
 }
 
 impl<A: Algorithm> Generation<A> {
-    /// The generation of `algorithm`, whose receipts carry `issuer`
-    /// (`None`: it makes none). Receipts of one generation are refunded by
-    /// that generation only: a change makes the receipts of the one before
-    /// give back nothing.
+    /// A new generation of `algorithm`, numbered anew, whose admissions
+    /// come with receipts. Receipts (and reservations) of one generation
+    /// are given back by that generation only: a change makes those of the
+    /// one before give back nothing.
     #[must_use]
-    pub fn new(algorithm: A, issuer: Option<NonZeroU64>) -> Self {
-        Self { algorithm, issuer }
+    pub fn new(algorithm: A) -> Self {
+        Self {
+            algorithm,
+            quota: None,
+            number: crate::sync::next_issuer(),
+            receipts: true,
+        }
+    }
+
+    /// The same generation, labelled with the quota its algorithm was
+    /// built from.
+    #[must_use]
+    pub fn with_quota(self, quota: Quota) -> Self {
+        Self {
+            quota: Some(quota),
+            ..self
+        }
+    }
+
+    /// The same generation, making receipts or not (a store that admits
+    /// keys it does not track makes none: a receipt could match another
+    /// admission's state).
+    #[must_use]
+    pub fn with_receipts(self, receipts: bool) -> Self {
+        Self { receipts, ..self }
+    }
+
+    /// The quota the algorithm was built from, if it was labelled with it
+    /// (a limiter's generations are).
+    #[must_use]
+    pub const fn quota(&self) -> Option<&Quota> {
+        self.quota.as_ref()
+    }
+
+    /// The generation's number, unique in the process.
+    #[must_use]
+    pub const fn number(&self) -> NonZeroU64 {
+        self.number
     }
 
     /// The algorithm the states are kept in.
@@ -245,10 +286,15 @@ impl<A: Algorithm> Generation<A> {
         &self.algorithm
     }
 
-    /// The stamp of this generation's receipts.
+    /// The stamp of this generation's receipts: its number, if it makes
+    /// receipts.
     #[must_use]
     pub const fn issuer(&self) -> Option<NonZeroU64> {
-        self.issuer
+        if self.receipts {
+            Some(self.number)
+        } else {
+            None
+        }
     }
 
     /// The receipt of a check by `algorithm` (this generation's or one it
@@ -262,7 +308,7 @@ impl<A: Algorithm> Generation<A> {
         now_ns: u64,
         cost: u32,
     ) -> Option<Receipt> {
-        let issuer = self.issuer?;
+        let issuer = self.issuer()?;
         Some(algorithm.receipt(decision, now_ns, cost)?.issued_by(issuer))
     }
 
@@ -275,7 +321,7 @@ impl<A: Algorithm> Generation<A> {
         receipt: &Receipt,
         now_ns: Option<u64>,
     ) -> Option<(A::State, crate::algorithm::Refund)> {
-        if self.issuer.is_none() || self.issuer != receipt.issuer() {
+        if self.issuer().is_none() || self.issuer() != receipt.issuer() {
             return None;
         }
         self.algorithm.release(state, receipt, now_ns)
@@ -360,20 +406,39 @@ pub trait Store<K: Key, A: Algorithm>: Debug + Send + Sync {
     /// Decides `cost` units for `key` at `now_ns`, by the algorithm `under`
     /// chooses from the generation of the key's state, and, if admitted,
     /// consumes them; read, decide and write are atomic with respect to
-    /// every other check on the same key.
+    /// every other check on the same key. Returns what `finish` makes of
+    /// the decision, given the generation and the algorithm that decided
+    /// it (called once per decided check).
     ///
     /// # Errors
     ///
     /// As [`Algorithm::decide`] and [`Under::choose`], and
     /// [`CheckError::StoreFull`] for a new key past a rejecting cap;
     /// nothing is consumed or stored on error.
+    fn check_then<Q: Lookup<K> + ?Sized, U: Under<A>, R>(
+        &self,
+        key: &Q,
+        under: &U,
+        now_ns: u64,
+        cost: u32,
+        finish: impl Fn(&Generation<A>, &A, Decision) -> R,
+    ) -> Result<R, CheckError>;
+
+    /// [`check_then`](Store::check_then), returning the decision.
+    ///
+    /// # Errors
+    ///
+    /// As [`check_then`](Store::check_then).
+    #[inline]
     fn check<Q: Lookup<K> + ?Sized, U: Under<A>>(
         &self,
         key: &Q,
         under: &U,
         now_ns: u64,
         cost: u32,
-    ) -> Result<Decision, CheckError>;
+    ) -> Result<Decision, CheckError> {
+        self.check_then(key, under, now_ns, cost, |_, _, decision| decision)
+    }
 
     /// [`check`](Store::check), and for an admission its receipt, made
     /// and stamped by the generation that decided it
@@ -381,7 +446,8 @@ pub trait Store<K: Key, A: Algorithm>: Debug + Send + Sync {
     ///
     /// # Errors
     ///
-    /// As [`check`](Store::check).
+    /// As [`check_then`](Store::check_then).
+    #[inline]
     #[allow(clippy::type_complexity)]
     fn check_receipt<Q: Lookup<K> + ?Sized, U: Under<A>>(
         &self,
@@ -389,7 +455,18 @@ pub trait Store<K: Key, A: Algorithm>: Debug + Send + Sync {
         under: &U,
         now_ns: u64,
         cost: u32,
-    ) -> Result<(Decision, Option<Receipt>), CheckError>;
+    ) -> Result<(Decision, Option<Receipt>), CheckError> {
+        self.check_then(
+            key,
+            under,
+            now_ns,
+            cost,
+            |generation, algorithm, decision| {
+                let receipt = generation.receipt(algorithm, &decision, now_ns, cost);
+                (decision, receipt)
+            },
+        )
+    }
 
     /// The decision `check` would return, consuming and storing nothing (for
     /// a new key: the decision of a fresh key, whatever the cap).

@@ -17,7 +17,7 @@ use super::{
     ChangeError, Discard, Discarded, Generation, Key, KeyCap, Lookup, Store, StoreKind, Under,
     default_shards, drop_pair, resume_first_panic, shard_index,
 };
-use crate::algorithm::{Algorithm, Carry, Receipt};
+use crate::algorithm::{Algorithm, Carry};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::sync::{Mutex, MutexGuard, lock};
@@ -312,9 +312,9 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
         drop(evicted);
         checked
     }
+}
 
-    /// A check, and `finish` applied to its decision with the generation
-    /// and the algorithm that decided it.
+impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
     fn check_then<Q: Lookup<K> + ?Sized, U: Under<A>, R>(
         &self,
         key: &Q,
@@ -343,37 +343,6 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
             || self.evict_idle(now_ns),
         )
         .map(|_| finished.expect("a decided check is finished"))
-    }
-}
-
-impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
-    fn check<Q: Lookup<K> + ?Sized, U: Under<A>>(
-        &self,
-        key: &Q,
-        under: &U,
-        now_ns: u64,
-        cost: u32,
-    ) -> Result<Decision, CheckError> {
-        self.check_then(key, under, now_ns, cost, |_, _, decision| decision)
-    }
-
-    fn check_receipt<Q: Lookup<K> + ?Sized, U: Under<A>>(
-        &self,
-        key: &Q,
-        under: &U,
-        now_ns: u64,
-        cost: u32,
-    ) -> Result<(Decision, Option<Receipt>), CheckError> {
-        self.check_then(
-            key,
-            under,
-            now_ns,
-            cost,
-            |generation, algorithm, decision| {
-                let receipt = generation.receipt(algorithm, &decision, now_ns, cost);
-                (decision, receipt)
-            },
-        )
     }
 
     fn peek<Q: Lookup<K> + ?Sized, U: Under<A>>(

@@ -16,7 +16,7 @@ use super::{
     ChangeError, Discarded, Generation, Key, KeyCap, Lookup, Store, StoreKind, Under,
     resume_first_panic,
 };
-use crate::algorithm::{Algorithm, Carry, Receipt};
+use crate::algorithm::{Algorithm, Carry};
 use crate::cell::{Cell, CellFor, Preferred};
 use crate::decision::Decision;
 use crate::error::CheckError;
@@ -201,8 +201,17 @@ impl<K: Key, A: Algorithm, C: Cell<A>> PerKeyStore<K, A, C> {
         Ok(Found::NoCell(attempt))
     }
 
-    /// A check, and `finish` applied to its decision with the generation
-    /// and the algorithm that decided it.
+    /// The key's cell, if stored (table lock held only to find it).
+    fn find(&self, hash: u64, key: &(impl Lookup<K> + ?Sized)) -> Option<Held<Arc<Keyed<A, C>>>> {
+        // Held, as in `check_then`.
+        lock(&self.table)
+            .table
+            .find_mut(hash, key)
+            .map(|entry| Held::new(Arc::clone(&entry.value)))
+    }
+}
+
+impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
     fn check_then<Q: Lookup<K> + ?Sized, U: Under<A>, R>(
         &self,
         key: &Q,
@@ -248,46 +257,6 @@ impl<K: Key, A: Algorithm, C: Cell<A>> PerKeyStore<K, A, C> {
         };
         retry_after_sweep(&self.population, attempt, || self.evict_idle(now_ns))
             .map(|_| finished.expect("a decided check is finished"))
-    }
-
-    /// The key's cell, if stored (table lock held only to find it).
-    fn find(&self, hash: u64, key: &(impl Lookup<K> + ?Sized)) -> Option<Held<Arc<Keyed<A, C>>>> {
-        // Held, as in `check_then`.
-        lock(&self.table)
-            .table
-            .find_mut(hash, key)
-            .map(|entry| Held::new(Arc::clone(&entry.value)))
-    }
-}
-
-impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
-    fn check<Q: Lookup<K> + ?Sized, U: Under<A>>(
-        &self,
-        key: &Q,
-        under: &U,
-        now_ns: u64,
-        cost: u32,
-    ) -> Result<Decision, CheckError> {
-        self.check_then(key, under, now_ns, cost, |_, _, decision| decision)
-    }
-
-    fn check_receipt<Q: Lookup<K> + ?Sized, U: Under<A>>(
-        &self,
-        key: &Q,
-        under: &U,
-        now_ns: u64,
-        cost: u32,
-    ) -> Result<(Decision, Option<Receipt>), CheckError> {
-        self.check_then(
-            key,
-            under,
-            now_ns,
-            cost,
-            |generation, algorithm, decision| {
-                let receipt = generation.receipt(algorithm, &decision, now_ns, cost);
-                (decision, receipt)
-            },
-        )
     }
 
     fn peek<Q: Lookup<K> + ?Sized, U: Under<A>>(

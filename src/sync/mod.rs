@@ -188,6 +188,11 @@ pub mod canary {
         /// A rebuild publishes its new table with a `Relaxed` swap: a check
         /// that loads the pointer can read a moved cell before its move.
         RelaxedTableSwap,
+        /// A check takes the generation it decides by from a load of its
+        /// shard's table made before the one it finds the key's cell in
+        /// (`store::lock_free`): a quota change between the two loads has
+        /// it decide a carried state by the old quota's algorithm.
+        GenerationApart,
         /// An admission on an atomic cell stores its word instead of
         /// compare-and-swapping it: two checks that decided on the same
         /// word both admit (the lost update; `crate::cell::Atomic`).

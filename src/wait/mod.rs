@@ -91,9 +91,9 @@ use std::time::Duration;
 #[cfg(feature = "tokio")]
 pub use future::Ready;
 pub(crate) use queue::Queues;
-use queue::{Standing, Ticket};
+use queue::{Booked, Standing, Ticket};
 
-use crate::algorithm::{Algorithm, Gcra, GcraState, validate_cost};
+use crate::algorithm::{Gcra, GcraState};
 use crate::cell::{Cell, CellFor};
 use crate::clock::{Clock, clamp_time, saturating_nanos};
 use crate::decision::Decision;
@@ -140,8 +140,8 @@ mod private {
         fn now_ns(&self) -> u64;
 
         /// Moves `key`'s TAT from `tail_ns` to `restored_ns` if it still
-        /// is `tail_ns`.
-        fn refund(&self, key: &Self::Key, tail_ns: u64, restored_ns: u64) -> bool;
+        /// is `tail_ns`, in the generation numbered `stamp`.
+        fn refund(&self, key: &Self::Key, stamp: u64, tail_ns: u64, restored_ns: u64) -> bool;
 
         /// The queues of its keys.
         fn queues(&self) -> &Queues<Self::Key>;
@@ -202,31 +202,31 @@ impl Under<Gcra> for Widened {
     }
 }
 
-/// Reserves through `queues` for `key`: the widened check `check(gcra,
-/// now, n)` on the key's state, under its queue's lock.
-#[allow(clippy::too_many_arguments)]
+/// Reserves through `queues` for `key`: the check `check(now, n)` on the
+/// key's state, under its queue's lock, by the GCRA of the key's state
+/// widened by `max_wait`, which returns its decision, that GCRA (not
+/// widened) and the number of the generation it is in (0 for a direct
+/// limiter).
 fn reserve<'a, L, Q>(
     limiter: &'a L,
-    gcra: &Gcra,
     key: &Q,
     n: u32,
     max_wait: Duration,
-    check: impl FnOnce(&Gcra, u64, u32) -> Result<Decision, CheckError>,
+    check: impl FnOnce(u64, u32) -> Result<(Decision, Gcra, u64), CheckError>,
 ) -> Result<Reservation<'a, L>, WaitError>
 where
     L: Ledger,
     Q: Lookup<L::Key> + ?Sized,
 {
-    validate_cost(n, gcra.capacity())?;
-    let widened = gcra.widened(saturating_nanos(max_wait));
-    let tolerance_ns = gcra.tolerance_ns();
     let mut decision = None;
-    let ticket = limiter.queues().reserve(key, gcra.cost_ns(n), || {
+    let ticket = limiter.queues().reserve(key, || {
         let now_ns = clamp_time(limiter.now_ns());
-        let reserved = check(&widened, now_ns, n)?;
+        let (reserved, gcra, stamp) = check(now_ns, n)?;
+        let tolerance_ns = gcra.tolerance_ns();
         if !reserved.is_allowed() {
             // It would fit at `retry_after` with the widened tolerance,
             // which is that much further than the quota's.
+            let widened = gcra.widened(saturating_nanos(max_wait));
             let extra = Duration::from_nanos(widened.tolerance_ns() - tolerance_ns);
             return Err(WaitError::TooLong {
                 wait: reserved.retry_after().saturating_add(extra),
@@ -243,7 +243,15 @@ where
         }
         // At its slot, the key owes exactly the tolerance.
         decision = Some(gcra.allowed(tolerance_ns));
-        Ok((now_ns, Some((tat_ns - tolerance_ns, tat_ns))))
+        Ok((
+            now_ns,
+            Some(Booked {
+                slot_ns: tat_ns - tolerance_ns,
+                tat_ns,
+                cost_ns: gcra.cost_ns(n),
+                stamp,
+            }),
+        ))
     })?;
     Ok(Reservation {
         limiter,
@@ -262,9 +270,14 @@ impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> private::Sealed for RateLimiter<K,
         self.clock.now_ns()
     }
 
-    fn refund(&self, key: &K, tail_ns: u64, restored_ns: u64) -> bool {
-        self.store
-            .compare_exchange(key, &GcraState::at(tail_ns), &GcraState::at(restored_ns))
+    /// Only in the generation the reservation was written in: after a
+    /// change, the key's booked time is carried, and the reservation's
+    /// share of it is no longer its cost.
+    fn refund(&self, key: &K, stamp: u64, tail_ns: u64, restored_ns: u64) -> bool {
+        self.store.update(key, |generation, state| {
+            (generation.number().get() == stamp && *state == GcraState::at(tail_ns))
+                .then(|| GcraState::at(restored_ns))
+        })
     }
 
     fn queues(&self) -> &Queues<K> {
@@ -282,7 +295,7 @@ impl<C: Clock, P: CellFor<Gcra>> private::Sealed for DirectLimiter<Gcra, C, P> {
         self.clock.now_ns()
     }
 
-    fn refund(&self, (): &(), tail_ns: u64, restored_ns: u64) -> bool {
+    fn refund(&self, (): &(), _stamp: u64, tail_ns: u64, restored_ns: u64) -> bool {
         // A direct limiter never retires its cell.
         self.cell
             .compare_exchange(
@@ -319,16 +332,13 @@ impl<K: Key, C: Clock, S: StoreKind<K, Gcra>> RateLimiter<K, Gcra, C, S> {
         n: u32,
         max_wait: Duration,
     ) -> Result<Reservation<'_, Self>, WaitError> {
-        let generation = self.store.generation();
         let widened = Widened(saturating_nanos(max_wait));
-        reserve(
-            self,
-            generation.algorithm(),
-            key,
-            n,
-            max_wait,
-            |_, now_ns, n| self.store.check(key, &widened, now_ns, n),
-        )
+        reserve(self, key, n, max_wait, |now_ns, n| {
+            self.store
+                .check_then(key, &widened, now_ns, n, |generation, _, decision| {
+                    (decision, *generation.algorithm(), generation.number().get())
+                })
+        })
     }
 
     /// How many keys have reservations waiting for their slot (each such
@@ -363,19 +373,14 @@ impl<C: Clock, P: CellFor<Gcra>> DirectLimiter<Gcra, C, P> {
         n: u32,
         max_wait: Duration,
     ) -> Result<Reservation<'_, Self>, WaitError> {
-        reserve(
-            self,
-            &self.algorithm,
-            &(),
-            n,
-            max_wait,
-            |widened, now_ns, n| {
-                Ok(self
-                    .cell
-                    .check(widened, now_ns, n)?
-                    .expect("a direct limiter never retires its cell"))
-            },
-        )
+        let widened = self.algorithm.widened(saturating_nanos(max_wait));
+        reserve(self, &(), n, max_wait, |now_ns, n| {
+            let decision = self
+                .cell
+                .check(&widened, now_ns, n)?
+                .expect("a direct limiter never retires its cell");
+            Ok((decision, self.algorithm, 0))
+        })
     }
 
     /// How many reservations wait for their slot, as
@@ -449,8 +454,8 @@ impl<L: Ledger> Drop for Reservation<'_, L> {
         // there keeps the units (the reservation is still cancelled), and
         // is not raised from a drop, which may run while another unwinds.
         let cancelled = catch_unwind(AssertUnwindSafe(|| {
-            ticket.cancel(now, |tail_ns, restored_ns| {
-                limiter.refund(&ticket.queue.key, tail_ns, restored_ns)
+            ticket.cancel(now, |tail_ns, restored_ns, stamp| {
+                limiter.refund(&ticket.queue.key, stamp, tail_ns, restored_ns)
             });
         }));
         if cancelled.is_err() {

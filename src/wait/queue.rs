@@ -116,7 +116,19 @@ struct Pending {
     id: u64,
     cost_ns: u64,
     slot_ns: u64,
+    /// The generation its TAT was written in (`Booked::stamp`).
+    stamp: u64,
     waker: Option<Waker>,
+}
+
+/// What a reservation that waits wrote: its slot, the TAT after it, its
+/// cost and the generation of the key's state it was written in (its
+/// number; 0 for a direct limiter, which has one).
+pub(super) struct Booked {
+    pub(super) slot_ns: u64,
+    pub(super) tat_ns: u64,
+    pub(super) cost_ns: u64,
+    pub(super) stamp: u64,
 }
 
 /// Where a reservation stands.
@@ -170,8 +182,7 @@ impl<K> Queues<K> {
     pub(super) fn reserve<Q, E>(
         &self,
         key: &Q,
-        cost_ns: u64,
-        reserve: impl FnOnce() -> Result<(u64, Option<(u64, u64)>), E>,
+        reserve: impl FnOnce() -> Result<(u64, Option<Booked>), E>,
     ) -> Result<Option<Ticket<K>>, E>
     where
         Q: Lookup<K> + ?Sized,
@@ -209,7 +220,7 @@ impl<K> Queues<K> {
                 continue;
             }
             let reserve = reserve.take().expect("reserved once: the loop ends here");
-            let (slot_ns, tat_ns) = match catch_unwind(AssertUnwindSafe(reserve)) {
+            let booked = match catch_unwind(AssertUnwindSafe(reserve)) {
                 Ok(Ok((now_ns, Some(reserved)))) => {
                     state.seen_ns = state.seen_ns.max(now_ns);
                     reserved
@@ -224,13 +235,14 @@ impl<K> Queues<K> {
                     };
                 }
             };
-            state.tail_tat_ns = tat_ns;
+            state.tail_tat_ns = booked.tat_ns;
             let id = state.next_id;
             state.next_id += 1;
             state.pending.push_back(Pending {
                 id,
-                cost_ns,
-                slot_ns,
+                cost_ns: booked.cost_ns,
+                slot_ns: booked.slot_ns,
+                stamp: booked.stamp,
                 waker: None,
             });
             drop(state);
@@ -339,10 +351,16 @@ impl<K> Ticket<K> {
 
     /// Abandons the reservation at `now()` (read under the queue's lock):
     /// before its slot, gives its units back with
-    /// `refund(tail_tat, restored_tat)` (a compare-and-exchange of the
-    /// key's TAT) and moves every later slot earlier by its cost, waking
-    /// their waiters; at or after it, keeps it (it was admitted).
-    pub(super) fn cancel(&self, now: impl FnOnce() -> u64, refund: impl FnOnce(u64, u64) -> bool) {
+    /// `refund(tail_tat, restored_tat, stamp)` (a compare-and-exchange of
+    /// the key's TAT, if it is still in the generation `stamp` the
+    /// reservation was written in) and moves every later slot earlier by
+    /// its cost, waking their waiters; at or after it, keeps it (it was
+    /// admitted).
+    pub(super) fn cancel(
+        &self,
+        now: impl FnOnce() -> u64,
+        refund: impl FnOnce(u64, u64, u64) -> bool,
+    ) {
         let mut woken = Vec::new();
         let mut state = lock(&self.queue.state);
         let now_ns = state.advance(now());
@@ -353,13 +371,13 @@ impl<K> Ticket<K> {
             state.leave_through(index);
             return;
         }
-        let cost_ns = state.pending[index].cost_ns;
-        let tail = state.tail_tat_ns;
+        let Pending { cost_ns, stamp, .. } = state.pending[index];
         // A refund that fails (which nothing in process makes happen while
         // a reservation is pending) keeps the units: the schedule stays as
         // it was, conservative.
-        let refunded =
-            !canary::planted(Canary::CancelWithoutRefund) && refund(tail, tail - cost_ns);
+        let tail = state.tail_tat_ns;
+        let refunded = !canary::planted(Canary::CancelWithoutRefund)
+            && refund(tail, tail.saturating_sub(cost_ns), stamp);
         if refunded {
             state.tail_tat_ns = tail - cost_ns;
             // Every later slot (none, for the canary that forgets them).

@@ -44,10 +44,11 @@ use super::{
     ChangeError, Discarded, Generation, Key, KeyCap, Lookup, Store, StoreKind, Under,
     default_shards, shard_index,
 };
-use crate::algorithm::{Algorithm, Carry, Receipt};
+use crate::algorithm::{Algorithm, Carry};
 use crate::cell::{Cell, CellFor, Preferred};
 use crate::decision::Decision;
 use crate::error::CheckError;
+use crate::sync::canary::{self, Canary};
 use crate::sync::{Mutex, lock, rcu};
 
 /// The default store: checks on keys it holds take no lock, and write
@@ -296,47 +297,6 @@ where
         &self.shards[shard_index(hash, self.shards.len())]
     }
 
-    /// A check, and `finish` applied to its decision with the generation
-    /// and the algorithm that decided it.
-    #[inline]
-    fn check_then<Q: Lookup<K> + ?Sized, U: Under<A>, R>(
-        &self,
-        key: &Q,
-        under: &U,
-        now_ns: u64,
-        cost: u32,
-        finish: impl Fn(&Generation<A>, &A, Decision) -> R,
-    ) -> Result<R, CheckError> {
-        let hash = self.hasher.hash_one(key);
-        let shard = self.shard(hash);
-        {
-            // `Shard::read_key`, written out: a decision returned from
-            // inside the match reaches the caller in registers, where
-            // nested enums cost two stack copies of it, one a stalled
-            // store forward (a fifth of a denial on one thread). Left when
-            // dropped, also when the key's `Eq` panics.
-            let section = rcu::enter();
-            let table = shard.table(&section);
-            if let Some(cell) = table.find(hash, key) {
-                // The generation of the table the cell is in: a change
-                // retires the cell before its state leaves this one.
-                let generation = table.meta();
-                let algorithm = under.choose(generation)?;
-                let checked = cell.check(&algorithm, now_ns, cost);
-                table.assert_not_freed();
-                match checked {
-                    Ok(Some(decision)) => return Ok(finish(generation, &algorithm, decision)),
-                    Err(error) => return Err(error),
-                    // Retired under us: evicted or moved.
-                    Ok(None) => {}
-                }
-            }
-        }
-        // Absent, or retired under us: the slow path looks again under the
-        // lock, and inserts if absent.
-        self.check_slow(shard, hash, key, under, now_ns, cost, &finish)
-    }
-
     /// The slow path: under the shard's mutex, look again, insert if absent;
     /// then free what a rebuild replaced, with the lock released.
     #[cold]
@@ -490,34 +450,43 @@ where
     H: BuildHasher + Send + Sync,
 {
     #[inline]
-    fn check<Q: Lookup<K> + ?Sized, U: Under<A>>(
+    fn check_then<Q: Lookup<K> + ?Sized, U: Under<A>, R>(
         &self,
         key: &Q,
         under: &U,
         now_ns: u64,
         cost: u32,
-    ) -> Result<Decision, CheckError> {
-        self.check_then(key, under, now_ns, cost, |_, _, decision| decision)
-    }
-
-    #[inline]
-    fn check_receipt<Q: Lookup<K> + ?Sized, U: Under<A>>(
-        &self,
-        key: &Q,
-        under: &U,
-        now_ns: u64,
-        cost: u32,
-    ) -> Result<(Decision, Option<Receipt>), CheckError> {
-        self.check_then(
-            key,
-            under,
-            now_ns,
-            cost,
-            |generation, algorithm, decision| {
-                let receipt = generation.receipt(algorithm, &decision, now_ns, cost);
-                (decision, receipt)
-            },
-        )
+        finish: impl Fn(&Generation<A>, &A, Decision) -> R,
+    ) -> Result<R, CheckError> {
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shard(hash);
+        {
+            // `Shard::read_key`, written out: a decision returned from
+            // inside the match reaches the caller in registers, where
+            // nested enums cost two stack copies of it, one a stalled
+            // store forward (a fifth of a denial on one thread). Left when
+            // dropped, also when the key's `Eq` panics.
+            let section = rcu::enter();
+            let apart = canary::planted(Canary::GenerationApart).then(|| shard.table(&section));
+            let table = shard.table(&section);
+            if let Some(cell) = table.find(hash, key) {
+                // The generation of the table the cell is in: a change
+                // retires the cell before its state leaves this one.
+                let generation = apart.map_or(table, |apart| apart).meta();
+                let algorithm = under.choose(generation)?;
+                let checked = cell.check(&algorithm, now_ns, cost);
+                table.assert_not_freed();
+                match checked {
+                    Ok(Some(decision)) => return Ok(finish(generation, &algorithm, decision)),
+                    Err(error) => return Err(error),
+                    // Retired under us: evicted or moved.
+                    Ok(None) => {}
+                }
+            }
+        }
+        // Absent, or retired under us: the slow path looks again under the
+        // lock, and inserts if absent.
+        self.check_slow(shard, hash, key, under, now_ns, cost, &finish)
     }
 
     fn peek<Q: Lookup<K> + ?Sized, U: Under<A>>(
