@@ -349,14 +349,36 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
         Ok((decision, receipt))
     }
 
-    /// [`check_n_receipt`](RateLimiter::check_n_receipt) (under `quota`
-    /// if given, as [`check_n_receipt_with`](RateLimiter::check_n_receipt_with)),
-    /// and the quota that decided it: the one the check carried, or the
-    /// limiter's own as it stood for the key's state (which
-    /// [`set_quota`](RateLimiter::set_quota) may change at any moment, so
-    /// that [`quota`](RateLimiter::quota) read beside the check may be
-    /// another). What a layer in front of a server advertises with the
-    /// decision.
+    /// [`check_n`](RateLimiter::check_n) (under `quota` if given, as
+    /// [`check_n_with`](RateLimiter::check_n_with)), and the quota that
+    /// decided it: the one the check carried, or the limiter's own as it
+    /// stood for the key's state ([`set_quota`](RateLimiter::set_quota)
+    /// may change it at any moment, so that [`quota`](RateLimiter::quota)
+    /// read beside the check may be another). What a layer in front of a
+    /// server advertises with the decision.
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n_with`](RateLimiter::check_n_with).
+    ///
+    /// # Panics
+    ///
+    /// As [`check`](RateLimiter::check).
+    #[inline]
+    pub fn check_n_quoted<Q: Lookup<K> + ?Sized>(
+        &self,
+        key: &Q,
+        n: u32,
+        quota: Option<&Quota>,
+    ) -> Result<(Decision, Quota), CheckError> {
+        let checked = self.quoted_then(key, n, quota, |_, _, decision, (quota, _)| {
+            (decision, quota)
+        });
+        self.counted_with(checked, n, |(decision, _)| decision)
+    }
+
+    /// [`check_n_quoted`](RateLimiter::check_n_quoted) with the receipt
+    /// of [`check_n_receipt`](RateLimiter::check_n_receipt).
     ///
     /// # Errors
     ///
@@ -367,23 +389,47 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     /// As [`check`](RateLimiter::check).
     #[inline]
     #[allow(clippy::type_complexity)]
-    pub fn check_n_quoted<Q: Lookup<K> + ?Sized>(
+    pub fn check_n_receipt_quoted<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
         n: u32,
         quota: Option<&Quota>,
     ) -> Result<(Decision, Option<Receipt>, Quota), CheckError> {
+        let checked = self.quoted_then(
+            key,
+            n,
+            quota,
+            |generation, algorithm, decision, (quota, now_ns)| {
+                (
+                    decision,
+                    generation.receipt(algorithm, &decision, now_ns, n),
+                    quota,
+                )
+            },
+        );
+        self.counted_with(checked, n, |(decision, _, _)| decision)
+    }
+
+    /// A check under `quota` (or the limiter's own), and `finish` of its
+    /// generation, algorithm, decision, and the quota that decided it with
+    /// the reading it was decided at.
+    #[inline]
+    fn quoted_then<Q: Lookup<K> + ?Sized, R>(
+        &self,
+        key: &Q,
+        n: u32,
+        quota: Option<&Quota>,
+        finish: impl Fn(&Generation<A>, &A, Decision, (Quota, u64)) -> R,
+    ) -> Result<R, CheckError> {
         let now_ns = self.clock.now_ns();
         let quoted = |generation: &Generation<A>, algorithm: &A, decision: Decision| {
-            let receipt = generation.receipt(algorithm, &decision, now_ns, n);
-            let quota = quota.or(generation.quota()).copied();
-            (decision, receipt, quota.expect(QUOTED))
+            let quota = quota.or(generation.quota()).copied().expect(QUOTED);
+            finish(generation, algorithm, decision, (quota, now_ns))
         };
-        let checked = match quota {
+        match quota {
             None => self.store.check_then(key, &Own, now_ns, n, quoted),
             Some(quota) => self.store.check_then(key, quota, now_ns, n, quoted),
-        };
-        self.counted_with(checked, n, |(decision, _, _)| decision)
+        }
     }
 
     /// Gives back the admission `receipt` came with (a request another
@@ -560,12 +606,19 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     /// Counts a check's `outcome` of `n` units (feature `metrics`, for a
     /// limiter built with [`Builder::metrics`]; otherwise nothing).
     #[inline]
+    #[cfg_attr(not(feature = "metrics"), allow(clippy::unused_self))]
     fn counted(
         &self,
         outcome: Result<Decision, CheckError>,
         n: u32,
     ) -> Result<Decision, CheckError> {
-        self.counted_with(outcome, n, |decision| decision)
+        #[cfg(feature = "metrics")]
+        if let Some(counts) = &self.counts {
+            counts.count(&outcome, n);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = n;
+        outcome
     }
 
     /// Counts a check's `outcome` of `n` units, whose decision `decision`

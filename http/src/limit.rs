@@ -196,7 +196,7 @@ where
         cost: u32,
         quota: Option<&Quota>,
     ) -> Option<Result<Checked<Self::Receipt>, Failure>> {
-        Some(quoted(self.check_n_quoted(key, cost, quota)))
+        Some(quoted(self.check_n_receipt_quoted(key, cost, quota)))
     }
 
     #[inline]
@@ -206,14 +206,10 @@ where
         cost: u32,
         quota: Option<&Quota>,
     ) -> Option<Result<Checked<Self::Receipt>, Failure>> {
-        // The receipt is made beside the decision (a multiplication): not
-        // worth a path of its own.
-        Some(
-            quoted(self.check_n_quoted(key, cost, quota)).map(|checked| Checked {
-                receipt: None,
-                ..checked
-            }),
-        )
+        let checked = self.check_n_quoted(key, cost, quota);
+        Some(quoted(
+            checked.map(|(decision, quota)| (decision, None, quota)),
+        ))
     }
 
     fn check_n(
@@ -222,7 +218,7 @@ where
         cost: u32,
         quota: Option<&Quota>,
     ) -> impl Future<Output = Result<Checked<Self::Receipt>, Failure>> + Send {
-        ready(quoted(self.check_n_quoted(key, cost, quota)))
+        ready(quoted(self.check_n_receipt_quoted(key, cost, quota)))
     }
 
     fn refund(&self, key: &K, receipt: Self::Receipt) -> Refund {

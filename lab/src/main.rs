@@ -139,7 +139,10 @@ usage: tollgate-lab [--full] [--diagnostics] [--out DIR]
        tollgate-lab --deny-loop VARIANT N
                  N denials of one drained key (0 plain, 1 a carried quota,
                  2 counted for metrics), for an instruction counter
-                 (notes/14)";
+                 (notes/14)
+       tollgate-lab --change
+                 the time a quota change takes to carry every key, by store
+                 and keys held (notes/14)";
 
 /// Each section's wall time, printed at the end.
 #[derive(Default)]
@@ -221,6 +224,11 @@ fn main() {
                     }
                     _ => usage("--deny-loop needs a variant and a check count"),
                 }
+            }
+            perf::CHANGE_FLAG => {
+                counting_alloc::stop();
+                perf::quota_change();
+                return;
             }
             "--full" => full = true,
             "--diagnostics" => diagnostics = true,

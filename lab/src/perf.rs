@@ -1467,6 +1467,59 @@ pub fn deny_loop(variant: usize, count: u64) -> Result<(), String> {
     Ok(())
 }
 
+/// The flag of [`quota_change`].
+pub const CHANGE_FLAG: &str = "--change";
+
+/// Times a quota change ([`tollgate::RateLimiter::set_quota`]) on a keyed
+/// GCRA limiter holding 2^10, 2^16 and 2^20 keys, on each store: the time
+/// until every key is carried, which is when the call returns. Five
+/// changes a cell (10 → 20 a minute and back, carried as is), the median
+/// and the range, in milliseconds and in nanoseconds a key.
+pub fn quota_change() {
+    fn row<S: tollgate::store::StoreKind<u64, Gcra>>(name: &str, store: S, keys: u64) {
+        let quotas = [
+            tollgate::Quota::per_minute(10).expect("a valid quota"),
+            tollgate::Quota::per_minute(20).expect("a valid quota"),
+        ];
+        let limiter = tollgate::Builder::new(quotas[0])
+            .store(store)
+            .build::<u64>();
+        for key in 0..keys {
+            assert!(limiter.check(&key).expect("a unit").is_allowed());
+        }
+        let mut times: Vec<Duration> = (0..5)
+            .map(|change| {
+                let started = std::time::Instant::now();
+                limiter
+                    .set_quota(quotas[(change + 1) % 2], tollgate::algorithm::Carry::AsIs)
+                    .expect("a change of rate");
+                started.elapsed()
+            })
+            .collect();
+        times.sort();
+        let per_key = |time: Duration| time.as_nanos() as f64 / keys as f64;
+        println!(
+            "| {name} | {keys} | {:.2} ({:.2}–{:.2}) | {:.0} ({:.0}–{:.0}) |",
+            times[2].as_secs_f64() * 1e3,
+            times[0].as_secs_f64() * 1e3,
+            times[4].as_secs_f64() * 1e3,
+            per_key(times[2]),
+            per_key(times[0]),
+            per_key(times[4]),
+        );
+    }
+    println!("A quota change on a keyed GCRA limiter: the time until every key is carried");
+    println!("(five changes a row: median, and range)\n");
+    println!("| store | keys | ms | ns a key |");
+    println!("|---|---|---|---|");
+    for keys in [1 << 10, 1 << 16, 1 << 20] {
+        row("lock-free (default)", LockFree::default(), keys);
+        row("sharded mutex", Sharded::default(), keys);
+        row("per-key", PerKey::new(), keys);
+        row("global mutex", GlobalMutex, keys);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

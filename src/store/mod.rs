@@ -333,34 +333,31 @@ impl<A: Algorithm> Generation<A> {
 /// check carries (a [`Quota`]: [`Algorithm::for_quota`]), or another of
 /// the same layout.
 pub trait Under<A: Algorithm> {
+    /// The algorithm chosen: a reference to the generation's, or one
+    /// derived from it ([`Derived`]).
+    type Chosen<'g>: std::ops::Deref<Target = A>
+    where
+        A: 'g;
+
     /// The algorithm, from the generation's.
     ///
     /// # Errors
     ///
     /// [`CheckError::Layout`] when the generation cannot read its states
     /// by the one asked for.
-    fn choose<'g>(&self, generation: &'g Generation<A>) -> Result<Chosen<'g, A>, CheckError>;
+    fn choose<'g>(&self, generation: &'g Generation<A>) -> Result<Self::Chosen<'g>, CheckError>;
 }
 
-/// What [`Under::choose`] chose: the generation's own algorithm, or one
-/// derived from it.
+/// An algorithm [`Under::choose`] derived from a generation's.
 #[derive(Debug)]
-pub enum Chosen<'g, A> {
-    /// The generation's own.
-    Own(&'g A),
-    /// One derived from it.
-    Derived(A),
-}
+pub struct Derived<A>(pub A);
 
-impl<A> std::ops::Deref for Chosen<'_, A> {
+impl<A> std::ops::Deref for Derived<A> {
     type Target = A;
 
     #[inline]
     fn deref(&self) -> &A {
-        match self {
-            Chosen::Own(algorithm) => algorithm,
-            Chosen::Derived(algorithm) => algorithm,
-        }
+        &self.0
     }
 }
 
@@ -369,17 +366,21 @@ impl<A> std::ops::Deref for Chosen<'_, A> {
 pub struct Own;
 
 impl<A: Algorithm> Under<A> for Own {
+    type Chosen<'g> = &'g A;
+
     #[inline]
-    fn choose<'g>(&self, generation: &'g Generation<A>) -> Result<Chosen<'g, A>, CheckError> {
-        Ok(Chosen::Own(&generation.algorithm))
+    fn choose<'g>(&self, generation: &'g Generation<A>) -> Result<&'g A, CheckError> {
+        Ok(&generation.algorithm)
     }
 }
 
 /// A check carrying its own quota, read in the generation's layout.
 impl<A: Algorithm> Under<A> for Quota {
+    type Chosen<'g> = Derived<A>;
+
     #[inline]
-    fn choose<'g>(&self, generation: &'g Generation<A>) -> Result<Chosen<'g, A>, CheckError> {
-        Ok(Chosen::Derived(generation.algorithm.for_quota(self)?))
+    fn choose(&self, generation: &Generation<A>) -> Result<Derived<A>, CheckError> {
+        Ok(Derived(generation.algorithm.for_quota(self)?))
     }
 }
 

@@ -308,6 +308,7 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
         if let Ok(Attempt::Done(decision)) = &checked {
             finish(generation, &algorithm, *decision);
         }
+        drop(algorithm);
         drop(guard);
         drop(evicted);
         checked

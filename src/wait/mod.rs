@@ -98,7 +98,7 @@ use crate::cell::{Cell, CellFor};
 use crate::clock::{Clock, clamp_time, saturating_nanos};
 use crate::decision::Decision;
 use crate::error::CheckError;
-use crate::store::{Chosen, Generation, Key, Lookup, Store, StoreKind, Under};
+use crate::store::{Derived, Generation, Key, Lookup, Store, StoreKind, Under};
 use crate::{DirectLimiter, RateLimiter};
 
 /// Why a request cannot wait for an admission.
@@ -197,8 +197,10 @@ pub struct Reservation<'a, L: Ledger> {
 struct Widened(u64);
 
 impl Under<Gcra> for Widened {
-    fn choose<'g>(&self, generation: &'g Generation<Gcra>) -> Result<Chosen<'g, Gcra>, CheckError> {
-        Ok(Chosen::Derived(generation.algorithm().widened(self.0)))
+    type Chosen<'g> = Derived<Gcra>;
+
+    fn choose(&self, generation: &Generation<Gcra>) -> Result<Derived<Gcra>, CheckError> {
+        Ok(Derived(generation.algorithm().widened(self.0)))
     }
 }
 
