@@ -325,3 +325,78 @@ fn a_change_of_window_is_refused_and_changes_nothing() {
     assert_eq!(limiter.quota(), per_minute(10));
     assert_eq!(drain(&limiter, "used"), 6);
 }
+
+/// The bursts whose interval over a minute is a whole number of
+/// nanoseconds, so that the reference below is exact.
+const BURSTS: [u32; 16] = [1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 16, 20, 24, 25, 30, 48];
+
+/// What a key that used `used` of `from` a minute has free after a change
+/// to `to` by `carry`, on a frozen clock: the reference the proptest holds
+/// every algorithm to. `booked`: the algorithm keeps refill time (GCRA,
+/// the token bucket), which `Unchanged` reads in the new intervals.
+fn reference(from: u32, to: u32, used: u32, carry: Carry, booked: bool) -> u32 {
+    if used == 0 {
+        return to;
+    }
+    match carry {
+        Carry::AsIs => (from - used).min(to),
+        Carry::Proportional => to - (used * to).div_ceil(from),
+        _ if booked => {
+            // `used` intervals of 60/from s, read in intervals of 60/to s.
+            let (interval, interval_to) = (60_000 / from, 60_000 / to);
+            (to * interval_to).saturating_sub(used * interval) / interval_to
+        }
+        _ => to.saturating_sub(used),
+    }
+}
+
+fn carries_as_the_reference<A: Algorithm>(
+    from: u32,
+    to: u32,
+    used: u32,
+    carry: Carry,
+    booked: bool,
+) -> Result<(), proptest::test_runner::TestCaseError>
+where
+    LockFree: StoreKind<String, A>,
+{
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(3_600));
+    let limiter = Builder::new(per_minute(from))
+        .algorithm::<A>()
+        .clock(clock)
+        .build::<String>();
+    for _ in 0..used {
+        proptest::prop_assert!(limiter.check("k").unwrap().is_allowed());
+    }
+    limiter.set_quota(per_minute(to), carry).unwrap();
+    let after = drain(&limiter, "k");
+    proptest::prop_assert_eq!(after, reference(from, to, used, carry, booked));
+    // The bound: the window spanning the change admits at most the larger
+    // burst (nothing refills on a frozen clock).
+    proptest::prop_assert!(used + after <= from.max(to));
+    Ok(())
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Every algorithm carries a key as the reference says, for bursts
+    /// raised and cut, every use and every strategy.
+    #[test]
+    fn every_algorithm_carries_as_the_reference(
+        from in proptest::sample::select(&BURSTS[..]),
+        to in proptest::sample::select(&BURSTS[..]),
+        used_share in 0.0..=1.0_f64,
+        carry in proptest::sample::select(&[Carry::AsIs, Carry::Proportional, Carry::Unchanged][..]),
+    ) {
+        // The share of the burst used, rounded: 0 to `from`.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let used = (f64::from(from) * used_share).round() as u32;
+        carries_as_the_reference::<Gcra>(from, to, used, carry, true)?;
+        carries_as_the_reference::<TokenBucket>(from, to, used, carry, true)?;
+        carries_as_the_reference::<FixedWindow>(from, to, used, carry, false)?;
+        carries_as_the_reference::<SlidingWindowCounter>(from, to, used, carry, false)?;
+        carries_as_the_reference::<SlidingWindowLog>(from, to, used, carry, false)?;
+    }
+}
