@@ -173,6 +173,83 @@ fn eviction_races_checks_per_key() {
     });
 }
 
+/// Three threads check one key (4 an hour, a frozen clock) four times each
+/// while a fourth raises the quota to 8, carried as is. Each admission
+/// tells the quota that decided it (its limit): a key that took `u` under
+/// the old quota takes exactly `4 − u` under the new (all 8 if `u = 0`), so
+/// no admission is lost in a cell the change left behind, none is decided
+/// by the wrong quota, and none is carried twice.
+fn checks_race_a_change<S: StoreKind<u64, Gcra> + Default>(
+    canary: Option<tollgate::canary::Canary>,
+) {
+    tollgate::canary::plant(canary);
+    let limiter = limiter::<Gcra, S>(Quota::per_hour(4).unwrap(), S::default());
+    let checkers: Vec<_> = (0..3)
+        .map(|_| {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                let (mut old, mut new) = (0_u32, 0_u32);
+                for _ in 0..4 {
+                    let decision = limiter.check(&0).unwrap();
+                    if decision.is_allowed() {
+                        match decision.limit() {
+                            4 => old += 1,
+                            _ => new += 1,
+                        }
+                    }
+                }
+                (old, new)
+            })
+        })
+        .collect();
+    let changer = {
+        let limiter = Arc::clone(&limiter);
+        thread::spawn(move || {
+            limiter
+                .set_quota(
+                    Quota::per_hour(8).unwrap(),
+                    tollgate::algorithm::Carry::AsIs,
+                )
+                .unwrap();
+        })
+    };
+    changer.join().unwrap();
+    let (old, new) = checkers
+        .into_iter()
+        .map(|checker| checker.join().unwrap())
+        .fold((0, 0), |(old, new), (o, n)| (old + o, new + n));
+    tollgate::canary::plant(None);
+    let expected = if old == 0 { 8 } else { 4 - old.min(4) };
+    assert!(old <= 4, "a change: {old} admitted under a burst of 4");
+    assert_eq!(
+        new, expected,
+        "a change: {old} under the old quota, then {new} under the new"
+    );
+}
+
+#[test]
+fn checks_race_a_change_per_key() {
+    both_schedulers("a change racing checks, per-key", || {
+        checks_race_a_change::<PerKey>(None);
+    });
+}
+
+#[test]
+fn checks_race_a_change_sharded() {
+    both_schedulers("a change racing checks, sharded", || {
+        checks_race_a_change::<Sharded>(None);
+    });
+}
+
+/// Canary: the per-key store's change copies cells without retiring them.
+#[test]
+#[should_panic(expected = "a change:")]
+fn canary_change_without_retire_is_caught() {
+    both_schedulers("canary: change without retire", || {
+        checks_race_a_change::<PerKey>(Some(tollgate::canary::Canary::ChangeWithoutRetire));
+    });
+}
+
 /// Canary: read-decide-write with a plain store. Four threads, a burst of 1.
 #[test]
 #[should_panic(expected = "racy cell admitted")]

@@ -20,6 +20,7 @@ use crate::algorithm::{Algorithm, Carry};
 use crate::cell::{Cell, CellFor, Preferred};
 use crate::decision::Decision;
 use crate::error::CheckError;
+use crate::sync::canary::{self, Canary};
 use crate::sync::{Arc, Mutex, lock};
 
 /// Every key's [`Cell`] in an `Arc`, inside one mutex-guarded hash table.
@@ -320,6 +321,13 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
         let moved: Vec<C> = table
             .values_mut()
             .map(|keyed| {
+                if canary::planted(Canary::ChangeWithoutRetire) {
+                    let algorithm = generation.algorithm();
+                    return keyed
+                        .cell
+                        .carried(algorithm, algorithm, Carry::Unchanged, now_ns)
+                        .expect("the crate's algorithms carry every state");
+                }
                 keyed
                     .cell
                     .retire_into_new()

@@ -193,6 +193,11 @@ pub mod canary {
         /// (`store::lock_free`): a quota change between the two loads has
         /// it decide a carried state by the old quota's algorithm.
         GenerationApart,
+        /// A quota change on the per-key store copies each cell's state
+        /// into a new cell without retiring the old one
+        /// (`store::per_key`): a check that found the old cell before the
+        /// change admits into a cell no lookup reaches any more.
+        ChangeWithoutRetire,
         /// An admission on an atomic cell stores its word instead of
         /// compare-and-swapping it: two checks that decided on the same
         /// word both admit (the lost update; `crate::cell::Atomic`).
