@@ -266,6 +266,7 @@ impl<A: Algorithm, C: Clock, S> Builder<A, C, StoreChosen<S>> {
             store: self.keyed.store.build(generation, self.keyed.cap),
             receipts,
             quota: crate::sync::Mutex::new(self.quota),
+            changing: crate::sync::Mutex::new(()),
             #[cfg(feature = "metrics")]
             counts: self
                 .metrics

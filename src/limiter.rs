@@ -3,7 +3,7 @@
 use std::fmt;
 use std::num::NonZeroU64;
 
-use crate::algorithm::{Algorithm, Carry, Gcra, Receipt, Refund};
+use crate::algorithm::{Algorithm, Carry, CarryAt, Gcra, Receipt, Refund};
 use crate::builder::Builder;
 use crate::cell::{Cell, CellFor, Preferred};
 use crate::clock::{Clock, TscClock};
@@ -57,10 +57,12 @@ pub struct RateLimiter<
     /// cap, which admits keys it does not store, so that an admission's
     /// receipt could match another's state.
     pub(crate) receipts: bool,
-    /// The quota new checks are held to; held by
-    /// [`set_quota`](RateLimiter::set_quota) for a whole change, so that
-    /// changes follow one another.
+    /// The quota new checks are held to, once a change has carried every
+    /// key to it.
     pub(crate) quota: Mutex<Quota>,
+    /// Held by [`set_quota`](RateLimiter::set_quota) for a whole change:
+    /// changes follow one another.
+    pub(crate) changing: Mutex<()>,
     /// The counts for the `metrics` facade (`Builder::metrics`).
     #[cfg(feature = "metrics")]
     pub(crate) counts: Option<Box<crate::metrics::Counts>>,
@@ -508,24 +510,40 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     /// old. Receipts of admissions before the change give nothing back
     /// after it ([`refund`](RateLimiter::refund)): a refused request that
     /// spans a change stays charged (over-denial, never over-admission).
-    /// Reservations already waiting keep their slots; the key's booked time
-    /// is carried with theirs in it. Keys checked under a carried quota
-    /// ([`check_with`](RateLimiter::check_with)) are carried as if this
-    /// limiter's quota had checked them: under [`Carry::Unchanged`] every
-    /// key keeps its state as it is, whatever quota checked it.
+    /// Reservations already waiting keep their slots: the time they booked
+    /// beyond the tolerance is kept as it is, so that checks after the
+    /// change come after them. Each shard's states are carried at a clock
+    /// reading taken once they can no longer change, at whichever end of
+    /// the clock's disorder leaves them more used
+    /// ([`Clock::disorder_ns`](crate::clock::Clock::disorder_ns)).
+    ///
+    /// A limiter whose checks have carried quotas of their own
+    /// ([`check_with`](RateLimiter::check_with), tiers) changes only by
+    /// [`Carry::Unchanged`], which keeps every state as it is, whatever
+    /// quota checked it: the store does not know which keys are a tier's,
+    /// and rescaling a tier key by this limiter's quota could hand it units
+    /// its own quota never gave. (Should a check carry a quota for the
+    /// first time while a change runs, the shards moved after it are
+    /// carried unchanged.)
     ///
     /// It takes each shard's lock in turn and rebuilds the shard (the
-    /// lock-free store) or rewrites its states: a pass over every key. A
-    /// check stalled inside the lock-free store delays it, never a check.
+    /// lock-free store) or rewrites its states: a pass over every key.
+    /// [`quota`](RateLimiter::quota) answers the old quota until it
+    /// returns.
     ///
     /// # Errors
     ///
     /// [`ChangeError::Layout`] for a quota the limiter's states cannot be
     /// read by ([`accepts`](RateLimiter::accepts): the window algorithms
     /// keep their burst window), [`ChangeError::Unsupported`] for an
-    /// algorithm that does not carry states ([`Algorithm::carry`]), and
-    /// [`ChangeError::StoreFixed`] for a store that cannot change. Nothing
-    /// changes on error.
+    /// algorithm that does not carry states ([`Algorithm::carry`]),
+    /// [`ChangeError::CarriedQuotas`] for a strategy other than
+    /// [`Carry::Unchanged`] on a limiter whose checks carried quotas,
+    /// [`ChangeError::StoreFixed`] for a store that cannot change, and
+    /// [`ChangeError::Reclaiming`] while a check stalled inside the
+    /// lock-free store holds back a shard that a change already went past
+    /// during the same stall (a change goes past a stall once, keeping one
+    /// replaced table more than growth may). Nothing changes on error.
     ///
     /// # Panics
     ///
@@ -536,17 +554,27 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     /// if other keys' `Hash` or `Clone` panic in a rebuild, as for
     /// [`check`](RateLimiter::check).
     pub fn set_quota(&self, quota: Quota, carry: Carry) -> Result<(), ChangeError> {
-        let mut current = lock(&self.quota);
+        let _changing = lock(&self.changing);
         let from = self.store.generation();
         let algorithm = from.algorithm().for_quota(&quota)?;
+        let at = || {
+            // After the load (the store's lock, or its retiring swap) that
+            // froze the states: ordered after their writers' readings
+            // (`Clock::ordered`), to within the clock's disorder.
+            acquire_fence();
+            CarryAt {
+                now_ns: self.clock.now_ns(),
+                disorder_ns: self.clock.disorder_ns(),
+            }
+        };
         self.store.change(
             Generation::new(algorithm)
                 .with_quota(quota)
                 .with_receipts(from.issuer().is_some()),
             carry,
-            self.clock.now_ns(),
+            &at,
         )?;
-        *current = quota;
+        *lock(&self.quota) = quota;
         Ok(())
     }
 

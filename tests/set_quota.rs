@@ -245,8 +245,9 @@ fn reservations_keep_their_slots_across_a_change() {
     assert!(first.is_ready());
     assert_eq!(second.wait(), Duration::from_secs(1));
     assert_eq!(third.wait(), Duration::from_secs(2));
-    // Cut to one every two seconds: the 3 s booked (three units of a 1 s
-    // tolerance) are carried in proportion to the new tolerance of 2 s: 6 s.
+    // Cut to one every two seconds: of the 3 s booked, the tolerance's 1 s
+    // is carried in proportion to the new tolerance (2 s), and the 2 s the
+    // waiting reservations booked beyond it are kept as they are: 4 s.
     limiter
         .set_quota(
             Quota::new(1, Duration::from_secs(2)).unwrap(),
@@ -258,14 +259,15 @@ fn reservations_keep_their_slots_across_a_change() {
     let denied = limiter.check("k").unwrap();
     assert!(!denied.is_allowed());
     // A unit fits once the debt is down to the tolerance less its cost
-    // (2 s − 2 s): in 6 s.
-    assert_eq!(denied.retry_after(), Duration::from_secs(6));
+    // (2 s − 2 s): in 4 s, one new interval after the last reservation's
+    // slot.
+    assert_eq!(denied.retry_after(), Duration::from_secs(4));
     // Abandoned after the change, a reservation gives nothing back: its
     // share of the carried time is no longer its cost.
     drop(third);
     assert_eq!(
         limiter.check("k").unwrap().retry_after(),
-        Duration::from_secs(6)
+        Duration::from_secs(4)
     );
     assert_eq!(limiter.waiting_reservations(), 1);
     drop((first, second));
@@ -399,4 +401,197 @@ proptest::proptest! {
         carries_as_the_reference::<SlidingWindowCounter>(from, to, used, carry, false)?;
         carries_as_the_reference::<SlidingWindowLog>(from, to, used, carry, false)?;
     }
+}
+
+/// A clock shared by every thread, whose next reading on a thread armed
+/// with `ARMED` reports itself and waits to be released.
+#[derive(Clone)]
+struct Paused(Arc<std::sync::atomic::AtomicU64>);
+
+type Arm = (std::sync::mpsc::Sender<u64>, std::sync::mpsc::Receiver<()>);
+
+thread_local! {
+    static ARMED: std::cell::RefCell<Option<Arm>> = const { std::cell::RefCell::new(None) };
+}
+
+impl tollgate::clock::Clock for Paused {
+    fn now_ns(&self) -> u64 {
+        let now = self.0.load(Ordering::SeqCst);
+        if let Some((read, release)) = ARMED.with(|armed| armed.borrow_mut().take()) {
+            read.send(now).unwrap();
+            release.recv().unwrap();
+        }
+        now
+    }
+
+    fn ordered(&self) -> bool {
+        true
+    }
+}
+
+/// A key drained after the change began (its first clock reading) but
+/// before its shard moved: the change reads the clock again for each
+/// shard, once its states are frozen, so the key is carried at the instant
+/// it was drained at.
+fn drained_during_a_change<S: StoreKind<String, Gcra> + 'static>(store: S) -> (u32, u32) {
+    let t0 = 1_000_000_000_000_u64;
+    let time = Arc::new(std::sync::atomic::AtomicU64::new(t0));
+    // 1 a second, burst 10; then 100 a second, burst 10, as is.
+    let old = Quota::per_second(1).unwrap().with_burst(10).unwrap();
+    let new = Quota::per_second(100).unwrap().with_burst(10).unwrap();
+    let limiter = Arc::new(
+        Builder::new(old)
+            .clock(Paused(Arc::clone(&time)))
+            .store(store)
+            .build::<String>(),
+    );
+    let (read_tx, read_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel();
+    let changer = {
+        let limiter = Arc::clone(&limiter);
+        std::thread::spawn(move || {
+            ARMED.with(|armed| *armed.borrow_mut() = Some((read_tx, release_rx)));
+            limiter.set_quota(new, Carry::AsIs).unwrap();
+        })
+    };
+    assert_eq!(read_rx.recv().unwrap(), t0);
+    time.store(t0 + 100_000_000, Ordering::SeqCst);
+    let before = drain_on(&limiter, "k");
+    release_tx.send(()).unwrap();
+    changer.join().unwrap();
+    (before, drain_on(&limiter, "k"))
+}
+
+/// [`drain`] on any clock.
+fn drain_on<C: tollgate::clock::Clock, S: StoreKind<String, Gcra>>(
+    limiter: &RateLimiter<String, Gcra, C, S>,
+    key: &str,
+) -> u32 {
+    let mut admitted = 0;
+    while limiter.check(key).unwrap().is_allowed() {
+        admitted += 1;
+        assert!(admitted <= 1_000, "a limiter that never denies");
+    }
+    admitted
+}
+
+#[test]
+fn a_key_drained_while_a_change_runs_is_carried_at_its_instant() {
+    for (store, outcome) in [
+        ("lock-free", drained_during_a_change(LockFree::default())),
+        ("sharded", drained_during_a_change(Sharded::default())),
+        ("per-key", drained_during_a_change(PerKey::new())),
+    ] {
+        // Drained, it keeps 0 free as is, at the same instant.
+        assert_eq!(outcome, (10, 0), "{store}");
+    }
+}
+
+/// Keys checked under quotas of their own (tiers) are not the limiter's
+/// quota's to rescale: a change as is or in proportion is refused, and
+/// one that keeps every state unchanged leaves a drained tier key drained.
+#[test]
+fn a_limiter_whose_checks_carry_quotas_changes_only_unchanged() {
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(3_600));
+    let pro = per_minute(100);
+    let limiter = Builder::new(per_minute(10))
+        .algorithm::<FixedWindow>()
+        .clock(clock)
+        .build::<String>();
+    let mut admitted = 0;
+    while limiter.check_with("paying", &pro).unwrap().is_allowed() {
+        admitted += 1;
+    }
+    assert_eq!(admitted, 100);
+    for carry in [Carry::AsIs, Carry::Proportional] {
+        assert_eq!(
+            limiter.set_quota(per_minute(5), carry),
+            Err(ChangeError::CarriedQuotas)
+        );
+    }
+    assert_eq!(limiter.quota(), per_minute(10));
+    limiter.set_quota(per_minute(5), Carry::Unchanged).unwrap();
+    assert!(!limiter.check_with("paying", &pro).unwrap().is_allowed());
+    // The mark goes on with the generation.
+    assert_eq!(
+        limiter.set_quota(per_minute(20), Carry::AsIs),
+        Err(ChangeError::CarriedQuotas)
+    );
+}
+
+static STALL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+thread_local! {
+    static STALLER: std::cell::RefCell<Option<std::sync::mpsc::Sender<()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A key whose comparison, on a thread armed with `STALLER`, blocks while
+/// `STALL` is set: a check stalled inside the lock-free store.
+#[derive(Clone, Debug)]
+struct Stalling(u64);
+
+impl std::hash::Hash for Stalling {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+
+impl PartialEq for Stalling {
+    fn eq(&self, other: &Self) -> bool {
+        if let Some(entered) = STALLER.with(|staller| staller.borrow_mut().take()) {
+            entered.send(()).unwrap();
+            while STALL.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        self.0 == other.0
+    }
+}
+
+impl Eq for Stalling {}
+
+/// A check stalled inside the lock-free store delays no change without a
+/// bound: a change goes past the shard's replaced tables by one, a second
+/// during the same stall is refused (nothing changed), and `quota` answers
+/// throughout.
+#[test]
+fn a_stalled_check_holds_back_no_change_for_ever() {
+    let limiter: Arc<RateLimiter<Stalling, Gcra, ManualClock, LockFree>> = Arc::new(
+        Builder::new(Quota::per_second(10).unwrap())
+            .clock(ManualClock::new())
+            .store(LockFree::new(1))
+            .build(),
+    );
+    assert!(limiter.check(&Stalling(1)).unwrap().is_allowed());
+    STALL.store(true, Ordering::SeqCst);
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+    let stalled = {
+        let limiter = Arc::clone(&limiter);
+        std::thread::spawn(move || {
+            STALLER.with(|staller| *staller.borrow_mut() = Some(entered_tx));
+            assert!(limiter.check(&Stalling(1)).unwrap().is_allowed());
+        })
+    };
+    entered_rx.recv().unwrap();
+    let mut outcomes = Vec::new();
+    for per_second in [20, 30, 40, 50] {
+        outcomes.push(limiter.set_quota(Quota::per_second(per_second).unwrap(), Carry::AsIs));
+        // Answers while the stall lasts.
+        let _ = limiter.quota();
+    }
+    STALL.store(false, Ordering::SeqCst);
+    stalled.join().unwrap();
+    // The shard starts with no replaced table: two changes keep one each,
+    // the third goes past the bound by one, the fourth is refused.
+    assert_eq!(
+        outcomes,
+        vec![Ok(()), Ok(()), Ok(()), Err(ChangeError::Reclaiming)]
+    );
+    assert_eq!(limiter.quota(), Quota::per_second(40).unwrap());
+    // Once the stall ends, changes go on.
+    limiter
+        .set_quota(Quota::per_second(50).unwrap(), Carry::AsIs)
+        .unwrap();
 }

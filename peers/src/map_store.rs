@@ -7,7 +7,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tollgate::algorithm::{Algorithm, Carry};
+use tollgate::algorithm::{Algorithm, Carry, CarryAt};
 use tollgate::cell::{Cell, CellFor, Preferred};
 use tollgate::store::kit::{
     Attempt, NewKey, Population, admit_new_key, decide_fresh, rested_at, retry_after_sweep,
@@ -393,7 +393,12 @@ impl<K: Key, A: Algorithm, C: Cell<A>, M: ConcurrentMap<K, C>> Store<K, A>
     }
 
     /// The peers' maps keep one generation.
-    fn change(&self, _to: Generation<A>, _carry: Carry, _now_ns: u64) -> Result<(), ChangeError> {
+    fn change(
+        &self,
+        _to: Generation<A>,
+        _carry: Carry,
+        _at: &dyn Fn() -> CarryAt,
+    ) -> Result<(), ChangeError> {
         Err(ChangeError::StoreFixed)
     }
 

@@ -3,7 +3,7 @@
 use std::cmp::Ordering;
 
 use super::{
-    Algorithm, Carry, PackedAlgorithm, Receipt, Refund, Verdict, carry_count, same_window,
+    Algorithm, Carry, CarryAt, PackedAlgorithm, Receipt, Refund, Verdict, carry_count, same_window,
     validate_cost,
 };
 use crate::clock::clamp_time;
@@ -150,9 +150,9 @@ impl Algorithm for FixedWindow {
         to: &Self,
         carry: Carry,
         state: &FixedWindowState,
-        now_ns: u64,
+        at: CarryAt,
     ) -> Option<FixedWindowState> {
-        if state.window_index < self.window_index(clamp_time(now_ns)) {
+        if state.window_index < self.window_index(clamp_time(at.now_ns)) {
             return Some(*state);
         }
         Some(FixedWindowState {

@@ -1,7 +1,7 @@
 //! GCRA, the generic cell rate algorithm.
 
 use super::interval::{Interval, released_ns};
-use super::{Algorithm, Carry, PackedAlgorithm, Receipt, Refund, Verdict};
+use super::{Algorithm, Carry, CarryAt, PackedAlgorithm, Receipt, Refund, Verdict};
 use crate::clock::clamp_time;
 use crate::decision::Decision;
 use crate::error::{CheckError, LayoutError};
@@ -93,18 +93,26 @@ impl Algorithm for Gcra {
         self.interval.capacity()
     }
 
-    /// The debt the TAT books past `now` is carried
-    /// (`max(tat, now) − now`, see [`Carry`]) and booked again from `now`.
-    /// A TAT that has passed is idle and stays as it is.
-    fn carry(&self, to: &Self, carry: Carry, state: &GcraState, now_ns: u64) -> Option<GcraState> {
-        let now_ns = clamp_time(now_ns);
-        let debt_ns = state.tat_ns.saturating_sub(now_ns);
-        if debt_ns == 0 {
+    /// The debt the TAT books past the reading is carried
+    /// (`max(tat, now) − now`, see [`Carry`]) and booked again from it, at
+    /// whichever end of `at` books more. A TAT that has passed is idle and
+    /// stays as it is.
+    fn carry(&self, to: &Self, carry: Carry, state: &GcraState, at: CarryAt) -> Option<GcraState> {
+        let carried_at = |now_ns: u64| {
+            let now_ns = clamp_time(now_ns);
+            let debt_ns = state.tat_ns.saturating_sub(now_ns);
+            if debt_ns == 0 {
+                // Idle at this reading: as it is.
+                return state.tat_ns;
+            }
+            now_ns + self.interval.carry_debt(&to.interval, carry, debt_ns)
+        };
+        if state.tat_ns <= clamp_time(at.now_ns) {
             return Some(*state);
         }
-        Some(GcraState {
-            tat_ns: now_ns + self.interval.carry_debt(&to.interval, carry, debt_ns),
-        })
+        let tat_ns =
+            carried_at(at.now_ns).max(carried_at(at.now_ns.saturating_add(at.disorder_ns)));
+        Some(GcraState { tat_ns })
     }
 
     #[inline]

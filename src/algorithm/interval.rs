@@ -92,20 +92,23 @@ impl Interval {
     /// `to`'s, by `carry` (see [`Carry`]): rounded up to the nanosecond,
     /// so that it never leaves more free than the strategy's exact
     /// arithmetic, and at most [`MAX_SPAN_NS`]. A key owing nothing owes
-    /// nothing.
+    /// nothing. Debt beyond the tolerance (reservations waiting for their
+    /// slots, fixed in time) is kept as it is, after the carried tolerance,
+    /// so that checks after the change still come after every reservation.
     pub(crate) fn carry_debt(&self, to: &Self, carry: Carry, debt_ns: u64) -> u64 {
         if debt_ns == 0 {
             return 0;
         }
-        let debt = i128::from(debt_ns);
+        let booked = debt_ns.saturating_sub(self.tolerance_ns);
+        let debt = i128::from(debt_ns.min(self.tolerance_ns));
         let carried = match carry {
-            // Free time `tolerance − debt` (negative while a reservation
-            // waits) counts units of this interval; the same units free
-            // under `to`, at most its burst, leave the rest owed.
+            // Free time `tolerance − debt` counts units of this interval;
+            // the same units free under `to`, at most its burst, leave the
+            // rest owed.
             Carry::AsIs => {
                 let free = i128::from(self.tolerance_ns) - debt;
                 let free_to = (free * i128::from(to.emission_interval_ns))
-                    .div_euclid(i128::from(self.emission_interval_ns));
+                    / i128::from(self.emission_interval_ns);
                 i128::from(to.tolerance_ns) - free_to.min(i128::from(to.tolerance_ns))
             }
             // The fraction of the tolerance owed is kept.
@@ -114,10 +117,11 @@ impl Interval {
                 let tolerance = i128::from(self.tolerance_ns);
                 (scaled + tolerance - 1) / tolerance
             }
-            Carry::Unchanged => debt,
+            Carry::Unchanged => return debt_ns,
         };
         u64::try_from(carried.max(0))
             .unwrap_or(u64::MAX)
+            .saturating_add(booked)
             .min(MAX_SPAN_NS)
     }
 

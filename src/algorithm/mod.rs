@@ -106,7 +106,7 @@ pub trait Algorithm: Debug + Send + Sync + Sized + 'static {
     /// The most unit requests a key can hold at once (the quota's burst).
     fn capacity(&self) -> u32;
 
-    /// `state`, read at `now_ns`, carried over to `to` (this algorithm's
+    /// `state`, read at `at`, carried over to `to` (this algorithm's
     /// [`for_quota`](Algorithm::for_quota) of a new quota) by the strategy
     /// `carry`: what a key keeps when its limiter's quota changes
     /// ([`RateLimiter::set_quota`](crate::RateLimiter::set_quota)). `None`
@@ -121,9 +121,9 @@ pub trait Algorithm: Debug + Send + Sync + Sized + 'static {
         to: &Self,
         carry: Carry,
         state: &Self::State,
-        now_ns: u64,
+        at: CarryAt,
     ) -> Option<Self::State> {
-        let _ = (to, carry, state, now_ns);
+        let _ = (to, carry, state, at);
         None
     }
 
@@ -319,7 +319,9 @@ impl Receipt {
 /// `b'`. Every strategy leaves an idle key idle (it decides as an absent
 /// key, which has nothing to carry: its whole new burst), and none lets a
 /// window that spans the change admit more than `max(b, b')` units plus
-/// what each quota refills in its part of it (note 14 proves it).
+/// what each quota refills in its part of it (note 14 proves it). A limiter
+/// whose checks carry quotas of their own (tiers) changes only by
+/// [`Carry::Unchanged`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Carry {
@@ -336,6 +338,21 @@ pub enum Carry {
     /// new quota's intervals), the window algorithms keep their counts (a
     /// raise adds `b' − b` units free to every key).
     Unchanged,
+}
+
+/// When a change carries a state ([`Algorithm::carry`]): a clock reading
+/// taken after the state stopped changing, and how far the readings the
+/// state was written from may stand after it (other threads' readings of a
+/// clock ordered only to within a margin: see
+/// [`Clock::disorder_ns`](crate::clock::Clock::disorder_ns)). An algorithm
+/// whose carry depends on the instant carries at whichever of the two ends
+/// leaves the key more used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CarryAt {
+    /// The reading.
+    pub now_ns: u64,
+    /// How far after it the readings that wrote the state may stand.
+    pub disorder_ns: u64,
 }
 
 /// How much of an admission a refund gave back

@@ -3,7 +3,8 @@
 use std::collections::VecDeque;
 
 use super::{
-    Algorithm, Carry, Receipt, Refund, Verdict, carry_count, same_window, to_u32, validate_cost,
+    Algorithm, Carry, CarryAt, Receipt, Refund, Verdict, carry_count, same_window, to_u32,
+    validate_cost,
 };
 use crate::clock::clamp_time;
 use crate::decision::Decision;
@@ -121,15 +122,15 @@ impl Algorithm for SlidingWindowLog {
         to: &Self,
         carry: Carry,
         state: &SlidingWindowLogState,
-        now_ns: u64,
+        at: CarryAt,
     ) -> Option<SlidingWindowLogState> {
         let mut carried = state.clone();
         if carry == Carry::Unchanged {
             return Some(carried);
         }
         let newest_ns = state.stamps_ns.back().copied();
-        let now_ns = newest_ns.map_or(clamp_time(now_ns), |newest_ns| {
-            clamp_time(now_ns).max(newest_ns)
+        let now_ns = newest_ns.map_or(clamp_time(at.now_ns), |newest_ns| {
+            clamp_time(at.now_ns).max(newest_ns)
         });
         carried.stamps_ns.drain(..self.departed(state, now_ns));
         let live = to_u32(carried.stamps_ns.len() as u64);

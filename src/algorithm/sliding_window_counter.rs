@@ -3,8 +3,8 @@
 use std::cmp::Ordering;
 
 use super::{
-    Algorithm, Carry, PackedAlgorithm, Receipt, Refund, Verdict, carry_count, same_window, to_u32,
-    validate_cost,
+    Algorithm, Carry, CarryAt, PackedAlgorithm, Receipt, Refund, Verdict, carry_count, same_window,
+    to_u32, validate_cost,
 };
 use crate::clock::{END_OF_TIME_NS, clamp_time};
 use crate::decision::Decision;
@@ -259,9 +259,9 @@ impl Algorithm for SlidingWindowCounter {
         to: &Self,
         carry: Carry,
         state: &SlidingWindowCounterState,
-        now_ns: u64,
+        at: CarryAt,
     ) -> Option<SlidingWindowCounterState> {
-        let view = self.view(state, clamp_time(now_ns));
+        let view = self.view(state, clamp_time(at.now_ns));
         let (from_burst, to_burst) = (self.capacity, to.capacity);
         let (previous, current) = match carry {
             Carry::Unchanged => return Some(*state),

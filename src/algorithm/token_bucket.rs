@@ -1,7 +1,7 @@
 //! The token bucket, refilled lazily on read.
 
 use super::interval::{Interval, released_ns};
-use super::{Algorithm, Carry, Receipt, Refund, Verdict};
+use super::{Algorithm, Carry, CarryAt, Receipt, Refund, Verdict};
 use crate::clock::clamp_time;
 use crate::decision::Decision;
 use crate::error::{CheckError, LayoutError};
@@ -59,23 +59,37 @@ impl Algorithm for TokenBucket {
         self.interval.capacity()
     }
 
-    /// The deficit left at `now` is carried (see [`Carry`]) and dated
-    /// `now` (a reading older than the bucket's is its own instant, as in
-    /// `decide`). A full bucket stays as it is.
+    /// The deficit left at the reading is carried (see [`Carry`]) and
+    /// dated at it (a reading older than the bucket's is its own instant,
+    /// as in `decide`), at whichever end of `at` leaves more owed. A full
+    /// bucket stays as it is.
     fn carry(
         &self,
         to: &Self,
         carry: Carry,
         state: &TokenBucketState,
-        now_ns: u64,
+        at: CarryAt,
     ) -> Option<TokenBucketState> {
-        let now_ns = clamp_time(now_ns).max(state.last_ns);
-        let deficit_ns = state.deficit_ns.saturating_sub(now_ns - state.last_ns);
-        if deficit_ns == 0 {
+        // When the bucket would be full again: `last + deficit`.
+        let full_ns = state.last_ns.saturating_add(state.deficit_ns);
+        let carried_at = |now_ns: u64| {
+            let now_ns = clamp_time(now_ns).max(state.last_ns);
+            let deficit_ns = full_ns.saturating_sub(now_ns);
+            if deficit_ns == 0 {
+                return None;
+            }
+            let deficit_ns = self.interval.carry_debt(&to.interval, carry, deficit_ns);
+            Some((now_ns.saturating_add(deficit_ns), now_ns))
+        };
+        let Some((full_a, now_a)) = carried_at(at.now_ns) else {
             return Some(*state);
-        }
+        };
+        let (full, now_ns) = match carried_at(at.now_ns.saturating_add(at.disorder_ns)) {
+            Some((full_b, now_b)) if full_b > full_a => (full_b, now_b),
+            _ => (full_a, now_a),
+        };
         Some(TokenBucketState {
-            deficit_ns: self.interval.carry_debt(&to.interval, carry, deficit_ns),
+            deficit_ns: full - now_ns,
             last_ns: now_ns,
         })
     }

@@ -42,7 +42,8 @@ pub use atomic::Atomic;
 pub use locked::Locked;
 
 use crate::algorithm::{
-    Algorithm, Carry, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+    Algorithm, Carry, CarryAt, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog,
+    TokenBucket,
 };
 use crate::decision::Decision;
 use crate::error::CheckError;
@@ -106,15 +107,15 @@ pub trait Cell<A: Algorithm>: private::Sealed<A> + Debug + Send + Sync + Sized {
     -> Option<bool>;
 
     /// A new, unshared cell holding this cell's state carried from `from`
-    /// to `to` at `now_ns` by `carry` ([`Algorithm::carry`]), in `to`'s
+    /// to `to` at `at` by `carry` ([`Algorithm::carry`]), in `to`'s
     /// layout; `None` if this cell is retired or the algorithm does not
     /// carry the state. This cell is left as it is: a store carries the
     /// cells of a table no check can reach yet, and keeps them if the
     /// algorithm's code panics.
-    fn carried(&self, from: &A, to: &A, carry: Carry, now_ns: u64) -> Option<Self> {
+    fn carried(&self, from: &A, to: &A, carry: Carry, at: CarryAt) -> Option<Self> {
         let carried = std::cell::RefCell::new(None);
         self.update(from, |state| {
-            *carried.borrow_mut() = from.carry(to, carry, state, now_ns);
+            *carried.borrow_mut() = from.carry(to, carry, state, at);
             None
         })?;
         Some(Self::with_state(to, carried.into_inner()?))

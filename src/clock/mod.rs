@@ -64,6 +64,16 @@ pub trait Clock: Send + Sync {
     fn ordered(&self) -> bool {
         false
     }
+
+    /// How far a reading a thread takes after it saw another thread's
+    /// check may stand before that check's reading: 1 µs for a clock whose
+    /// readings are [`ordered`](Clock::ordered) (0 for `ManualClock`, one
+    /// word that only moves forward), and 0 for one that is not, whose
+    /// disorder is unknown. A quota change carries each state at both ends
+    /// of that span ([`CarryAt`](crate::algorithm::CarryAt)).
+    fn disorder_ns(&self) -> u64 {
+        if self.ordered() { 1_000 } else { 0 }
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
@@ -74,6 +84,10 @@ impl<C: Clock + ?Sized> Clock for &C {
 
     fn ordered(&self) -> bool {
         (**self).ordered()
+    }
+
+    fn disorder_ns(&self) -> u64 {
+        (**self).disorder_ns()
     }
 }
 
@@ -86,6 +100,10 @@ impl<C: Clock + ?Sized> Clock for crate::sync::Arc<C> {
     fn ordered(&self) -> bool {
         (**self).ordered()
     }
+
+    fn disorder_ns(&self) -> u64 {
+        (**self).disorder_ns()
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for Box<C> {
@@ -96,6 +114,10 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
 
     fn ordered(&self) -> bool {
         (**self).ordered()
+    }
+
+    fn disorder_ns(&self) -> u64 {
+        (**self).disorder_ns()
     }
 }
 

@@ -23,7 +23,7 @@
 
 pub use super::discard::Held;
 use super::{ChangeError, Generation, KeyCap, Lookup, WhenFull};
-use crate::algorithm::{Algorithm, Carry, Verdict};
+use crate::algorithm::{Algorithm, Carry, CarryAt, Verdict};
 use crate::decision::Decision;
 use crate::error::CheckError;
 
@@ -245,24 +245,43 @@ pub fn decide_fresh<A: Algorithm>(
     algorithm.decide(Held::new(A::State::default()).get(), now_ns, cost)
 }
 
-/// Checks that `from`'s states can be carried to `to` by `carry` (the
-/// algorithm implements [`Algorithm::carry`]), before a store's
-/// [`change`](super::Store::change) touches anything.
+/// Checks that `from`'s states can be carried to `to` by `carry`, before a
+/// store's [`change`](super::Store::change) touches anything: the
+/// algorithm implements [`Algorithm::carry`], and no check has carried a
+/// quota of its own on `from`'s states unless `carry` keeps them
+/// unchanged.
 ///
 /// # Errors
 ///
-/// [`ChangeError::Unsupported`] when it cannot.
+/// [`ChangeError::Unsupported`] and [`ChangeError::CarriedQuotas`].
 pub fn check_carries<A: Algorithm>(
     from: &Generation<A>,
     to: &Generation<A>,
     carry: Carry,
-    now_ns: u64,
+    at: CarryAt,
 ) -> Result<(), ChangeError> {
+    if carry != Carry::Unchanged && from.has_carried() {
+        return Err(ChangeError::CarriedQuotas);
+    }
     let fresh = Held::new(A::State::default());
     from.algorithm()
-        .carry(to.algorithm(), carry, fresh.get(), now_ns)
+        .carry(to.algorithm(), carry, fresh.get(), at)
         .map(drop)
         .ok_or(ChangeError::Unsupported)
+}
+
+/// The strategy a change carries a shard's states by, read once they can
+/// no longer change: `carry`, or [`Carry::Unchanged`] if a check carrying
+/// a quota of its own has written to `from`'s states meanwhile (the first
+/// such check, racing the change: its key is not the limiter's quota's to
+/// rescale).
+pub fn carry_for<A: Algorithm>(from: &Generation<A>, carry: Carry) -> Carry {
+    crate::sync::seq_cst_fence();
+    if from.has_carried() {
+        Carry::Unchanged
+    } else {
+        carry
+    }
 }
 
 /// Returns the growth sweeps' horizon: keys idle at this instant have

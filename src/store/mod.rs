@@ -103,7 +103,7 @@ pub type DefaultStore = PerKey;
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
-use crate::algorithm::{Algorithm, Carry, Receipt};
+use crate::algorithm::{Algorithm, Carry, CarryAt, Receipt};
 use crate::decision::Decision;
 use crate::error::{CheckError, LayoutError};
 use crate::quota::Quota;
@@ -232,6 +232,10 @@ pub struct Generation<A> {
     /// with.
     number: NonZeroU64,
     receipts: bool,
+    /// A check has carried a quota of its own on states of this generation
+    /// (or of one it was changed from): its states are no longer all the
+    /// limiter's own quota's.
+    carried: crate::sync::AtomicBool,
 }
 
 impl<A: Algorithm> Generation<A> {
@@ -246,7 +250,36 @@ impl<A: Algorithm> Generation<A> {
             quota: None,
             number: crate::sync::next_issuer(),
             receipts: true,
+            carried: crate::sync::AtomicBool::new(false),
         }
+    }
+
+    /// Whether a check has carried a quota of its own on this generation's
+    /// states (or on those of one it was changed from).
+    #[must_use]
+    pub fn has_carried(&self) -> bool {
+        self.carried.load(crate::sync::Ordering::Relaxed)
+    }
+
+    /// Marks that a check carries a quota of its own on this generation's
+    /// states, before the check writes (a fence after the mark: a change
+    /// that retired the check's cell reads it).
+    #[inline]
+    pub fn mark_carried(&self) {
+        if !self.has_carried() {
+            self.carried.store(true, crate::sync::Ordering::Relaxed);
+            crate::sync::seq_cst_fence();
+        }
+    }
+
+    /// The same generation, marked as one whose states checks carrying
+    /// their own quotas wrote, if `from` was.
+    #[must_use]
+    pub fn carried_from(self, from: &Self) -> Self {
+        if from.has_carried() {
+            self.carried.store(true, crate::sync::Ordering::Relaxed);
+        }
+        self
     }
 
     /// The same generation, labelled with the quota its algorithm was
@@ -374,13 +407,17 @@ impl<A: Algorithm> Under<A> for Own {
     }
 }
 
-/// A check carrying its own quota, read in the generation's layout.
+/// A check carrying its own quota, read in the generation's layout; it
+/// marks the generation ([`Generation::mark_carried`]), so that a change
+/// of the limiter's quota carries its states unchanged.
 impl<A: Algorithm> Under<A> for Quota {
     type Chosen<'g> = Derived<A>;
 
     #[inline]
     fn choose(&self, generation: &Generation<A>) -> Result<Derived<A>, CheckError> {
-        Ok(Derived(generation.algorithm.for_quota(self)?))
+        let algorithm = generation.algorithm.for_quota(self)?;
+        generation.mark_carried();
+        Ok(Derived(algorithm))
     }
 }
 
@@ -399,6 +436,19 @@ pub enum ChangeError {
     /// The store cannot change its generation.
     #[error("the store does not change its quota")]
     StoreFixed,
+    /// A check stalled inside the lock-free store holds back the
+    /// reclamation of a shard that a change during the same stall already
+    /// went past (see [`LockFree`]'s "Reclamation"): try again once it
+    /// leaves.
+    #[error("a stalled check holds back reclamation; a quota change must wait for it")]
+    Reclaiming,
+    /// Checks have carried quotas of their own (tiers): their keys' states
+    /// are not the limiter's quota's to rescale, so only
+    /// [`Carry::Unchanged`] is taken.
+    #[error(
+        "checks have carried their own quotas: only `Carry::Unchanged` changes this limiter's quota"
+    )]
+    CarriedQuotas,
 }
 
 /// A map from keys to per-key state, and the discipline that applies an
@@ -521,17 +571,23 @@ pub trait Store<K: Key, A: Algorithm>: Debug + Send + Sync {
     /// The generation new checks decide by.
     fn generation(&self) -> Arc<Generation<A>>;
 
-    /// Moves every key to `to`, each state carried over at `now_ns` by
-    /// `carry` ([`Algorithm::carry`]), atomically with respect to each
-    /// key's checks: a check decides wholly before its key moves, or wholly
-    /// after. Checks that begin after it returns decide by `to`. `to`'s
+    /// Moves every key to `to`, each state carried over by `carry`
+    /// ([`Algorithm::carry`]) at what `at` returns, called once the states
+    /// it carries can no longer change (each shard's, under its lock),
+    /// atomically with respect to each key's checks: a check decides
+    /// wholly before its key moves, or wholly after. Checks that begin after it returns decide by `to`. `to`'s
     /// algorithm must be one of the current one's
     /// [`for_quota`](Algorithm::for_quota) (its layout).
     ///
     /// # Errors
     ///
     /// [`ChangeError`]; nothing changed.
-    fn change(&self, to: Generation<A>, carry: Carry, now_ns: u64) -> Result<(), ChangeError>;
+    fn change(
+        &self,
+        to: Generation<A>,
+        carry: Carry,
+        at: &dyn Fn() -> CarryAt,
+    ) -> Result<(), ChangeError>;
 
     /// How many keys are stored.
     fn len(&self) -> usize;

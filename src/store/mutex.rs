@@ -10,14 +10,14 @@ use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
 use super::kit::{
-    Attempt, NewKey, Population, admit_new_key, check_carries, decide_fresh, rested_at,
+    Attempt, NewKey, Population, admit_new_key, carry_for, check_carries, decide_fresh, rested_at,
     retry_after_sweep,
 };
 use super::{
     ChangeError, Discard, Discarded, Generation, Key, KeyCap, Lookup, Store, StoreKind, Under,
     default_shards, drop_pair, resume_first_panic, shard_index,
 };
-use crate::algorithm::{Algorithm, Carry};
+use crate::algorithm::{Algorithm, Carry, CarryAt};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::sync::{Mutex, MutexGuard, lock};
@@ -208,9 +208,11 @@ pub struct MutexStore<K, A: Algorithm> {
     shards: Box<[LockedShard<K, A>]>,
     hasher: RandomState,
     population: Population,
-    /// The generation new checks decide by; held by a change for its whole
-    /// pass, so that changes follow one another.
+    /// The generation new checks decide by, once a change has moved every
+    /// shard to it.
     current: Mutex<Arc<Generation<A>>>,
+    /// Held by a change for its whole pass: changes follow one another.
+    changing: Mutex<()>,
 }
 
 /// One shard: its lock, its table and their generation, on their own cache
@@ -237,6 +239,7 @@ impl<K: Key, A: Algorithm> MutexStore<K, A> {
             hasher: RandomState::new(),
             population: Population::new(cap),
             current: Mutex::new(generation),
+            changing: Mutex::new(()),
         }
     }
 
@@ -389,20 +392,30 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
         Arc::clone(&lock(&self.current))
     }
 
-    fn change(&self, to: Generation<A>, carry: Carry, now_ns: u64) -> Result<(), ChangeError> {
-        let mut current = lock(&self.current);
-        check_carries(&current, &to, carry, now_ns)?;
-        let to = Arc::new(to);
+    fn change(
+        &self,
+        to: Generation<A>,
+        carry: Carry,
+        at: &dyn Fn() -> CarryAt,
+    ) -> Result<(), ChangeError> {
+        let _changing = lock(&self.changing);
+        let from = self.generation();
+        check_carries(&from, &to, carry, at())?;
+        let to = Arc::new(to.carried_from(&from));
         for shard in &*self.shards {
             let mut guard = lock(shard);
             let InShard { generation, table } = &mut *guard;
             let (from, to_algorithm) = (generation.algorithm(), to.algorithm());
+            // Under the lock the states are frozen: the instant and the
+            // strategy are read now.
+            let carry = carry_for(generation, carry);
+            let at = at();
             // The algorithm's code first, changing nothing: a panic leaves
             // the shard in its generation, every state as it was.
             let carried: Vec<A::State> = table
                 .values_mut()
                 .map(|state| {
-                    from.carry(to_algorithm, carry, state, now_ns)
+                    from.carry(to_algorithm, carry, state, at)
                         .expect("`Algorithm::carry` returned None after carrying a fresh state")
                 })
                 .collect();
@@ -416,7 +429,7 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
             drop(guard);
             drop(replaced);
         }
-        *current = to;
+        *lock(&self.current) = to;
         Ok(())
     }
 

@@ -8,15 +8,15 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::Arc as StdArc;
 
 use super::kit::{
-    Attempt, Held, NewKey, Population, admit_new_key, check_carries, decide_fresh, rested_at,
-    retry_after_sweep,
+    Attempt, Held, NewKey, Population, admit_new_key, carry_for, check_carries, decide_fresh,
+    rested_at, retry_after_sweep,
 };
 use super::mutex::{Entry, Table};
 use super::{
     ChangeError, Discarded, Generation, Key, KeyCap, Lookup, Store, StoreKind, Under,
     resume_first_panic,
 };
-use crate::algorithm::{Algorithm, Carry};
+use crate::algorithm::{Algorithm, Carry, CarryAt};
 use crate::cell::{Cell, CellFor, Preferred};
 use crate::decision::Decision;
 use crate::error::CheckError;
@@ -91,6 +91,7 @@ impl<K: Key, A: Algorithm, P: CellFor<A> + 'static> StoreKind<K, A> for PerKey<P
             }),
             hasher: RandomState::new(),
             population: Population::new(cap),
+            changing: Mutex::new(()),
         }
     }
 }
@@ -100,11 +101,12 @@ pub struct PerKeyStore<K, A, C> {
     table: Mutex<InTable<K, A, C>>,
     hasher: RandomState,
     population: Population,
+    /// Held by a change for its whole pass: changes follow one another.
+    changing: Mutex<()>,
 }
 
 /// What the table's lock guards: the keys' cells, and the generation new
-/// keys are made in (changes are made under it, so they follow one
-/// another).
+/// keys are made in.
 struct InTable<K, A, C> {
     generation: StdArc<Generation<A>>,
     table: Table<K, Arc<Keyed<A, C>>>,
@@ -310,10 +312,17 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
         StdArc::clone(&lock(&self.table).generation)
     }
 
-    fn change(&self, to: Generation<A>, carry: Carry, now_ns: u64) -> Result<(), ChangeError> {
+    fn change(
+        &self,
+        to: Generation<A>,
+        carry: Carry,
+        at: &dyn Fn() -> CarryAt,
+    ) -> Result<(), ChangeError> {
+        let _changing = lock(&self.changing);
+        let from = self.generation();
+        check_carries(&from, &to, carry, at())?;
         let mut in_table = lock(&self.table);
-        check_carries(&in_table.generation, &to, carry, now_ns)?;
-        let to = StdArc::new(to);
+        let to = StdArc::new(to.carried_from(&from));
         let InTable { generation, table } = &mut *in_table;
         // Every cell retired into an unshared one first (no user code): a
         // check holding a cell's `Arc` finds it retired and looks again,
@@ -325,7 +334,7 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
                     let algorithm = generation.algorithm();
                     return keyed
                         .cell
-                        .carried(algorithm, algorithm, Carry::Unchanged, now_ns)
+                        .carried(algorithm, algorithm, Carry::Unchanged, at())
                         .expect("the crate's algorithms carry every state");
                 }
                 keyed
@@ -334,13 +343,16 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
                     .expect("under the lock, a stored cell is live")
             })
             .collect();
-        // The algorithm's code: a panic keeps every moved state in its
-        // generation.
+        // Every cell is retired: the states are frozen, and the instant and
+        // the strategy are read now. The algorithm's code: a panic keeps
+        // every moved state in its generation.
+        let carry = carry_for(generation, carry);
+        let at = at();
         let carried = catch_unwind(AssertUnwindSafe(|| {
             moved
                 .iter()
                 .map(|cell| {
-                    cell.carried(generation.algorithm(), to.algorithm(), carry, now_ns)
+                    cell.carried(generation.algorithm(), to.algorithm(), carry, at)
                         .expect("`Algorithm::carry` returned None after carrying a fresh state")
                 })
                 .collect::<Vec<C>>()

@@ -72,6 +72,22 @@ pub(crate) use primitives::{AtomicPtr, AtomicU8};
 pub(crate) use primitives::fence;
 pub(crate) use primitives::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 
+/// A sequentially consistent fence: orders a generation's "a check carried
+/// a quota" mark before that check's compare-and-swap, and a quota
+/// change's read of the mark after its retiring swap
+/// (`store::Generation::mark_carried`, `kit::carry_for`). shuttle's
+/// executions are sequentially consistent: nothing to order there.
+#[inline]
+pub(crate) fn seq_cst_fence() {
+    #[cfg(any(
+        not(any(feature = "loom", feature = "shuttle")),
+        all(feature = "loom", feature = "shuttle")
+    ))]
+    std::sync::atomic::fence(Ordering::SeqCst);
+    #[cfg(all(feature = "loom", not(feature = "shuttle")))]
+    loom::sync::atomic::fence(Ordering::SeqCst);
+}
+
 /// The acquire fence a refund puts between its load of a key's state and
 /// its clock reading (`RateLimiter::refund`, `Clock::ordered`). shuttle's
 /// executions are sequentially consistent: nothing to order there.

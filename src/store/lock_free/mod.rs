@@ -44,7 +44,7 @@ use super::{
     ChangeError, Discarded, Generation, Key, KeyCap, Lookup, Store, StoreKind, Under,
     default_shards, shard_index,
 };
-use crate::algorithm::{Algorithm, Carry};
+use crate::algorithm::{Algorithm, Carry, CarryAt};
 use crate::cell::{Cell, CellFor, Preferred};
 use crate::decision::Decision;
 use crate::error::CheckError;
@@ -261,6 +261,7 @@ where
             hasher: self.hasher.clone(),
             population: Population::new(cap),
             current: Mutex::new(generation),
+            changing: Mutex::new(()),
         }
     }
 }
@@ -276,9 +277,11 @@ pub struct LockFreeStore<K, A, C, H> {
     shards: Box<[PaddedShard<K, A, C>]>,
     hasher: H,
     population: Population,
-    /// The generation new tables are made in; held by a change for its
-    /// whole pass, so that changes follow one another.
+    /// The generation new checks decide by, once a change has moved every
+    /// shard to it.
     current: Mutex<Gen<A>>,
+    /// Held by a change for its whole pass: changes follow one another.
+    changing: Mutex<()>,
 }
 
 /// Under the shard's lock every live slot's cell is live: eviction and
@@ -529,14 +532,23 @@ where
         Arc::clone(&lock(&self.current))
     }
 
-    fn change(&self, to: Generation<A>, carry: Carry, now_ns: u64) -> Result<(), ChangeError> {
-        let mut current = lock(&self.current);
-        check_carries(&current, &to, carry, now_ns)?;
-        let to = Arc::new(to);
-        for shard in &*self.shards {
-            self.convert(shard, &to, carry, now_ns);
+    fn change(
+        &self,
+        to: Generation<A>,
+        carry: Carry,
+        at: &dyn Fn() -> CarryAt,
+    ) -> Result<(), ChangeError> {
+        let _changing = lock(&self.changing);
+        let from = self.generation();
+        check_carries(&from, &to, carry, at())?;
+        if !self.may_convert_all() {
+            return Err(ChangeError::Reclaiming);
         }
-        *current = to;
+        let to = Arc::new(to.carried_from(&from));
+        for shard in &*self.shards {
+            self.convert(shard, &to, carry, at);
+        }
+        *lock(&self.current) = to;
         Ok(())
     }
 

@@ -25,13 +25,13 @@ use std::hash::BuildHasher;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::Arc;
 
-use super::shard::{GRACE_ROUNDS, PROMPT_ROUNDS, Retired, Shard, Writer, may_rebuild};
+use super::shard::{PROMPT_ROUNDS, Retired, Shard, Writer, may_convert, may_rebuild};
 use super::table::{Headroom, RawTable, buckets_for, max_used};
 use super::{Gen, LIVE_UNDER_LOCK, LockFreeStore};
-use crate::algorithm::{Algorithm, Carry};
+use crate::algorithm::{Algorithm, Carry, CarryAt};
 use crate::cell::Cell;
 use crate::error::CheckError;
-use crate::store::kit::rested_at;
+use crate::store::kit::{carry_for, rested_at};
 use crate::store::{Discarded, Key};
 use crate::sync::canary::{self, Canary};
 use crate::sync::{Ordering, lock};
@@ -151,44 +151,51 @@ where
         Ok(())
     }
 
-    /// Moves `shard`'s keys to the generation `to`, each state carried at
-    /// `now_ns` by `carry`: a rebuild of the same size whose new table is
-    /// in `to` (see [`rebuild`](Self::rebuild)). Waits, with the lock
-    /// released between tries, while the shard's replaced tables are still
-    /// read (a check stalled inside one delays the change, never a check).
+    /// Whether every shard may be converted now ([`may_convert`]): asked
+    /// before a change touches any, so that one refused leaves every key in
+    /// its generation.
+    pub(super) fn may_convert_all(&self) -> bool {
+        self.shards.iter().all(|shard| {
+            let mut discarded = Discarded::new();
+            let mut writer = lock(&shard.writer);
+            let may = may_convert(&mut writer, &mut discarded);
+            drop(writer);
+            drop(discarded);
+            may
+        })
+    }
+
+    /// Moves `shard`'s keys to the generation `to`, each state carried by
+    /// `carry` at what `at` reads once they are frozen: a rebuild of the
+    /// same size whose new table is in `to` (see [`rebuild`](Self::rebuild)).
+    /// Its caller asked [`may_convert_all`](Self::may_convert_all) first.
     pub(super) fn convert(
         &self,
         shard: &Shard<K, C, Gen<A>>,
         to: &Gen<A>,
         carry: Carry,
-        now_ns: u64,
+        at: &dyn Fn() -> CarryAt,
     ) {
-        loop {
-            // Declared before the lock: dropped after it, even if a
-            // rebuild's user code panics.
-            let mut discarded = Discarded::new();
-            let mut writer = lock(&shard.writer);
-            let rebuilt = may_rebuild(&mut writer, &mut discarded);
-            if rebuilt {
-                // SAFETY: we hold the lock.
-                let buckets = unsafe { shard.table_locked() }.buckets();
-                let conversion = Conversion { to, carry, now_ns };
-                self.rebuild(
-                    shard,
-                    &mut writer,
-                    &mut discarded,
-                    buckets,
-                    Some(conversion),
-                );
-            }
-            discarded.extend(writer.take_graced());
-            drop(writer);
-            drop(discarded);
-            shard.reclaim(if rebuilt { PROMPT_ROUNDS } else { GRACE_ROUNDS });
-            if rebuilt {
-                return;
-            }
-        }
+        // Declared before the lock: dropped after it, even if a rebuild's
+        // user code panics.
+        let mut discarded = Discarded::new();
+        let mut writer = lock(&shard.writer);
+        // Frees what it can; a refusal is gone past by one (`may_convert`).
+        may_convert(&mut writer, &mut discarded);
+        // SAFETY: we hold the lock.
+        let buckets = unsafe { shard.table_locked() }.buckets();
+        let conversion = Conversion { to, carry, at };
+        self.rebuild(
+            shard,
+            &mut writer,
+            &mut discarded,
+            buckets,
+            Some(conversion),
+        );
+        discarded.extend(writer.take_graced());
+        drop(writer);
+        drop(discarded);
+        shard.reclaim(PROMPT_ROUNDS);
     }
 
     /// Replaces the shard's table (lock held) with one of `buckets` buckets
@@ -300,7 +307,7 @@ const CARRIES_EVERY_STATE: &str = "`Algorithm::carry` returned None after carryi
 pub(super) struct Conversion<'a, A> {
     to: &'a Gen<A>,
     carry: Carry,
-    now_ns: u64,
+    at: &'a dyn Fn() -> CarryAt,
 }
 
 impl<A: Algorithm> Conversion<'_, A> {
@@ -314,12 +321,16 @@ impl<A: Algorithm> Conversion<'_, A> {
         moves: &[usize],
     ) {
         let (from_algorithm, to_algorithm) = (from.algorithm(), self.to.algorithm());
+        // Every cell is retired: the states are frozen, and the instant
+        // and the strategy are read now.
+        let carry = carry_for(from, self.carry);
+        let at = (self.at)();
         let carried: Vec<C> = moves
             .iter()
             .map(|&index| {
                 table
                     .written_value(index)
-                    .carried(from_algorithm, to_algorithm, self.carry, self.now_ns)
+                    .carried(from_algorithm, to_algorithm, carry, at)
                     .expect(CARRIES_EVERY_STATE)
             })
             .collect();

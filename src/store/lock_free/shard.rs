@@ -421,6 +421,19 @@ enum Grace {
 /// (`REFUSAL_ROUNDS`, or `STALLED_ROUNDS` after a wait ran out) and refuses if
 /// none goes: a check stalled inside them holds them, and a rebuild would
 /// keep one more (the canary rebuilds all the same, keeping every table).
+/// Whether a quota change may rebuild the shard (lock held): as
+/// [`may_rebuild`], or past it by one replaced table. A change goes ahead
+/// while a stalled check holds the shard's replaced tables, keeping one
+/// more than a growth may (at most `MAX_RETIRED + 1`, and only until they
+/// are freed: growths wait meanwhile), rather than wait for the stall
+/// without a bound; a second change during the same stall is refused.
+pub(super) fn may_convert<K, C, M>(
+    writer: &mut Writer<K, C, M>,
+    discarded: &mut Discarded<Retired<K, C, M>>,
+) -> bool {
+    may_rebuild(writer, discarded) || writer.retired.len() <= MAX_RETIRED
+}
+
 pub(super) fn may_rebuild<K, C, M>(
     writer: &mut Writer<K, C, M>,
     discarded: &mut Discarded<Retired<K, C, M>>,
