@@ -11,7 +11,7 @@ use crate::decision::Decision;
 use crate::error::{CheckError, LayoutError};
 use crate::quota::Quota;
 use crate::store::{
-    ChangeError, DefaultStore, Generation, Key, Lookup, Own, Store, StoreKind, Under,
+    Carried, ChangeError, DefaultStore, Generation, Key, Lookup, Own, Store, StoreKind, Under,
 };
 use crate::sync::acquire_fence;
 use crate::sync::{Mutex, lock};
@@ -195,7 +195,8 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
         n: u32,
         quota: &Quota,
     ) -> Result<Decision, CheckError> {
-        self.counted(self.store.check(key, quota, self.clock.now_ns(), n), n)
+        let carried = Carried(quota);
+        self.counted(self.store.check(key, &carried, self.clock.now_ns(), n), n)
     }
 
     /// [`peek`](RateLimiter::peek) under `quota`, as
@@ -326,7 +327,7 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
         n: u32,
         quota: &Quota,
     ) -> Result<(Decision, Option<Receipt>), CheckError> {
-        self.check_by_receipt(key, quota, n)
+        self.check_by_receipt(key, &Carried(quota), n)
     }
 
     /// A check by the algorithm `under` chooses, and its receipt.
@@ -430,7 +431,9 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
         };
         match quota {
             None => self.store.check_then(key, &Own, now_ns, n, quoted),
-            Some(quota) => self.store.check_then(key, quota, now_ns, n, quoted),
+            Some(quota) => self
+                .store
+                .check_then(key, &Carried(quota), now_ns, n, quoted),
         }
     }
 

@@ -408,7 +408,13 @@ proptest::proptest! {
 #[derive(Clone)]
 struct Paused(Arc<std::sync::atomic::AtomicU64>);
 
-type Arm = (std::sync::mpsc::Sender<u64>, std::sync::mpsc::Receiver<()>);
+/// How many readings to let pass, where to report the next one, and what
+/// releases it.
+type Arm = (
+    usize,
+    std::sync::mpsc::Sender<u64>,
+    std::sync::mpsc::Receiver<()>,
+);
 
 thread_local! {
     static ARMED: std::cell::RefCell<Option<Arm>> = const { std::cell::RefCell::new(None) };
@@ -417,15 +423,28 @@ thread_local! {
 impl tollgate::clock::Clock for Paused {
     fn now_ns(&self) -> u64 {
         let now = self.0.load(Ordering::SeqCst);
-        if let Some((read, release)) = ARMED.with(|armed| armed.borrow_mut().take()) {
-            read.send(now).unwrap();
-            release.recv().unwrap();
-        }
+        ARMED.with(|armed| {
+            let mut armed = armed.borrow_mut();
+            match armed.as_mut() {
+                Some((0, _, _)) => {
+                    let (_, read, release) = armed.take().expect("armed");
+                    read.send(now).unwrap();
+                    release.recv().unwrap();
+                }
+                Some((skip, _, _)) => *skip -= 1,
+                None => {}
+            }
+        });
         now
     }
 
     fn ordered(&self) -> bool {
         true
+    }
+
+    /// One word, as `ManualClock`: readings in order exactly.
+    fn disorder_ns(&self) -> u64 {
+        0
     }
 }
 
@@ -450,7 +469,7 @@ fn drained_during_a_change<S: StoreKind<String, Gcra> + 'static>(store: S) -> (u
     let changer = {
         let limiter = Arc::clone(&limiter);
         std::thread::spawn(move || {
-            ARMED.with(|armed| *armed.borrow_mut() = Some((read_tx, release_rx)));
+            ARMED.with(|armed| *armed.borrow_mut() = Some((0, read_tx, release_rx)));
             limiter.set_quota(new, Carry::AsIs).unwrap();
         })
     };
@@ -594,4 +613,76 @@ fn a_stalled_check_holds_back_no_change_for_ever() {
     limiter
         .set_quota(Quota::per_second(50).unwrap(), Carry::AsIs)
         .unwrap();
+}
+
+/// The first check that carries a quota lands while a change runs, on a
+/// shard not yet moved: that shard is carried unchanged, and so is every
+/// later change's (the new generation is marked too).
+#[test]
+fn a_first_tier_check_racing_a_change_marks_the_new_generation() {
+    use std::hash::BuildHasher;
+
+    let hasher = foldhash::fast::FixedState::with_seed(7);
+    // Two shards: the shard of a key is bit 32 of its hash.
+    let shard = |key: &str| (hasher.hash_one(key) >> 32) & 1;
+    let used = (0..)
+        .map(|n| format!("used-{n}"))
+        .find(|key| shard(key) == 0)
+        .unwrap();
+    let tier = (0..)
+        .map(|n| format!("tier-{n}"))
+        .find(|key| shard(key) == 1)
+        .unwrap();
+    let time = Arc::new(std::sync::atomic::AtomicU64::new(1_000_000_000_000));
+    let limiter = Arc::new(
+        Builder::new(per_minute(10))
+            .clock(Paused(Arc::clone(&time)))
+            .store(LockFree::new(2).with_hasher(hasher))
+            .build::<String>(),
+    );
+    assert!(limiter.check(used.as_str()).unwrap().is_allowed());
+    let (read_tx, read_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel();
+    let changer = {
+        let limiter = Arc::clone(&limiter);
+        std::thread::spawn(move || {
+            // The change's first reading is its probe, the second the
+            // first shard's, under that shard's lock.
+            ARMED.with(|armed| *armed.borrow_mut() = Some((1, read_tx, release_rx)));
+            limiter.set_quota(per_minute(20), Carry::AsIs).unwrap();
+        })
+    };
+    read_rx.recv().unwrap();
+    // Shard 0 is being moved; shard 1 still holds the old generation.
+    let pro = per_minute(100);
+    assert!(
+        limiter
+            .check_with(tier.as_str(), &pro)
+            .unwrap()
+            .is_allowed()
+    );
+    release_tx.send(()).unwrap();
+    changer.join().unwrap();
+    // The first shard was carried as is: 1 of 10 used, 9 left of 20.
+    assert_eq!(drain_on(&limiter, &used), 9);
+    // The tier key's shard unchanged, and the next change refused as is.
+    assert_eq!(
+        limiter.set_quota(per_minute(40), Carry::AsIs),
+        Err(ChangeError::CarriedQuotas)
+    );
+}
+
+/// A peek under a quota of its own writes nothing, and leaves the limiter
+/// free to change as is.
+#[test]
+fn a_peek_under_a_quota_of_its_own_does_not_mark() {
+    let limiter = used_four::<Gcra, _>(LockFree::default());
+    assert!(
+        limiter
+            .peek_with("used", &per_minute(100))
+            .unwrap()
+            .is_allowed()
+    );
+    limiter.set_quota(per_minute(20), Carry::AsIs).unwrap();
+    assert_eq!(drain(&limiter, "used"), 6);
 }

@@ -270,14 +270,16 @@ pub fn check_carries<A: Algorithm>(
         .ok_or(ChangeError::Unsupported)
 }
 
-/// The strategy a change carries a shard's states by, read once they can
-/// no longer change: `carry`, or [`Carry::Unchanged`] if a check carrying
-/// a quota of its own has written to `from`'s states meanwhile (the first
-/// such check, racing the change: its key is not the limiter's quota's to
-/// rescale).
-pub fn carry_for<A: Algorithm>(from: &Generation<A>, carry: Carry) -> Carry {
+/// The strategy a change from `from` to `to` carries a shard's states by,
+/// read once they can no longer change: `carry`, or [`Carry::Unchanged`] if
+/// a check carrying a quota of its own has written to `from`'s states
+/// meanwhile (the first such check, racing the change: its key is not the
+/// limiter's quota's to rescale), and then `to` is marked too, so that
+/// later changes keep every state unchanged.
+pub fn carry_for<A: Algorithm>(from: &Generation<A>, to: &Generation<A>, carry: Carry) -> Carry {
     crate::sync::seq_cst_fence();
     if from.has_carried() {
+        to.mark_carried();
         Carry::Unchanged
     } else {
         carry

@@ -258,16 +258,25 @@ impl<A: Algorithm> Generation<A> {
     /// states (or on those of one it was changed from).
     #[must_use]
     pub fn has_carried(&self) -> bool {
-        self.carried.load(crate::sync::Ordering::Relaxed)
+        // Acquire: a check that reads the mark another set keeps its
+        // write to the key's state after this read (see `mark_carried`).
+        self.carried.load(crate::sync::Ordering::Acquire)
     }
 
     /// Marks that a check carries a quota of its own on this generation's
-    /// states, before the check writes (a fence after the mark: a change
-    /// that retired the check's cell reads it).
+    /// states, before the check writes one. A change reads the mark after
+    /// it froze the states it carries (`kit::carry_for`: its retiring swap
+    /// or the shard's lock, then a sequentially consistent fence): a check
+    /// whose write it froze set the mark before that write (the store and
+    /// its fence), or read it set (an acquire load, which keeps the write
+    /// after it). That last case, a mark another thread set, rests on
+    /// hardware that makes a store visible to every thread at once and
+    /// keeps a write after an acquire load (x86-64, `AArch64`), as
+    /// `Clock::ordered` does, not on the language's memory model alone.
     #[inline]
     pub fn mark_carried(&self) {
         if !self.has_carried() {
-            self.carried.store(true, crate::sync::Ordering::Relaxed);
+            self.carried.store(true, crate::sync::Ordering::Release);
             crate::sync::seq_cst_fence();
         }
     }
@@ -407,15 +416,30 @@ impl<A: Algorithm> Under<A> for Own {
     }
 }
 
-/// A check carrying its own quota, read in the generation's layout; it
-/// marks the generation ([`Generation::mark_carried`]), so that a change
-/// of the limiter's quota carries its states unchanged.
+/// A peek (or any read) under a quota of its own, read in the generation's
+/// layout.
 impl<A: Algorithm> Under<A> for Quota {
     type Chosen<'g> = Derived<A>;
 
     #[inline]
     fn choose(&self, generation: &Generation<A>) -> Result<Derived<A>, CheckError> {
-        let algorithm = generation.algorithm.for_quota(self)?;
+        Ok(Derived(generation.algorithm.for_quota(self)?))
+    }
+}
+
+/// A check that carries a quota of its own and may write the key's state
+/// under it: as a [`Quota`], and it marks the generation
+/// ([`Generation::mark_carried`]), so that a change of the limiter's quota
+/// leaves its states unchanged.
+#[derive(Debug, Clone, Copy)]
+pub struct Carried<'q>(pub &'q Quota);
+
+impl<A: Algorithm> Under<A> for Carried<'_> {
+    type Chosen<'g> = Derived<A>;
+
+    #[inline]
+    fn choose(&self, generation: &Generation<A>) -> Result<Derived<A>, CheckError> {
+        let algorithm = generation.algorithm.for_quota(self.0)?;
         generation.mark_carried();
         Ok(Derived(algorithm))
     }

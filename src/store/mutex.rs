@@ -408,7 +408,7 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
             let (from, to_algorithm) = (generation.algorithm(), to.algorithm());
             // Under the lock the states are frozen: the instant and the
             // strategy are read now.
-            let carry = carry_for(generation, carry);
+            let carry = carry_for(generation, &to, carry);
             let at = at();
             // The algorithm's code first, changing nothing: a panic leaves
             // the shard in its generation, every state as it was.

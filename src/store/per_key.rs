@@ -346,7 +346,7 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
         // Every cell is retired: the states are frozen, and the instant and
         // the strategy are read now. The algorithm's code: a panic keeps
         // every moved state in its generation.
-        let carry = carry_for(generation, carry);
+        let carry = carry_for(generation, &to, carry);
         let at = at();
         let carried = catch_unwind(AssertUnwindSafe(|| {
             moved

@@ -323,7 +323,7 @@ impl<A: Algorithm> Conversion<'_, A> {
         let (from_algorithm, to_algorithm) = (from.algorithm(), self.to.algorithm());
         // Every cell is retired: the states are frozen, and the instant
         // and the strategy are read now.
-        let carry = carry_for(from, self.carry);
+        let carry = carry_for(from, self.to, self.carry);
         let at = (self.at)();
         let carried: Vec<C> = moves
             .iter()

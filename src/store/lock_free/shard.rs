@@ -5,7 +5,7 @@
 //! A replaced table is freed once no check can still be reading it: its
 //! readers are tracked by tollgate's own read-copy-update (`sync::rcu`):
 //! each check is a read section, and a replaced table's grace period
-//! ends once every section that was inside when it was unlinked has left. A shard keeps at most [`MAX_RETIRED`] replaced tables
+//! ends once every section that was inside when it was unlinked has left. A shard keeps at most [`MAX_RETIRED`] replaced tables (one more while a quota change went past a stall: [`may_convert`])
 //! awaiting reclamation: a rebuild that finds that many first waits, for a
 //! bounded number of rounds, until one of them is free to go (for checks
 //! already inside it to finish: nanoseconds to microseconds, unless one is
@@ -110,7 +110,8 @@ pub(super) struct Writer<K, C, M> {
     /// Live slots.
     pub(super) live: usize,
     /// Replaced tables not yet freed: fewer than [`MAX_RETIRED`] before a
-    /// rebuild, at most that many after it (see [`may_rebuild`]).
+    /// rebuild, at most that many after it (see [`may_rebuild`]), or one
+    /// more after a quota change that went past a stall ([`may_convert`]).
     pub(super) retired: Vec<Retired<K, C, M>>,
     /// A wait for the replaced table's grace period ran out: later
     /// rebuilds wait `STALLED_ROUNDS`, not `REFUSAL_ROUNDS`, so that while a
@@ -414,13 +415,6 @@ enum Grace {
     RanOut,
 }
 
-/// Whether the shard (lock held) may rebuild: whether, once the replaced
-/// tables whose grace period has elapsed are taken out (into `discarded`,
-/// freed after the lock), it holds fewer than [`MAX_RETIRED`]. When it
-/// holds that many, waits for one of them for a bounded time
-/// (`REFUSAL_ROUNDS`, or `STALLED_ROUNDS` after a wait ran out) and refuses if
-/// none goes: a check stalled inside them holds them, and a rebuild would
-/// keep one more (the canary rebuilds all the same, keeping every table).
 /// Whether a quota change may rebuild the shard (lock held): as
 /// [`may_rebuild`], or past it by one replaced table. A change goes ahead
 /// while a stalled check holds the shard's replaced tables, keeping one
@@ -434,6 +428,13 @@ pub(super) fn may_convert<K, C, M>(
     may_rebuild(writer, discarded) || writer.retired.len() <= MAX_RETIRED
 }
 
+/// Whether the shard (lock held) may rebuild: whether, once the replaced
+/// tables whose grace period has elapsed are taken out (into `discarded`,
+/// freed after the lock), it holds fewer than [`MAX_RETIRED`]. When it
+/// holds that many, waits for one of them for a bounded time
+/// (`REFUSAL_ROUNDS`, or `STALLED_ROUNDS` after a wait ran out) and refuses if
+/// none goes: a check stalled inside them holds them, and a rebuild would
+/// keep one more (the canary rebuilds all the same, keeping every table).
 pub(super) fn may_rebuild<K, C, M>(
     writer: &mut Writer<K, C, M>,
     discarded: &mut Discarded<Retired<K, C, M>>,
