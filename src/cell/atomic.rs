@@ -120,7 +120,11 @@ impl<A: PackedAlgorithm> Cell<A> for Atomic<A> {
         Self::holding(algorithm.pack(&state))
     }
 
-    #[inline]
+    // Always: the denial's whole path; out of line, a keyed denial takes a
+    // tenth more instructions (`tollgate-lab --deny-loop 0 N` under
+    // callgrind; note 14).
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
     fn check(&self, algorithm: &A, now_ns: u64, cost: u32) -> Result<Option<Decision>, CheckError> {
         let mut word = self.word.load(Ordering::Relaxed);
         // The retry loop is in line, its backoff out of it: a decision then

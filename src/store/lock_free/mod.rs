@@ -452,9 +452,9 @@ where
     C: Cell<A>,
     H: BuildHasher + Send + Sync,
 {
-    // Always: left to itself, the compiler calls it out of line from the
-    // limiter's `check`, and a keyed denial costs 337 instructions, not
-    // 314 (`tollgate-lab --deny-loop 0 N` under callgrind).
+    // Always: left to itself, the compiler may call it out of line from
+    // the limiter's `check`, a tenth more instructions a keyed denial
+    // (`tollgate-lab --deny-loop 0 N` under callgrind; note 14).
     #[allow(clippy::inline_always)]
     #[inline(always)]
     fn check_then<Q: Lookup<K> + ?Sized, U: Under<A>, R>(
