@@ -773,6 +773,57 @@ fn canary_generation_apart_is_caught() {
     );
 }
 
+/// The first check that carries a quota of its own (4 an hour) races a
+/// cut of the limiter's quota from 2 to 1 an hour, carried as is. The tier
+/// key lands before the change froze its shard (the change sees the mark
+/// and carries it unchanged) or after (in the new generation): either way
+/// it has exactly 3 of its 4 left, never the 4 a rescaling by the
+/// limiter's numbers would hand back.
+fn tier_check_against_change() {
+    let limiter = one_table(Quota::per_hour(2).unwrap(), &ManualClock::new());
+    let tier = spawn_on(&limiter, |limiter| {
+        limiter
+            .check_with(&1, &Quota::per_hour(4).unwrap())
+            .unwrap()
+            .is_allowed()
+    });
+    let change = spawn_on(&limiter, |limiter| {
+        limiter
+            .set_quota(Quota::per_hour(1).unwrap(), Carry::AsIs)
+            .is_ok()
+    });
+    let changed = change.join().unwrap();
+    assert!(tier.join().unwrap());
+    let pro = Quota::per_hour(4).unwrap();
+    let left = (0..5)
+        .take_while(|_| limiter.check_with(&1, &pro).unwrap().is_allowed())
+        .count();
+    assert_eq!(left, 3, "the tier key after a change (changed: {changed})");
+}
+
+/// Bound 3, as the other change model: the mark, the check's
+/// compare-and-swap, and the change's retiring swap and read of the mark.
+#[test]
+fn lock_free_tier_check_against_change() {
+    explore(
+        "lock-free table, a first tier check vs a quota change",
+        3,
+        tier_check_against_change,
+    );
+}
+
+/// Canary: the change does not read the mark again once the shard is
+/// frozen.
+#[test]
+fn canary_carry_ignores_mark_is_caught() {
+    rebuild_canary(
+        "canary_carry_ignores_mark_is_caught",
+        Canary::CarryIgnoresMark,
+        "the tier key after a change",
+        tier_check_against_change,
+    );
+}
+
 /// The rebuild's canaries, each at the model's bound on `model` (the
 /// rebuild model, with one key type or another): the planted bug, what
 /// loom must report.

@@ -278,7 +278,9 @@ pub fn check_carries<A: Algorithm>(
 /// later changes keep every state unchanged.
 pub fn carry_for<A: Algorithm>(from: &Generation<A>, to: &Generation<A>, carry: Carry) -> Carry {
     crate::sync::seq_cst_fence();
-    if from.has_carried() {
+    if from.has_carried()
+        && !crate::sync::canary::planted(crate::sync::canary::Canary::CarryIgnoresMark)
+    {
         to.mark_carried();
         Carry::Unchanged
     } else {

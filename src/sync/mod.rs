@@ -214,6 +214,11 @@ pub mod canary {
         /// (`store::per_key`): a check that found the old cell before the
         /// change admits into a cell no lookup reaches any more.
         ChangeWithoutRetire,
+        /// A quota change carries a shard by its strategy without reading
+        /// again, once the shard is frozen, whether a check carrying a
+        /// quota of its own wrote to it (`store::kit::carry_for`): the
+        /// first tier check racing the change has its key rescaled.
+        CarryIgnoresMark,
         /// An admission on an atomic cell stores its word instead of
         /// compare-and-swapping it: two checks that decided on the same
         /// word both admit (the lost update; `crate::cell::Atomic`).
