@@ -829,3 +829,42 @@ fn tiers_a_limiter_cannot_take_are_refused_when_the_rule_is_made() {
         }
     );
 }
+
+/// A quota raised while the server runs, through the limiter the rule
+/// shares: a drained key stays drained, its wait and the advertised policy
+/// now the new quota's; a key that had used nothing gets the new burst.
+#[tokio::test]
+async fn a_quota_raised_at_runtime_is_advertised_and_keeps_what_keys_used() {
+    use std::sync::Arc;
+
+    use tollgate::algorithm::Carry;
+    use tollgate_http::HeaderKey;
+
+    let limiter = Arc::new(RateLimiter::<HeaderKey>::keyed(
+        Quota::per_minute(3).unwrap(),
+    ));
+    let rule = Rule::new(
+        "per-key",
+        Arc::clone(&limiter),
+        Header::new(HeaderName::from_static("x-api-key")),
+    )
+    .unwrap();
+    let server = Server::start(layer([rule])).await;
+    let client = client();
+    let url = server.url("/");
+    let alice = [("x-api-key", "alice")];
+    let (admitted, denied) = send(&client, &url, &alice, 4).await;
+    assert_eq!(admitted, 3);
+    assert_eq!(retry_after(denied.headers()), 20);
+    limiter
+        .set_quota(Quota::per_minute(6).unwrap(), Carry::AsIs)
+        .unwrap();
+    // Drained, as is: still drained, a unit of the new quota away.
+    let (admitted, denied) = send(&client, &url, &alice, 1).await;
+    assert_eq!(admitted, 0);
+    assert_eq!(retry_after(denied.headers()), 10);
+    let policy = list(denied.headers(), "ratelimit-policy");
+    assert_eq!((policy[0].param("q"), policy[0].param("w")), (6, 60));
+    let (admitted, _) = send(&client, &url, &[("x-api-key", "bob")], 7).await;
+    assert_eq!(admitted, 6);
+}
