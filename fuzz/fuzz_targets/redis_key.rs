@@ -2,8 +2,8 @@
 //! every key inside its prefix and its own hash tag, and its `SCAN` pattern
 //! matches exactly its own keys.
 //!
-//! Two inputs (prefix, limiter name, algorithm, span, burst, fixed hash tag
-//! or none, user key) are built from the fuzzer's bytes: the second is
+//! Two inputs (prefix, limiter name, algorithm, fixed hash tag or none,
+//! user key) are built from the fuzzer's bytes: the second is
 //! either independent of the first, the first with some fields changed, or
 //! the first's name and user key cut at another place (the encoding's
 //! weak spot, were it not length-prefixed). Checked, for each:
@@ -16,11 +16,11 @@
 //!   encoding has an inverse, so it is injective);
 //! * and for the pair: equal keys only for equal inputs, with one intended
 //!   exception, a fixed tag equal to the hash another limiter of the same
-//!   name and quota computes for that key: the tag places a key, the name,
-//!   algorithm and quota identify it;
+//!   name and algorithm computes for that key: the tag places a key, the
+//!   name and algorithm identify it;
 //! * the first's `SCAN` pattern, matched as Redis matches globs, matches
-//!   the second's key exactly when the two share a prefix, a name, an
-//!   algorithm and a quota, and the second's tag is one the first's
+//!   the second's key exactly when the two share a prefix, a name and an
+//!   algorithm, and the second's tag is one the first's
 //!   pattern names (its fixed tag, or eight lowercase hex digits).
 
 #![no_main]
@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
 });
 
 /// The layout version every key carries (`key.rs`'s `LAYOUT`).
-const LAYOUT: u64 = 1;
+const LAYOUT: u64 = 2;
 
 const CODES: [u8; 5] = *b"gtfcl";
 
@@ -44,8 +44,6 @@ struct Input {
     prefix: String,
     name: String,
     code: u8,
-    span_us: u64,
-    burst: u32,
     tag: Option<String>,
     key: Vec<u8>,
 }
@@ -53,13 +51,12 @@ struct Input {
 impl Input {
     fn namespace(&self) -> Option<Namespace> {
         let (prefix, name, tag) = (&*self.prefix, &*self.name, self.tag.as_deref());
-        let (span_us, burst) = (self.span_us, self.burst);
         match self.code {
-            b'g' => Namespace::new::<Gcra>(prefix, name, span_us, burst, tag),
-            b't' => Namespace::new::<TokenBucket>(prefix, name, span_us, burst, tag),
-            b'f' => Namespace::new::<FixedWindow>(prefix, name, span_us, burst, tag),
-            b'c' => Namespace::new::<SlidingWindowCounter>(prefix, name, span_us, burst, tag),
-            _ => Namespace::new::<SlidingWindowLog>(prefix, name, span_us, burst, tag),
+            b'g' => Namespace::new::<Gcra>(prefix, name, tag),
+            b't' => Namespace::new::<TokenBucket>(prefix, name, tag),
+            b'f' => Namespace::new::<FixedWindow>(prefix, name, tag),
+            b'c' => Namespace::new::<SlidingWindowCounter>(prefix, name, tag),
+            _ => Namespace::new::<SlidingWindowLog>(prefix, name, tag),
         }
         .ok()
     }
@@ -92,22 +89,11 @@ fn text(u: &mut Unstructured<'_>, max: usize) -> Result<String> {
     Ok(text)
 }
 
-fn number(u: &mut Unstructured<'_>) -> Result<u64> {
-    Ok(match u.int_in_range(0..=3)? {
-        0 => u.int_in_range(0..=20)?,
-        1 => u.arbitrary()?,
-        2 => 1 << u.int_in_range(0..=63)?,
-        _ => 10u64.pow(u.int_in_range(0..=19)?),
-    })
-}
-
 fn input(u: &mut Unstructured<'_>) -> Result<Input> {
     Ok(Input {
         prefix: text(u, 6)?,
         name: text(u, 10)?,
         code: *u.choose(&CODES)?,
-        span_us: number(u)?,
-        burst: u32::try_from(number(u)? % (1 << 32)).unwrap(),
         tag: if u.ratio(1, 3)? {
             Some(if u.ratio(1, 2)? {
                 text(u, 4)?
@@ -143,12 +129,6 @@ fn other(u: &mut Unstructured<'_>, first: &Input) -> Result<Input> {
                 second.code = fresh.code;
             }
             if u.ratio(1, 4)? {
-                second.span_us = fresh.span_us;
-            }
-            if u.ratio(1, 4)? {
-                second.burst = fresh.burst;
-            }
-            if u.ratio(1, 4)? {
                 second.tag = fresh.tag;
             }
             if u.ratio(1, 3)? {
@@ -161,15 +141,7 @@ fn other(u: &mut Unstructured<'_>, first: &Input) -> Result<Input> {
             // new name takes the old name and some of what follows, or
             // gives some of its end to the key.
             let mut tail = first.name.clone().into_bytes();
-            tail.extend_from_slice(
-                format!(
-                    ":{}{}/{}/v{LAYOUT}:",
-                    char::from(first.code),
-                    first.span_us,
-                    first.burst
-                )
-                .as_bytes(),
-            );
+            tail.extend_from_slice(format!(":{}/v{LAYOUT}:", char::from(first.code)).as_bytes());
             tail.extend_from_slice(&first.key);
             let cut = u.int_in_range(0..=tail.len())?;
             let (name, key) = tail.split_at(cut);
@@ -211,8 +183,6 @@ fn check(u: &mut Unstructured<'_>) -> Result<()> {
         }
         assert_eq!(decoded.name, input.name.as_bytes());
         assert_eq!(decoded.code, input.code);
-        assert_eq!(decoded.span_us, input.span_us);
-        assert_eq!(decoded.burst, u64::from(input.burst));
         assert_eq!(decoded.layout, LAYOUT);
         assert_eq!(decoded.key, input.key);
         let pattern = namespace.pattern();
@@ -227,8 +197,6 @@ fn check(u: &mut Unstructured<'_>) -> Result<()> {
             decoded.prefix.clone(),
             decoded.name.clone(),
             decoded.code,
-            decoded.span_us,
-            decoded.burst,
             decoded.key.clone(),
         )
     };
@@ -239,11 +207,7 @@ fn check(u: &mut Unstructured<'_>) -> Result<()> {
             "{first:?} and {second:?} share {first_key:?}"
         );
     }
-    let same_limit = a.prefix == b.prefix
-        && a.name == b.name
-        && a.code == b.code
-        && a.span_us == b.span_us
-        && a.burst == b.burst;
+    let same_limit = a.prefix == b.prefix && a.name == b.name && a.code == b.code;
     let named_tag = match &first.tag {
         Some(tag) => b.tag == tag.as_bytes(),
         None => b.tag.len() == 8 && b.tag.iter().all(|byte| b"0123456789abcdef".contains(byte)),
@@ -263,13 +227,11 @@ struct Decoded {
     tag: Vec<u8>,
     name: Vec<u8>,
     code: u8,
-    span_us: u64,
-    burst: u64,
     layout: u64,
     key: Vec<u8>,
 }
 
-/// `<prefix>{<tag>}<name length>:<name>:<code><span>/<burst>/v<layout>:<key>`,
+/// `<prefix>{<tag>}<name length>:<name>:<code>/v<layout>:<key>`,
 /// read from the left.
 fn decode(mut rest: &[u8]) -> Option<Decoded> {
     fn until<'a>(rest: &mut &'a [u8], byte: u8) -> Option<&'a [u8]> {
@@ -295,18 +257,13 @@ fn decode(mut rest: &[u8]) -> Option<Decoded> {
     rest = &rest[name_len..];
     rest = rest.strip_prefix(b":")?;
     let (&code, tail) = rest.split_first()?;
-    rest = tail;
-    let span_us = decimal(until(&mut rest, b'/')?)?;
-    let burst = decimal(until(&mut rest, b'/')?)?;
-    rest = rest.strip_prefix(b"v")?;
+    rest = tail.strip_prefix(b"/v")?;
     let layout = decimal(until(&mut rest, b':')?)?;
     Some(Decoded {
         prefix,
         tag,
         name,
         code,
-        span_us,
-        burst,
         layout,
         key: rest.to_vec(),
     })

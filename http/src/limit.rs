@@ -352,7 +352,7 @@ mod redis {
         type Receipt = NoReceipt;
 
         fn quota(&self) -> Quota {
-            *RedisLimiter::quota(self)
+            RedisLimiter::quota(self)
         }
 
         /// Carries no quota yet: a carried one is refused

@@ -66,6 +66,21 @@ pub enum ConfigError {
          (cluster_clock_skew), or a client clock"
     )]
     ClusterSkewUnknown,
+    /// Deciding locally ([`Mode`](crate::Mode) other than `Exact`) knows
+    /// one quota: a quota change or a check carrying its own quota needs
+    /// `Mode::Exact`.
+    #[error("{0} needs Mode::Exact: a limiter deciding locally knows one quota")]
+    NeedsExact(&'static str),
+    /// The quota cannot change as asked: a window algorithm and a quota of
+    /// another window (its counts mean nothing in other windows), a
+    /// strategy the script does not implement, or the in-process fallback
+    /// share's own refusal.
+    #[error(transparent)]
+    Change(#[from] tollgate::store::ChangeError),
+    /// The quota's revision is at its largest (2^32 − 1): it cannot change
+    /// again.
+    #[error("the quota's revision cannot be raised again")]
+    RevisionsExhausted,
 }
 
 /// A check that returned no decision.
@@ -101,6 +116,12 @@ pub enum Error {
     /// reserved. (An invalid cost is [`Error::Check`], as for a check.)
     #[error(transparent)]
     Wait(WaitError),
+    /// The quota a check carries cannot be decided
+    /// ([`RedisLimiter::check_with`](crate::RedisLimiter::check_with)):
+    /// [`ConfigError::QuotaTooLarge`] for one the script cannot hold, or
+    /// [`ConfigError::NeedsExact`] on a limiter that decides locally.
+    #[error("the quota the check carries: {0}")]
+    Quota(ConfigError),
     /// The script's reply was not a well-formed decision (a bug, or keys in
     /// the limiter's namespace written by something else).
     #[error("malformed reply from the rate-limit script: {0}")]

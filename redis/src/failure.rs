@@ -5,8 +5,9 @@ use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use tollgate::algorithm::Carry;
 use tollgate::clock::TscClock;
-use tollgate::store::{Sharded, WhenFull};
+use tollgate::store::{ChangeError, Sharded, WhenFull};
 use tollgate::{Builder, Decision, Quota, RateLimiter};
 
 use crate::error::{ConfigError, Error};
@@ -161,33 +162,35 @@ pub(crate) struct Fallback<A: Scripted> {
 impl<A: Scripted> Fallback<A> {
     pub(crate) fn new(policy: OnFailure, quota: &Quota) -> Result<Self, ConfigError> {
         let local = match policy {
-            OnFailure::Local { instances } => {
-                let share = |value: u32| value.checked_div(instances).filter(|&v| v > 0);
-                let (Some(limit), Some(burst)) = (share(quota.limit()), share(quota.burst()))
-                else {
-                    return Err(ConfigError::ShareTooSmall {
-                        instances,
-                        limit: quota.limit(),
-                        burst: quota.burst(),
-                    });
-                };
-                let local_quota = Quota::new(limit, quota.window())
-                    .and_then(|local| local.with_burst(burst))
-                    .map_err(ConfigError::LocalQuota)?;
-                Some(
-                    Builder::new(local_quota)
-                        .algorithm::<A>()
-                        .store(Sharded::default())
-                        .max_keys(
-                            NonZeroUsize::new(LOCAL_MAX_KEYS).expect("nonzero"),
-                            WhenFull::Reject,
-                        )
-                        .build::<Vec<u8>>(),
-                )
-            }
+            OnFailure::Local { instances } => Some(
+                Builder::new(share(instances, quota)?)
+                    .algorithm::<A>()
+                    .store(Sharded::default())
+                    .max_keys(
+                        NonZeroUsize::new(LOCAL_MAX_KEYS).expect("nonzero"),
+                        WhenFull::Reject,
+                    )
+                    .build::<Vec<u8>>(),
+            ),
             _ => None,
         };
         Ok(Self { policy, local })
+    }
+
+    /// Changes the local share with the limiter's quota. The share is
+    /// carried by the limiter's strategy, or unchanged once checks carrying
+    /// their own quotas fell back on it (the in-process limiters allow no
+    /// other then).
+    pub(crate) fn set_quota(&self, quota: &Quota, carry: Carry) -> Result<(), ConfigError> {
+        let (Some(local), OnFailure::Local { instances }) = (&self.local, self.policy) else {
+            return Ok(());
+        };
+        let share = share(instances, quota)?;
+        match local.set_quota(share, carry) {
+            Err(ChangeError::CarriedQuotas) => local.set_quota(share, Carry::Unchanged),
+            changed => changed,
+        }
+        .map_err(ConfigError::Change)
     }
 
     pub(crate) fn policy(&self) -> OnFailure {
@@ -198,12 +201,14 @@ impl<A: Scripted> Fallback<A> {
     /// not decide, with the quota that made it, or the error to return.
     /// `open_for` is how long the breaker keeps Redis out of reach (zero
     /// when it is closed).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn decide(
         &self,
         key: &[u8],
         cost: u32,
         peek: bool,
         limit: u32,
+        carried: Option<&Quota>,
         open_for: Duration,
         cause: Unavailable,
     ) -> Result<Enforced, Error> {
@@ -216,18 +221,20 @@ impl<A: Scripted> Fallback<A> {
             })
         };
         let enforced = match (&self.local, self.policy) {
-            (Some(local), _) => match if peek {
-                local.peek(key)
-            } else {
-                local.check_n(key, cost)
-            } {
-                Ok(decision) => Some(Enforced {
+            (Some(local), OnFailure::Local { instances }) => match checked(
+                local,
+                key,
+                cost,
+                peek,
+                carried.map(|quota| share(instances, quota)),
+            ) {
+                Some((decision, quota)) => Some(Enforced {
                     decision,
-                    quota: Some(local.quota()),
+                    quota: Some(quota),
                 }),
                 // A new key beyond the local cap, or a cost above the
                 // local share's burst: denied until Redis is back.
-                Err(_) => uncounted(Decision::from_parts(limit, 0, wait, wait)),
+                None => uncounted(Decision::from_parts(limit, 0, wait, wait)),
             },
             (None, OnFailure::Deny) => uncounted(Decision::from_parts(limit, 0, wait, wait)),
             (None, OnFailure::Admit) => uncounted(Decision::from_parts(
@@ -236,10 +243,60 @@ impl<A: Scripted> Fallback<A> {
                 Duration::ZERO,
                 Duration::ZERO,
             )),
-            (None, _) => None,
+            _ => None,
         };
         enforced.ok_or(Error::Unavailable(cause))
     }
+}
+
+/// The share of `quota` one of `instances` enforces alone.
+fn share(instances: u32, quota: &Quota) -> Result<Quota, ConfigError> {
+    let part = |value: u32| value.checked_div(instances).filter(|&v| v > 0);
+    let (Some(limit), Some(burst)) = (part(quota.limit()), part(quota.burst())) else {
+        return Err(ConfigError::ShareTooSmall {
+            instances,
+            limit: quota.limit(),
+            burst: quota.burst(),
+        });
+    };
+    Quota::new(limit, quota.window())
+        .and_then(|local| local.with_burst(burst))
+        .map_err(ConfigError::LocalQuota)
+}
+
+/// The local share's decision, under the share of the check's own quota
+/// (`carried`) if it carries one, with the quota that made it; `None` for
+/// any error (a share too small, a key beyond the cap, a cost above the
+/// burst), which the caller denies.
+fn checked<A: Scripted>(
+    local: &RateLimiter<Vec<u8>, A, TscClock, Sharded>,
+    key: &[u8],
+    cost: u32,
+    peek: bool,
+    carried: Option<Result<Quota, ConfigError>>,
+) -> Option<(Decision, Quota)> {
+    let (decision, quota) = match carried {
+        None => (
+            if peek {
+                local.peek(key)
+            } else {
+                local.check_n(key, cost)
+            },
+            local.quota(),
+        ),
+        Some(share) => {
+            let share = share.ok()?;
+            (
+                if peek {
+                    local.peek_with(key, &share)
+                } else {
+                    local.check_n_with(key, cost, &share)
+                },
+                share,
+            )
+        }
+    };
+    Some((decision.ok()?, quota))
 }
 
 /// A check's decision, and the quota that made it

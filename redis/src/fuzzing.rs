@@ -2,16 +2,14 @@
 //! `fuzzing` feature: not part of the API and under no semver promise.
 
 use crate::error::ConfigError;
-use crate::script::{ScriptLimit, Scripted};
+use crate::script::Scripted;
 
-/// A limiter's place in the key space, as `Builder::build` makes it,
-/// but from any span and burst (the builder derives them from a quota).
+/// A limiter's place in the key space, as `Builder::build` makes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Namespace(crate::key::Namespace);
 
 impl Namespace {
-    /// Makes the namespace of a limiter of algorithm `A` named `name`, with
-    /// `span_us` and `burst` as the script takes them.
+    /// Makes the namespace of a limiter of algorithm `A` named `name`.
     ///
     /// # Errors
     ///
@@ -20,16 +18,9 @@ impl Namespace {
     pub fn new<A: Scripted>(
         prefix: &str,
         name: &str,
-        span_us: u64,
-        burst: u32,
         tag: Option<&str>,
     ) -> Result<Self, ConfigError> {
-        let limit = ScriptLimit {
-            code: A::CODE,
-            span_us,
-            burst,
-        };
-        crate::key::Namespace::new(prefix, name, &limit, tag).map(Self)
+        crate::key::Namespace::new(prefix, name, A::CODE, tag).map(Self)
     }
 
     /// Returns the Redis key of the user key `key`.

@@ -3,7 +3,7 @@
 //! A user key is attacker-chosen bytes. Its Redis key is
 //!
 //! ```text
-//! <prefix> "{" <tag> "}" <name length> ":" <name> ":" <algorithm> <span> "/" <burst> "/v" <layout> ":" <user key>
+//! <prefix> "{" <tag> "}" <name length> ":" <name> ":" <algorithm> "/v" <layout> ":" <user key>
 //! ```
 //!
 //! * The prefix holds no brace (checked when the limiter is built), so the
@@ -13,33 +13,33 @@
 //! * The tag is eight hex digits of a hash of everything after it, which
 //!   spreads one limiter's keys over the cluster, or for limits that must be
 //!   decided together, a tag the limiters were given (one slot for all).
-//! * The name is length-prefixed, the algorithm is one letter followed by
-//!   the quota's span in microseconds and its burst, and the user key is
-//!   last, so the encoding is injective: two different (limiter name,
-//!   algorithm, quota, user key) never share a Redis key, whatever bytes the
+//! * The name is length-prefixed, the algorithm is one letter, and the user
+//!   key is last, so the encoding is injective: two different (limiter
+//!   name, algorithm, user key) never share a Redis key, whatever bytes the
 //!   user key holds, and every key starts with the prefix.
-//! * The quota is part of the key because the stored state means something
-//!   only under the quota that wrote it (a window index counts windows of
-//!   one length; a count above a new, smaller burst would break the
-//!   script's bounds). A limiter whose quota changes starts every key fresh;
-//!   the old keys expire by themselves.
+//! * The quota is not part of the key: each value carries the stamp of the
+//!   quota that wrote it (its revision, span and burst), and a limiter whose
+//!   quota changes reads every key on by that stamp, carrying its state over
+//!   (notes/14). The algorithm is, because the values' layouts differ by
+//!   algorithm.
 
 use crate::error::ConfigError;
-use crate::script::ScriptLimit;
 
 /// The version of the stored values' layout, part of every key: a version
 /// that stores a state differently must raise it, so that it never reads
 /// (and an older version still running never reads) a value in the other
-/// layout. Version 1: GCRA's TAT; "deficit last"; "index count"; "index
-/// previous current"; the log's runs "stamp count cumulative".
-const LAYOUT: u32 = 1;
+/// layout. Version 2: GCRA's "TAT", "deficit last", "index count" and
+/// "index previous current", each followed by the stamp "revision span
+/// burst"; the log's list of the stamp, then its runs "stamp count
+/// cumulative". (Version 1 held no stamp and put the quota in the key.)
+const LAYOUT: u32 = 2;
 
 /// A limiter's place in the key space.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Namespace {
     prefix: Vec<u8>,
-    /// `<name length>:<name>:<algorithm><span>/<burst>:`, the part before
-    /// the user key.
+    /// `<name length>:<name>:<algorithm>/v<layout>:`, the part before the
+    /// user key.
     scope: Vec<u8>,
     /// A fixed hash tag (limits decided together), or none: one per key.
     tag: Option<String>,
@@ -49,7 +49,7 @@ impl Namespace {
     pub(crate) fn new(
         prefix: &str,
         name: &str,
-        limit: &ScriptLimit,
+        code: &str,
         tag: Option<&str>,
     ) -> Result<Self, ConfigError> {
         let bad = |setting, value: &str| ConfigError::BadKeyPart {
@@ -62,13 +62,7 @@ impl Namespace {
         if let Some(tag) = tag.filter(|tag| tag.is_empty() || tag.contains(['{', '}'])) {
             return Err(bad("hash tag", tag));
         }
-        let ScriptLimit {
-            code,
-            span_us,
-            burst,
-        } = limit;
-        let scope =
-            format!("{}:{name}:{code}{span_us}/{burst}/v{LAYOUT}:", name.len()).into_bytes();
+        let scope = format!("{}:{name}:{code}/v{LAYOUT}:", name.len()).into_bytes();
         Ok(Self {
             prefix: prefix.as_bytes().to_vec(),
             scope,
@@ -153,56 +147,39 @@ fn fnv1a(mut hash: u64, bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::Namespace;
-    use crate::script::ScriptLimit;
-
-    fn limit(code: &'static str) -> ScriptLimit {
-        ScriptLimit {
-            code,
-            span_us: 1_000,
-            burst: 5,
-        }
-    }
 
     #[test]
     fn keys_are_prefixed_tagged_and_injective() {
-        let api = Namespace::new("app:", "api", &limit("g"), None).unwrap();
+        let api = Namespace::new("app:", "api", "g", None).unwrap();
         let key = api.key(b"alice");
         assert!(key.starts_with(b"app:{"));
-        assert_eq!(&key[13..], b"}3:api:g1000/5/v1:alice");
+        assert_eq!(&key[13..], b"}3:api:g/v2:alice");
         // A name that ends like another name's scope starts: still apart.
-        let a = Namespace::new("p", "a:g1000/5/v1:", &limit("g"), None)
-            .unwrap()
-            .key(b"x");
-        let b = Namespace::new("p", "a", &limit("g"), None)
-            .unwrap()
-            .key(b"g1000/5/v1:x");
+        let a = Namespace::new("p", "a:g/v2:", "g", None).unwrap().key(b"x");
+        let b = Namespace::new("p", "a", "g", None).unwrap().key(b"g/v2:x");
         assert_ne!(a[11..], b[11..]);
-        let fixed = Namespace::new("p", "n", &limit("f"), Some("req")).unwrap();
-        assert_eq!(fixed.key(b"{x}"), b"p{req}1:n:f1000/5/v1:{x}");
-        // Another quota under the same name: other keys.
-        let wider = ScriptLimit {
-            burst: 50,
-            ..limit("f")
-        };
-        let other = Namespace::new("p", "n", &wider, Some("req")).unwrap();
+        let fixed = Namespace::new("p", "n", "f", Some("req")).unwrap();
+        assert_eq!(fixed.key(b"{x}"), b"p{req}1:n:f/v2:{x}");
+        // Another algorithm under the same name: other keys.
+        let other = Namespace::new("p", "n", "c", Some("req")).unwrap();
         assert_ne!(other.key(b"x"), fixed.key(b"x"));
     }
 
     #[test]
     fn the_scan_pattern_names_the_tag_exactly() {
-        let spread = Namespace::new("p*", "n", &limit("g"), None).unwrap();
+        let spread = Namespace::new("p*", "n", "g", None).unwrap();
         assert_eq!(
             spread.pattern(),
-            b"p\\*{[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]}1:n:g1000/5/v1:*"
+            b"p\\*{[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]}1:n:g/v2:*"
         );
-        let fixed = Namespace::new("p", "n", &limit("g"), Some("t?")).unwrap();
-        assert_eq!(fixed.pattern(), b"p{t\\?}1:n:g1000/5/v1:*");
+        let fixed = Namespace::new("p", "n", "g", Some("t?")).unwrap();
+        assert_eq!(fixed.pattern(), b"p{t\\?}1:n:g/v2:*");
     }
 
     #[test]
     fn braces_in_the_prefix_or_tag_are_refused() {
-        assert!(Namespace::new("a{b", "n", &limit("g"), None).is_err());
-        assert!(Namespace::new("a", "n", &limit("g"), Some("x}")).is_err());
-        assert!(Namespace::new("a", "n", &limit("g"), Some("")).is_err());
+        assert!(Namespace::new("a{b", "n", "g", None).is_err());
+        assert!(Namespace::new("a", "n", "g", Some("x}")).is_err());
+        assert!(Namespace::new("a", "n", "g", Some("")).is_err());
     }
 }

@@ -10,15 +10,17 @@ mod reserve;
 mod time;
 mod wire;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
-use tollgate::algorithm::{Gcra, validate_cost};
+use arc_swap::ArcSwap;
+use tollgate::algorithm::{Carry, Gcra, validate_cost};
 use tollgate::remote::Local;
-use tollgate::{Decision, Quota};
+use tollgate::store::ChangeError;
+use tollgate::{CheckError, Decision, LayoutError, Quota};
 
 use crate::connection::{CallError, Connection};
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::failure::{Enforced, Fallback, Unavailable};
 use crate::key::Namespace;
 use crate::local::{Hybrid, Mode};
@@ -30,7 +32,8 @@ pub use reserve::RedisReservation;
 
 use time::{Now, Time};
 use wire::{
-    Call, Counts, Entry, Op, Script, decision, evaluate, lease_arguments, lease_reply, malformed,
+    Call, Counts, Entry, Op, Script, Stamp, carry_code, decision, evaluate, lease_arguments,
+    lease_reply, malformed,
 };
 
 /// A rate limiter whose state lives in Redis, so that every instance of a
@@ -69,12 +72,14 @@ use wire::{
 /// ```
 pub struct RedisLimiter<A: Scripted = Gcra> {
     core: Core,
-    quota: Quota,
     fallback: Fallback<A>,
     /// What is decided locally ([`Mode`]); `None`: every check on Redis.
     local: Option<Arc<Hybrid>>,
     /// Script calls sent by checks and peeks.
     calls: AtomicU64,
+    /// Held by [`set_quota`](RedisLimiter::set_quota): one change at a
+    /// time, each from the quota the last one left.
+    changing: Mutex<()>,
 }
 
 /// What a check needs of its limiter, whatever the algorithm: the part
@@ -82,10 +87,18 @@ pub struct RedisLimiter<A: Scripted = Gcra> {
 struct Core {
     connection: Connection,
     namespace: Namespace,
-    limit: ScriptLimit,
+    /// The quota checks decide by, swapped whole by a change.
+    quota: ArcSwap<Current>,
     time: Time,
     grace_ms: u64,
     script: Arc<Script>,
+}
+
+/// A limiter's quota, and what the script stamps values with.
+#[derive(Debug)]
+struct Current {
+    quota: Quota,
+    stamp: Stamp,
 }
 
 impl<A: Scripted> RedisLimiter<A> {
@@ -144,7 +157,7 @@ impl<A: Scripted> RedisLimiter<A> {
         key: impl AsRef<[u8]>,
         cost: u32,
     ) -> Result<Enforced, Error> {
-        self.decide(key.as_ref(), cost, false).await
+        self.decide(key.as_ref(), cost, false, None).await
     }
 
     /// Returns what a unit check would decide now, changing nothing and
@@ -154,20 +167,185 @@ impl<A: Scripted> RedisLimiter<A> {
     ///
     /// As [`check`](RedisLimiter::check).
     pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<Decision, Error> {
-        Ok(self.decide(key.as_ref(), 1, true).await?.decision)
+        Ok(self.decide(key.as_ref(), 1, true, None).await?.decision)
+    }
+
+    /// Checks one unit for `key` under `quota` rather than the limiter's
+    /// own: a tier's quota, chosen per request. The key's state is read as
+    /// it stands, as a check of the limiter's own quota left it, and written
+    /// stamped with `quota` (see [`set_quota`](RedisLimiter::set_quota) for
+    /// the stamps). Every instance may check one key under different quotas;
+    /// each decision is its quota's.
+    ///
+    /// ```no_run
+    /// use tollgate::Quota;
+    /// use tollgate_redis::{Connection, RedisLimiter};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let connection = Connection::open("redis://127.0.0.1:6379/").await?;
+    /// let free = Quota::per_minute(10)?;
+    /// let pro = Quota::per_minute(1_000)?;
+    /// let limiter = RedisLimiter::builder("api", free).build(connection)?;
+    /// let decision = limiter.check_with("customer-42", &pro).await?;
+    /// assert_eq!(decision.limit(), 1_000);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](RedisLimiter::check); [`Error::Check`] with
+    /// [`CheckError::Layout`] for a window algorithm and a quota of another
+    /// window (its counts mean nothing in other windows), and
+    /// [`Error::Quota`] for a quota the script cannot hold, or on a limiter
+    /// that decides locally ([`ConfigError::NeedsExact`]).
+    pub async fn check_with(
+        &self,
+        key: impl AsRef<[u8]>,
+        quota: &Quota,
+    ) -> Result<Decision, Error> {
+        self.check_n_with(key, 1, quota).await
+    }
+
+    /// [`check_n`](RedisLimiter::check_n) under `quota`, as
+    /// [`check_with`](RedisLimiter::check_with).
+    ///
+    /// # Errors
+    ///
+    /// As [`check_with`](RedisLimiter::check_with), the cost judged against
+    /// `quota`'s burst.
+    pub async fn check_n_with(
+        &self,
+        key: impl AsRef<[u8]>,
+        cost: u32,
+        quota: &Quota,
+    ) -> Result<Decision, Error> {
+        Ok(self.check_n_enforced_with(key, cost, quota).await?.decision)
+    }
+
+    /// [`check_n_enforced`](RedisLimiter::check_n_enforced) under `quota`,
+    /// as [`check_with`](RedisLimiter::check_with): the quota that decided
+    /// is `quota`, or its share under
+    /// [`OnFailure::Local`](crate::OnFailure::Local) while Redis cannot
+    /// decide.
+    ///
+    /// # Errors
+    ///
+    /// As [`check_with`](RedisLimiter::check_with).
+    pub async fn check_n_enforced_with(
+        &self,
+        key: impl AsRef<[u8]>,
+        cost: u32,
+        quota: &Quota,
+    ) -> Result<Enforced, Error> {
+        self.decide(key.as_ref(), cost, false, Some(quota)).await
+    }
+
+    /// Whether checks can carry `quota`
+    /// ([`check_with`](RedisLimiter::check_with)), asked when a tier is
+    /// configured rather than on its first request.
+    ///
+    /// # Errors
+    ///
+    /// The error every check carrying `quota` would return for it.
+    pub fn accepts(&self, quota: &Quota) -> Result<(), Error> {
+        self.stamp_for(quota).map(drop)
+    }
+
+    /// Replaces the quota every later check of this limiter decides by,
+    /// keeping each key's state: a key is carried over to the new quota by
+    /// `carry` ([`Carry`]: as is, in proportion, or unchanged), once, on its
+    /// first check after the change (its own instant of change), by the
+    /// script, atomically with that check.
+    ///
+    /// The key in Redis does not change with the quota: every value carries
+    /// the stamp of the quota that wrote it (the quota and its revision, a
+    /// number this call raises by one; [`Builder::revision`] sets the first).
+    /// Instances of one service share keys, so a change reaches each key
+    /// from whichever instance checks it first:
+    ///
+    /// * a check of a later revision than a key's stamp carries the key over
+    ///   to its quota by its strategy, and stamps it;
+    /// * a check of the same revision reads the state as it stands (as a
+    ///   [`check_with`](RedisLimiter::check_with) does);
+    /// * a check of an earlier revision (an instance not yet changed, in a
+    ///   rolling deploy) reads it as it stands too, deciding by its own
+    ///   quota, and leaves the later stamp: no key is carried back and forth.
+    ///
+    /// So the instances of a service must agree on what each revision is: a
+    /// service changes its quota on every instance, in the same order (or
+    /// declares the revision with [`Builder::revision`] at start-up).
+    ///
+    /// What a window spanning a key's carry can admit is note 14's bound:
+    /// at most the larger burst plus what each quota refills in its part.
+    ///
+    /// ```no_run
+    /// use tollgate::Quota;
+    /// use tollgate::algorithm::Carry;
+    /// use tollgate_redis::{Connection, RedisLimiter};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let connection = Connection::open("redis://127.0.0.1:6379/").await?;
+    /// let limiter = RedisLimiter::builder("api", Quota::per_minute(100)?).build(connection)?;
+    /// limiter.set_quota(Quota::per_minute(200)?, Carry::Proportional)?;
+    /// assert_eq!((limiter.quota().limit(), limiter.revision()), (200, 1));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Nothing changes on an error: [`ConfigError::QuotaTooLarge`] for a
+    /// quota the script cannot hold, [`ConfigError::Change`] for a window
+    /// algorithm and a quota of another window, or a strategy the script
+    /// does not implement, [`ConfigError::ShareTooSmall`] (and the other
+    /// errors of [`Builder::build`]) for the failure policy's local share,
+    /// [`ConfigError::NeedsExact`] for a limiter that decides locally (a
+    /// [`Mode`] other than `Exact`: its local knowledge is of one quota),
+    /// and [`ConfigError::RevisionsExhausted`] after 2^32 − 1 revisions.
+    pub fn set_quota(&self, quota: Quota, carry: Carry) -> Result<(), ConfigError> {
+        if self.local.is_some() {
+            return Err(ConfigError::NeedsExact("a quota change"));
+        }
+        let _changing = self.changing.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = self.core.quota.load_full();
+        let limit = ScriptLimit::new::<A>(&quota)?;
+        same_window::<A>(&current, &quota, &limit).map_err(ChangeError::Layout)?;
+        let code = carry_code(carry).ok_or(ChangeError::Unsupported)?;
+        let revision = current
+            .stamp
+            .revision
+            .checked_add(1)
+            .ok_or(ConfigError::RevisionsExhausted)?;
+        self.fallback.set_quota(&quota, carry)?;
+        self.core.quota.store(Arc::new(Current {
+            quota,
+            stamp: Stamp {
+                limit,
+                revision,
+                carry: code,
+            },
+        }));
+        Ok(())
     }
 
     /// Returns the quota every key is held to.
     #[must_use]
-    pub fn quota(&self) -> &Quota {
-        &self.quota
+    pub fn quota(&self) -> Quota {
+        self.core.quota.load().quota
+    }
+
+    /// Returns the revision of the quota ([`set_quota`](RedisLimiter::set_quota)).
+    #[must_use]
+    pub fn revision(&self) -> u32 {
+        self.core.quota.load().stamp.revision
     }
 
     /// Returns the quota's burst: the most unit requests a key admits at
     /// once.
     #[must_use]
     pub fn capacity(&self) -> u32 {
-        self.core.limit.burst
+        self.core.quota.load().stamp.limit.burst
     }
 
     /// Returns the `SCAN` pattern that matches every key this limiter
@@ -193,22 +371,72 @@ impl<A: Scripted> RedisLimiter<A> {
         self.calls.load(Ordering::Relaxed)
     }
 
-    /// Decides a check (or a peek): locally if the local half can, else on
-    /// Redis, else by the failure policy.
-    async fn decide(&self, key: &[u8], cost: u32, peek: bool) -> Result<Enforced, Error> {
+    /// The stamp checks carrying `quota` write, with the limiter's
+    /// revision and strategy.
+    fn stamp_for(&self, quota: &Quota) -> Result<Stamp, Error> {
+        if self.local.is_some() {
+            return Err(Error::Quota(ConfigError::NeedsExact(
+                "a check carrying its quota",
+            )));
+        }
+        let current = self.core.quota.load();
+        let limit = ScriptLimit::new::<A>(quota).map_err(Error::Quota)?;
+        same_window::<A>(&current, quota, &limit).map_err(CheckError::Layout)?;
+        Ok(Stamp {
+            limit,
+            ..current.stamp
+        })
+    }
+
+    /// Decides a check (or a peek), under `carried` or else the limiter's
+    /// own quota: locally if the local half can, else on Redis, else by the
+    /// failure policy.
+    async fn decide(
+        &self,
+        key: &[u8],
+        cost: u32,
+        peek: bool,
+        carried: Option<&Quota>,
+    ) -> Result<Enforced, Error> {
         let core = &self.core;
-        validate_cost(cost, core.limit.burst)?;
         let Some(hybrid) = &self.local else {
-            return self.on_redis(key, cost, peek, core.time.now()).await;
+            let (quota, stamp) = if let Some(quota) = carried {
+                (*quota, self.stamp_for(quota)?)
+            } else {
+                let current = core.quota.load();
+                (current.quota, current.stamp)
+            };
+            validate_cost(cost, stamp.limit.burst)?;
+            return self
+                .on_redis(key, cost, peek, core.time.now(), &stamp, quota, carried)
+                .await;
         };
+        if carried.is_some() {
+            return Err(Error::Quota(ConfigError::NeedsExact(
+                "a check carrying its quota",
+            )));
+        }
+        let current = core.quota.load_full();
+        validate_cost(cost, current.stamp.limit.burst)?;
         if peek {
             return match hybrid.view.peek(key, cost)? {
-                Some(decision) => Ok(self.by_quota(decision)),
-                None => self.on_redis(key, cost, true, core.time.now()).await,
+                Some(decision) => Ok(by_quota(decision, current.quota)),
+                None => {
+                    self.on_redis(
+                        key,
+                        cost,
+                        true,
+                        core.time.now(),
+                        &current.stamp,
+                        current.quota,
+                        None,
+                    )
+                    .await
+                }
             };
         }
         let ask = match hybrid.view.check(key, cost)? {
-            Local::Decided(decision) => return Ok(self.by_quota(decision)),
+            Local::Decided(decision) => return Ok(by_quota(decision, current.quota)),
             Local::Ask(ask) => ask,
         };
         // A client clock decides at the ask's reading (taken after the
@@ -219,11 +447,19 @@ impl<A: Scripted> RedisLimiter<A> {
         let sent = evaluate(&core.connection, &core.script, |name, body| {
             let mut command = redis::cmd(name);
             command.arg(body).arg(1).arg(&redis_key);
-            lease_arguments(&mut command, &now, &hybrid.quota, &request, core.grace_ms);
+            lease_arguments(
+                &mut command,
+                &now,
+                &hybrid.quota,
+                &request,
+                core.grace_ms,
+                &current.stamp,
+            );
             command
         })
         .await;
         self.count(&sent);
+        let burst = current.stamp.limit.burst;
         match sent {
             Ok(replies) => {
                 let reply = lease_reply(&replies, &request)?;
@@ -233,13 +469,13 @@ impl<A: Scripted> RedisLimiter<A> {
                 let remaining = reply.remaining.saturating_add(reply.granted);
                 let counts = Counts {
                     allowed: reply.allowed,
-                    remaining: remaining.min(core.limit.burst),
+                    remaining: remaining.min(burst),
                     retry_us: reply.retry_us,
                     reset_us: reply.reset_us,
                 };
                 counts
-                    .decision(core.limit.burst, &now)
-                    .map(|decision| self.by_quota(decision))
+                    .decision(burst, &now)
+                    .map(|decision| by_quota(decision, current.quota))
                     .ok_or_else(|| malformed(&replies))
             }
             Err(CallError::Unavailable(cause)) => {
@@ -252,33 +488,41 @@ impl<A: Scripted> RedisLimiter<A> {
                     // again. Dropping the ask drops them here.
                     drop(ask);
                 }
-                self.fall_back(key, cost, false, cause)
+                self.fall_back(key, cost, false, burst, None, cause)
             }
             Err(failed) => Err(failed.into()),
         }
     }
 
-    /// Decides on Redis (modes "0" and "1").
+    /// Decides on Redis (modes "0" and "1") under `stamp`, the quota
+    /// `quota`'s (`carried`, when a check carries its own).
+    #[allow(clippy::too_many_arguments)]
     async fn on_redis(
         &self,
         key: &[u8],
         cost: u32,
         peek: bool,
         now: Now,
+        stamp: &Stamp,
+        quota: Quota,
+        carried: Option<&Quota>,
     ) -> Result<Enforced, Error> {
         let core = &self.core;
-        let entry = core.entry(core.namespace.key(key), cost, &now);
+        let entry = core.entry(core.namespace.key(key), cost, &now, *stamp);
         let call = Call::new(
             if peek { Op::Peek } else { Op::Check },
             std::slice::from_ref(&entry),
         );
         let sent = call.send(&core.connection, &core.script).await;
         self.count(&sent);
+        let burst = stamp.limit.burst;
         match sent {
             Ok(replies) => {
-                decision(&replies, core.limit.burst, &now).map(|decision| self.by_quota(decision))
+                decision(&replies, burst, &now).map(|decision| by_quota(decision, quota))
             }
-            Err(CallError::Unavailable(cause)) => self.fall_back(key, cost, peek, cause),
+            Err(CallError::Unavailable(cause)) => {
+                self.fall_back(key, cost, peek, burst, carried, cause)
+            }
             Err(failed) => Err(failed.into()),
         }
     }
@@ -294,22 +538,16 @@ impl<A: Scripted> RedisLimiter<A> {
         }
     }
 
-    /// Marks `decision` as made by this limiter's quota (by Redis, or from
-    /// what Redis told this instance).
-    fn by_quota(&self, decision: Decision) -> Enforced {
-        Enforced {
-            decision,
-            quota: Some(self.quota),
-        }
-    }
-
     /// Returns the failure policy's answer for a check Redis did not
-    /// decide.
+    /// decide, of a limit of `burst` (under `carried`, if the check
+    /// carries its quota).
     fn fall_back(
         &self,
         key: &[u8],
         cost: u32,
         peek: bool,
+        burst: u32,
+        carried: Option<&Quota>,
         cause: Unavailable,
     ) -> Result<Enforced, Error> {
         let core = &self.core;
@@ -318,17 +556,44 @@ impl<A: Scripted> RedisLimiter<A> {
             _ => core.connection.breaker().admit_peek().unwrap_or_default(),
         };
         self.fallback
-            .decide(key, cost, peek, core.limit.burst, open_for, cause)
+            .decide(key, cost, peek, burst, carried, open_for, cause)
+    }
+}
+
+/// Marks `decision` as made by `quota` (by Redis, or from what Redis told
+/// this instance).
+fn by_quota(decision: Decision, quota: Quota) -> Enforced {
+    Enforced {
+        decision,
+        quota: Some(quota),
+    }
+}
+
+/// Whether `quota` (whose script limit is `limit`) counts in the windows
+/// of the limiter's quota `current`, for a window algorithm: its counts
+/// mean nothing in windows of another length, which the script refuses.
+fn same_window<A: Scripted>(
+    current: &Current,
+    quota: &Quota,
+    limit: &ScriptLimit,
+) -> Result<(), LayoutError> {
+    if A::BY_INTERVAL || limit.span_us == current.stamp.limit.span_us {
+        Ok(())
+    } else {
+        Err(LayoutError::WindowDiffers {
+            limiter: current.quota.burst_window(),
+            quota: quota.burst_window(),
+        })
     }
 }
 
 impl Core {
     /// Returns this limiter's part of a call: `cost` units for the Redis
-    /// key `key` at `now`.
-    fn entry<'a>(&self, key: Vec<u8>, cost: u32, now: &'a Now) -> Entry<'a> {
+    /// key `key` at `now`, under `stamp`.
+    fn entry<'a>(&self, key: Vec<u8>, cost: u32, now: &'a Now, stamp: Stamp) -> Entry<'a> {
         Entry {
             key,
-            limit: self.limit,
+            stamp,
             cost,
             now,
             grace_ms: self.grace_ms,
@@ -341,7 +606,7 @@ impl<A: Scripted> std::fmt::Debug for RedisLimiter<A> {
         f.debug_struct("RedisLimiter")
             .field("algorithm", &std::any::type_name::<A>())
             .field("namespace", &self.core.namespace)
-            .field("limit", &self.core.limit)
+            .field("quota", &self.core.quota.load())
             .field("time", &self.core.time.describe())
             .field("on_failure", &self.fallback.policy())
             .field(

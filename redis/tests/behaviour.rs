@@ -172,11 +172,14 @@ fn limits_together(kind: Kind) {
         assert!(both.is_allowed());
         assert_eq!(
             target.get(&clocked.redis_key(key)).as_deref(),
-            Some("1000250000"),
-            "µs: the clock's now plus 1/4 s"
+            Some("1000250000 0 250000 4"),
+            "µs: the clock's now plus 1/4 s, stamped with revision 0 and the quota"
         );
         let server_tat: u64 = target
             .get(&per_user.redis_key(key))
+            .unwrap()
+            .split(' ')
+            .next()
             .unwrap()
             .parse()
             .unwrap();
@@ -439,12 +442,19 @@ fn the_sliding_log_reads_logarithmically_many_runs() {
         Quota::new(200_000, Duration::from_micros(window_us)).unwrap(),
         clock.clone(),
     );
-    // 100 000 runs of one unit, 1 ms apart, as the script writes them.
+    // The stamp (revision 0, the window, the burst), then 100 000 runs of
+    // one unit, 1 ms apart, as the script writes them.
     let start_us: u64 = 1_000_000_000_000;
     let key = limiter.redis_key("k");
     let mut connection = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
         .unwrap()
         .get_connection()
+        .unwrap();
+    let stamp = format!("0 {window_us} 200000");
+    let _: u64 = redis::cmd("RPUSH")
+        .arg(&key)
+        .arg(&stamp)
+        .query(&mut connection)
         .unwrap();
     for chunk in (0..100_000_u64).collect::<Vec<_>>().chunks(1_000) {
         let runs: Vec<String> = chunk
@@ -457,10 +467,11 @@ fn the_sliding_log_reads_logarithmically_many_runs() {
             .query(&mut connection)
             .unwrap();
     }
-    // Runs read: by LINDEX only (a walk with LRANGE reads whole chunks).
+    // Runs read: by LINDEX only (a walk with LRANGE reads whole chunks),
+    // less the stamp's.
     let reads = || {
         assert_eq!(calls(port, "lrange"), 0);
-        calls(port, "lindex")
+        calls(port, "lindex") - 1
     };
     let reset = || {
         assert_eq!(
@@ -494,31 +505,40 @@ fn the_sliding_log_reads_logarithmically_many_runs() {
             .query::<u64>(&mut connection)
             .unwrap()
     };
-    assert_eq!(admit_and_count(), 49_999 + 1);
+    assert_eq!(
+        admit_and_count(),
+        1 + 49_999 + 1,
+        "the stamp and the live runs"
+    );
     // Everything left: the newest run says so, nothing else is read.
     clock.set_ns((start_us + 2 * window_us + 100_000 * 1_000) * 1_000);
     reset();
     let peeked = target.runtime.block_on(limiter.peek("k")).unwrap();
     assert_eq!(peeked.remaining(), 200_000 - 1);
     assert_eq!(reads(), 1, "the newest run only");
-    assert_eq!(admit_and_count(), 1);
-    // A list in another layout (here, runs without their cumulative
-    // count) is refused, never read as empty.
+    assert_eq!(admit_and_count(), 2);
     // Lists in another layout (runs without their cumulative count; older
-    // runs without it behind a newest run with three numbers) are refused,
-    // never read as something they are not.
+    // runs without it behind a newest run with three numbers; runs without
+    // a stamp, as the previous layout wrote them, whose first run reads as
+    // a stamp of another window) are refused, never read as something they
+    // are not.
     let now_us = start_us + 2 * window_us + 100_000 * 1_000;
     let older = format!("{} 1", now_us - 10);
     let newest = format!("{} 1 2", now_us - 5);
-    for (key, runs) in [("old", vec!["1000 5"]), ("mixed", vec![&older, &newest])] {
+    let unstamped = format!("{} 1 1", now_us - 5);
+    for (key, runs, error) in [
+        ("old", vec![&stamp, "1000 5"], "not a sliding log"),
+        ("mixed", vec![&stamp, &older, &newest], "not a sliding log"),
+        ("unstamped", vec![&unstamped], "windows of another length"),
+    ] {
         let _: u64 = redis::cmd("RPUSH")
             .arg(limiter.redis_key(key))
             .arg(runs)
             .query(&mut connection)
             .unwrap();
         match target.runtime.block_on(limiter.check(key)) {
-            Err(Error::Script(error)) => {
-                assert!(error.to_string().contains("not a sliding log"), "{error}");
+            Err(Error::Script(refused)) => {
+                assert!(refused.to_string().contains(error), "{refused}");
             }
             other => panic!("{key}: {other:?}"),
         }

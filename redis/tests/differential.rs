@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
 use tollgate::algorithm::{
-    Algorithm, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+    Algorithm, Carry, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
 use tollgate::cell::{CellFor, Preferred};
 use tollgate::clock::ManualClock;
@@ -57,6 +57,20 @@ struct Case {
     window_ns: u64,
     burst: u32,
     steps: Vec<Step>,
+    change: Option<Change>,
+}
+
+/// A quota change before one step: the new limit, window (the interval
+/// algorithms only: the window algorithms keep theirs) and burst, and the
+/// strategy. Every key is checked once at the change's instant, so that
+/// the script carries each then, as the in-process limiter does.
+#[derive(Debug, Clone, Copy)]
+struct Change {
+    at: prop::sample::Index,
+    limit: u32,
+    window_ns: u64,
+    burst: u32,
+    carry: Carry,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -89,12 +103,35 @@ fn cases() -> impl Strategy<Value = Case> {
                     cost,
                     peek,
                 });
-            proptest::collection::vec(step, 1..120).prop_map(move |steps| Case {
-                limit,
-                window_ns,
-                burst,
-                steps,
-            })
+            let change = (
+                any::<prop::sample::Index>(),
+                1_u32..=12,
+                1_000_u64..=3_000_000_000,
+                1_u32..=16,
+                prop_oneof![
+                    Just(Carry::AsIs),
+                    Just(Carry::Proportional),
+                    Just(Carry::Unchanged)
+                ],
+            )
+                .prop_map(|(at, limit, window_ns, burst, carry)| Change {
+                    at,
+                    limit,
+                    window_ns,
+                    burst,
+                    carry,
+                });
+            (
+                proptest::collection::vec(step, 1..120),
+                proptest::option::weighted(0.5, change),
+            )
+                .prop_map(move |(steps, change)| Case {
+                    limit,
+                    window_ns,
+                    burst,
+                    steps,
+                    change,
+                })
         },
     )
 }
@@ -218,9 +255,29 @@ where
     // they would be fresh on it (Builder::clock). Both limiters read
     // the same instant at every step.
     let began = Instant::now();
+    let change_at = case.change.map(|change| change.at.index(case.steps.len()));
     for (index, (step, trace_us)) in case.steps.iter().zip(trace).enumerate() {
         let now_us = trace_us + began.elapsed().as_micros() as i64;
         clock.set_ns(now_us as u64 * 1_000);
+        if change_at == Some(index) {
+            let change = case.change.expect("a change");
+            if !changed(&limiter, &reference, &quota, &change)? {
+                return Ok(());
+            }
+            // Each key checked at the change's instant: the script carries
+            // it now, as the in-process limiter carried every key.
+            for key in 0..3_u8 {
+                let expected = reference.check(&key).map(on_microsecond_grid);
+                let actual = match target.runtime.block_on(limiter.check([key])) {
+                    Ok(decision) => Ok(decision),
+                    Err(tollgate_redis::Error::Check(error)) => Err(error),
+                    Err(error) => {
+                        return Err(TestCaseError::fail(format!("after the change: {error}")));
+                    }
+                };
+                prop_assert_eq!(actual, expected, "key {} at the change {:?}", key, change);
+            }
+        }
         let key = [step.key];
         let (expected, actual) = if step.peek {
             (
@@ -265,6 +322,40 @@ where
         );
     }
     Ok(())
+}
+
+/// Changes both limiters' quotas as `change` says; `false` when the new
+/// quota is not one both can hold (nothing then to compare).
+fn changed<A: Scripted>(
+    limiter: &RedisLimiter<A>,
+    reference: &tollgate::RateLimiter<u8, A, ManualClock>,
+    quota: &Quota,
+    change: &Change,
+) -> Result<bool, TestCaseError>
+where
+    Preferred: CellFor<A>,
+{
+    // The window algorithms keep their window: a new burst in the same
+    // one.
+    let new = if A::BY_INTERVAL {
+        Quota::new(change.limit, Duration::from_nanos(change.window_ns))
+            .and_then(|new| new.with_burst(change.burst))
+    } else {
+        Quota::new(change.burst, quota.burst_window())
+    };
+    let Ok(new) = new else {
+        return Ok(false);
+    };
+    let micro = micro_quota::<A>(&new).expect("a quota of whole microseconds");
+    if reference.set_quota(micro, change.carry).is_err() {
+        return Ok(false);
+    }
+    match limiter.set_quota(new, change.carry) {
+        Ok(()) => Ok(true),
+        // Too dense a log for the script (as when building).
+        Err(tollgate_redis::ConfigError::QuotaTooLarge { .. }) if A::CODE == "l" => Ok(false),
+        Err(error) => Err(TestCaseError::fail(format!("{change:?}: {error}"))),
+    }
 }
 
 /// The decision with its waits rounded up to whole microseconds.
@@ -364,21 +455,24 @@ where
 #[test]
 fn canary_a_timestamp_through_tostring_is_caught() {
     // GCRA's two copies: one limit alone, and the loop of several.
-    let alone = planted("string.format(\"%d\", now + debt)", "tostring(now + debt)");
+    let alone = planted(
+        "string.format(\"%d \", now + debt)",
+        "tostring(now + debt) .. \" \"",
+    );
     assert_caught::<Gcra>(&alone, Path::Alone, "tostring");
     let together = planted(
-        "{ \"SET\", key, format(\"%d\", now + debt)",
-        "{ \"SET\", key, tostring(now + debt)",
+        "{ \"SET\", key, format(\"%d \", now + debt)",
+        "{ \"SET\", key, tostring(now + debt) .. \" \"",
     );
     assert_caught::<Gcra>(&together, Path::Together, "tostring");
     let bucket = planted(
-        "format(\"%d %d\", debt, last_at)",
-        "tostring(debt) .. \" \" .. tostring(last_at)",
+        "format(\"%d %d \", debt, last_at) .. key_stamp",
+        "tostring(debt) .. \" \" .. tostring(last_at) .. \" \" .. key_stamp",
     );
     assert_caught::<TokenBucket>(&bucket, Path::Alone, "tostring");
     let log = planted(
-        "format(\"%d %d %d\", stamp, cost, top + cost)",
-        "tostring(stamp) .. \" \" .. cost .. \" \" .. tostring(top + cost)",
+        "format(\"%d %d %d\", stamp_at, cost, top + cost)",
+        "tostring(stamp_at) .. \" \" .. cost .. \" \" .. tostring(top + cost)",
     );
     assert_caught::<SlidingWindowLog>(&log, Path::Alone, "tostring");
 }
@@ -399,4 +493,34 @@ fn canary_a_float_division_is_caught() {
         "local stored_index, count = state[1] or 0, state[2] or 0\n    local index = now / window",
     );
     assert_caught::<FixedWindow>(&script, Path::Alone, "float division");
+}
+
+#[test]
+fn canary_a_key_never_carried_is_caught() {
+    // The loop's stamps never carry: every key is read as it stands.
+    let loop_skips = planted(
+        "elseif stored_revision < revision and (span ~= a or burst ~= b) then",
+        "elseif false then",
+    );
+    assert_caught::<FixedWindow>(&loop_skips, Path::Alone, "a skipped carry");
+    // One GCRA limit's path decides a stale key itself, uncarried.
+    let fast_skips = planted(
+        "elseif stored_revision < revision and stored_stamp ~= string.format(\"%d %d %d\",",
+        "elseif false and stored_stamp ~= string.format(\"%d %d %d\",",
+    );
+    assert_caught::<Gcra>(
+        &fast_skips,
+        Path::Alone,
+        "a skipped carry on one limit's path",
+    );
+}
+
+#[test]
+fn canary_a_carry_rounded_toward_units_free_is_caught() {
+    // In proportion, the debt carried rounded down, not up.
+    let script = planted(
+        "      if remainder > 0 then\n        carried = quotient + 1\n      end\n    end\n    return carried + booked",
+        "    end\n    return carried + booked",
+    );
+    assert_caught::<TokenBucket>(&script, Path::Alone, "a carry rounded down");
 }

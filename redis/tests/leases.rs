@@ -121,7 +121,9 @@ fn lease_differential(
             Some(GiveBack { end_us, units, .. }) => command.arg(end_us).arg(units),
             None => command.arg("").arg(0),
         };
-        command.arg(3_600_000);
+        // The grace, revision 0, and a strategy (nothing to carry: every
+        // value is this quota's).
+        command.arg(3_600_000).arg(0).arg("a");
         let reply: redis::RedisResult<Vec<i64>> = command.query(connection);
         let ((expected, twin_stored), reply) = match (twin, reply) {
             (Ok(twin), Ok(reply)) => (twin, reply),
@@ -155,8 +157,8 @@ fn lease_differential(
         let held: Option<String> = redis::cmd("GET").arg(key).query(connection).unwrap();
         prop_assert_eq!(
             held,
-            stored.map(|tat| tat.to_string()),
-            "step {}: stored TAT",
+            stored.map(|tat| format!("{tat} 0 {} {}", case.interval_us, case.burst)),
+            "step {}: stored TAT and stamp",
             index
         );
         last_lease =
@@ -198,6 +200,8 @@ fn the_lease_script_refuses_an_instant_past_its_range() {
             .arg("")
             .arg(0)
             .arg(0)
+            .arg(0)
+            .arg("a")
             .query(&mut connection);
         assert_eq!(reply.is_err(), refused, "{now_us}: {reply:?}");
         assert_eq!(lease(None, now_us, &quota, &request).is_err(), refused);
@@ -234,8 +238,8 @@ fn planted_bugs_in_the_lease_script_are_caught() {
     for (what, site, planted) in [
         (
             "a give-back that ignores whether the key holds the lease's TAT",
-            r#"if ARGV[7] ~= "" and stored == ARGV[7] and units > 0 then"#,
-            r#"if ARGV[7] ~= "" and units > 0 then"#,
+            r#"units > 0 and stored == ARGV[7] .. " " .. format("%d %d %d","#,
+            r#"units > 0 and stored ~= nil or format("%d %d %d","#,
         ),
         (
             "a grant of everything left instead of half",

@@ -3,18 +3,20 @@
 
 use std::marker::PhantomData;
 use std::num::NonZeroUsize;
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use tollgate::Quota;
-use tollgate::algorithm::Gcra;
+use tollgate::algorithm::{Carry, Gcra};
 use tollgate::clock::Clock;
 use tollgate::remote::{RemoteClock, RemoteQuota};
+use tollgate::store::ChangeError;
 
 use super::time::Time;
-use super::wire::Script;
-use super::{Core, RedisLimiter};
+use super::wire::{Script, Stamp, carry_code};
+use super::{Core, Current, RedisLimiter};
 use crate::connection::Connection;
 use crate::error::ConfigError;
 use crate::failure::{Fallback, OnFailure};
@@ -51,6 +53,8 @@ pub struct Builder<A: Scripted = Gcra> {
     mode: Mode,
     local_keys: NonZeroUsize,
     cluster_skew: Option<Duration>,
+    revision: u32,
+    carry: Carry,
     _algorithm: PhantomData<fn() -> A>,
 }
 
@@ -71,6 +75,8 @@ impl RedisLimiter<Gcra> {
             mode: Mode::Exact,
             local_keys: LOCAL_KEYS,
             cluster_skew: None,
+            revision: 0,
+            carry: Carry::AsIs,
             _algorithm: PhantomData,
         }
     }
@@ -125,8 +131,23 @@ impl<A: Scripted> Builder<A> {
             mode: self.mode,
             local_keys: self.local_keys,
             cluster_skew: self.cluster_skew,
+            revision: self.revision,
+            carry: self.carry,
             _algorithm: PhantomData,
         }
+    }
+
+    /// Declares the quota's revision (0 by default) and how a key stamped
+    /// by an earlier revision is carried over to it (as is by default):
+    /// what an instance started after a quota change says, so that it
+    /// carries keys over as the instances changed at runtime do
+    /// ([`RedisLimiter::set_quota`] explains stamps and revisions). The
+    /// instances sharing keys must agree on each revision's quota.
+    #[must_use]
+    pub fn revision(mut self, revision: u32, carry: Carry) -> Self {
+        self.revision = revision;
+        self.carry = carry;
+        self
     }
 
     /// Sets the prefix of every Redis key the limiter writes
@@ -216,8 +237,9 @@ impl<A: Scripted> Builder<A> {
     /// [`ConfigError::Local`] for leases whose slack is too long.
     pub fn build(self, connection: Connection) -> Result<RedisLimiter<A>, ConfigError> {
         let limit = ScriptLimit::new::<A>(&self.quota)?;
+        let carry = carry_code(self.carry).ok_or(ChangeError::Unsupported)?;
         let fallback = Fallback::new(self.on_failure, &self.quota)?;
-        let namespace = Namespace::new(&self.prefix, &self.name, &limit, self.tag.as_deref())?;
+        let namespace = Namespace::new(&self.prefix, &self.name, A::CODE, self.tag.as_deref())?;
         let source = self.script.unwrap_or_else(|| SCRIPT.to_owned());
         let sha = redis::Script::new(&source).get_hash().to_owned();
         if self.mode != Mode::Exact && A::CODE != Gcra::CODE {
@@ -262,15 +284,22 @@ impl<A: Scripted> Builder<A> {
             core: Core {
                 connection,
                 namespace,
-                limit,
+                quota: ArcSwap::from_pointee(Current {
+                    quota: self.quota,
+                    stamp: Stamp {
+                        limit,
+                        revision: self.revision,
+                        carry,
+                    },
+                }),
                 time,
                 grace_ms: u64::try_from(grace.as_nanos().div_ceil(1_000_000))
                     .unwrap_or(u64::MAX)
                     .min(MAX_GRACE_MS),
                 script: Arc::new(Script { source, sha }),
             },
-            quota: self.quota,
             fallback,
+            changing: Mutex::new(()),
         })
     }
 }

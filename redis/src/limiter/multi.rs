@@ -5,7 +5,7 @@ use tollgate::Decision;
 use tollgate::algorithm::validate_cost;
 
 use super::time::Now;
-use super::wire::{Call, Op, decision, malformed};
+use super::wire::{Call, Op, Stamp, decision, malformed};
 use super::{Core, RedisLimiter};
 use crate::error::Error;
 use crate::script::Scripted;
@@ -15,6 +15,8 @@ pub struct Request<'a> {
     limiter: &'a Core,
     key: Vec<u8>,
     cost: u32,
+    /// The limiter's quota when the request was made.
+    stamp: Stamp,
 }
 
 impl<A: Scripted> RedisLimiter<A> {
@@ -26,6 +28,7 @@ impl<A: Scripted> RedisLimiter<A> {
             limiter: &self.core,
             key: self.core.namespace.key(key.as_ref()),
             cost,
+            stamp: self.core.quota.load().stamp,
         }
     }
 }
@@ -108,7 +111,7 @@ pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
         return Err(Error::Apart);
     }
     for (index, request) in requests.iter().enumerate() {
-        validate_cost(request.cost, request.limiter.limit.burst)?;
+        validate_cost(request.cost, request.stamp.limit.burst)?;
         // The script decides every limit against the state before the call
         // and then writes each: a key twice would be charged once for two
         // admissions.
@@ -129,7 +132,7 @@ pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
         .map(|(request, now)| {
             request
                 .limiter
-                .entry(request.key.clone(), request.cost, now)
+                .entry(request.key.clone(), request.cost, now, request.stamp)
         })
         .collect();
     let replies = Call::new(Op::Check, &entries)
@@ -142,7 +145,7 @@ pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
         .iter()
         .zip(&times)
         .zip(replies.chunks(4))
-        .map(|((request, now), reply)| decision(reply, request.limiter.limit.burst, now))
+        .map(|((request, now), reply)| decision(reply, request.stamp.limit.burst, now))
         .collect::<Result<_, _>>()?;
     Ok(Decisions { decisions })
 }

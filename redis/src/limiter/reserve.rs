@@ -36,15 +36,17 @@ impl RedisLimiter<Gcra> {
         max_wait: Duration,
     ) -> Result<RedisReservation, Error> {
         let core = &self.core;
-        validate_cost(cost, core.limit.burst)?;
-        let tolerance_us = u64::from(core.limit.burst) * core.limit.span_us;
+        let stamp = core.quota.load().stamp;
+        let limit = stamp.limit;
+        validate_cost(cost, limit.burst)?;
+        let tolerance_us = u64::from(limit.burst) * limit.span_us;
         // Whole microseconds, rounded down: never longer than asked.
         let max_wait_us = u64::try_from(max_wait.as_micros())
             .unwrap_or(u64::MAX)
             .min(MAX_SPAN_US.saturating_sub(tolerance_us));
         let now = core.time.now();
         let redis_key = core.namespace.key(key.as_ref());
-        let entry = core.entry(redis_key.clone(), cost, &now);
+        let entry = core.entry(redis_key.clone(), cost, &now, stamp);
         let reply = Call::new(Op::Reserve(max_wait_us), std::slice::from_ref(&entry))
             .send(&core.connection, &core.script)
             .await?;
@@ -59,10 +61,10 @@ impl RedisLimiter<Gcra> {
         // At its slot the key owes exactly the tolerance; admitted at once,
         // what the script said.
         let decision = if wait_us > 0 {
-            Decision::from_parts(core.limit.burst, 0, Duration::ZERO, now.after(tolerance_us))
+            Decision::from_parts(limit.burst, 0, Duration::ZERO, now.after(tolerance_us))
         } else {
             Decision::from_parts(
-                core.limit.burst,
+                limit.burst,
                 counts.remaining,
                 Duration::ZERO,
                 now.after(counts.reset_us),
@@ -76,8 +78,9 @@ impl RedisLimiter<Gcra> {
                 time: core.time.clone(),
                 key: redis_key,
                 written_us: tat_us,
-                restored_us: tat_us.saturating_sub(u64::from(cost) * core.limit.span_us),
+                restored_us: tat_us.saturating_sub(u64::from(cost) * limit.span_us),
                 tolerance_us,
+                stamp: stamp.written(),
             })
             .filter(|_| wait_us > 0),
             deadline: tokio::time::Instant::now() + now.after(wait_us),
@@ -125,8 +128,9 @@ impl RedisLimiter<Gcra> {
 /// current tokio runtime) if no one has reserved or been admitted on the
 /// key since, and kept otherwise: moving the slots of reservations made
 /// after it, possibly by other instances, would need to tell their
-/// waiters. [`cancel`](RedisReservation::cancel) gives it back now and
-/// says whether it could. Refunds use `SET … KEEPTTL`: Redis 6.0 or later.
+/// waiters, nor if the key was carried over to another quota since.
+/// [`cancel`](RedisReservation::cancel) gives it back now and says whether
+/// it could. Refunds use `SET … KEEPTTL`: Redis 6.0 or later.
 ///
 /// What is not given back: a reservation whose round trip was cut short
 /// (the `reserve_n` future dropped while the script ran, or a call
@@ -157,6 +161,9 @@ struct Refund {
     written_us: u64,
     restored_us: u64,
     tolerance_us: u64,
+    /// The stamp the reservation wrote with its TAT, if its quota's (a key
+    /// stamped since by a later revision is not given back).
+    stamp: String,
 }
 
 impl Refund {
@@ -173,6 +180,7 @@ impl Refund {
                 self.restored_us,
                 &now,
                 self.tolerance_us,
+                &self.stamp,
             );
             command
         })

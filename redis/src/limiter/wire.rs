@@ -5,6 +5,7 @@
 
 use redis::ErrorKind;
 use tollgate::Decision;
+use tollgate::algorithm::Carry;
 use tollgate::remote::{GiveBack, LeaseReply, LeaseRequest, RemoteQuota};
 
 use super::time::Now;
@@ -39,16 +40,48 @@ pub(super) struct Call<'a> {
 /// One limit of a call.
 pub(super) struct Entry<'a> {
     pub(super) key: Vec<u8>,
-    pub(super) limit: ScriptLimit,
+    pub(super) stamp: Stamp,
     pub(super) cost: u32,
     pub(super) now: &'a Now,
     pub(super) grace_ms: u64,
 }
 
+/// The quota a call decides by, and what the script stamps values with:
+/// the quota's span and burst, its revision, and how a key stamped with an
+/// earlier revision is carried over to it (`"a"`, `"p"` or `"u"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Stamp {
+    pub(super) limit: ScriptLimit,
+    pub(super) revision: u32,
+    pub(super) carry: &'static str,
+}
+
+impl Stamp {
+    /// The stamp a value written by this quota holds: "revision span
+    /// burst".
+    pub(super) fn written(&self) -> String {
+        format!(
+            "{} {} {}",
+            self.revision, self.limit.span_us, self.limit.burst
+        )
+    }
+}
+
+/// The script's name for a strategy ([`Carry`]); `None` for one it does
+/// not implement.
+pub(super) fn carry_code(carry: Carry) -> Option<&'static str> {
+    match carry {
+        Carry::AsIs => Some("a"),
+        Carry::Proportional => Some("p"),
+        Carry::Unchanged => Some("u"),
+        _ => None,
+    }
+}
+
 /// The bytes of a limit's arguments but its key, at most: the time, the
-/// algorithm, the cost, the span, the burst and the grace, each at most
-/// 20 digits.
-const ENTRY_BYTES: usize = 6 * 20;
+/// algorithm, the cost, the span, the burst, the grace, the revision and
+/// the strategy, each at most 20 digits.
+const ENTRY_BYTES: usize = 8 * 20;
 
 impl<'a> Call<'a> {
     /// A call deciding `limits` (one for a check), in their order.
@@ -61,7 +94,7 @@ impl<'a> Call<'a> {
     fn command(&self, name: &str, body: &str) -> redis::Cmd {
         let keys: usize = self.limits.iter().map(|limit| limit.key.len()).sum();
         let mut command = redis::Cmd::with_capacity(
-            4 + 7 * self.limits.len(),
+            4 + 9 * self.limits.len(),
             name.len() + body.len() + 64 + keys + ENTRY_BYTES * self.limits.len(),
         );
         command.arg(name).arg(body).arg(self.limits.len());
@@ -74,7 +107,7 @@ impl<'a> Call<'a> {
             Op::Reserve(_) => "2",
         });
         for Entry {
-            limit,
+            stamp,
             cost,
             now,
             grace_ms,
@@ -83,11 +116,13 @@ impl<'a> Call<'a> {
         {
             time_argument(&mut command, now);
             command
-                .arg(limit.code)
+                .arg(stamp.limit.code)
                 .arg(cost)
-                .arg(limit.span_us)
-                .arg(limit.burst)
-                .arg(grace_ms);
+                .arg(stamp.limit.span_us)
+                .arg(stamp.limit.burst)
+                .arg(grace_ms)
+                .arg(stamp.revision)
+                .arg(stamp.carry);
         }
         if let Op::Reserve(max_wait_us) = self.op {
             command.arg(max_wait_us);
@@ -115,13 +150,14 @@ fn time_argument(command: &mut redis::Cmd, now: &Now) {
 
 /// Writes the arguments of a lease call after the key: mode "4", now,
 /// interval, burst, cost, units wanted, the TAT and units given back, the
-/// grace.
+/// grace, the revision and the strategy.
 pub(super) fn lease_arguments(
     command: &mut redis::Cmd,
     now: &Now,
     quota: &RemoteQuota,
     request: &LeaseRequest,
     grace_ms: u64,
+    stamp: &Stamp,
 ) {
     command.arg("4");
     time_argument(command, now);
@@ -134,21 +170,23 @@ pub(super) fn lease_arguments(
         Some(GiveBack { end_us, units, .. }) => command.arg(end_us).arg(units),
         None => command.arg("").arg(0),
     };
-    command.arg(grace_ms);
+    command.arg(grace_ms).arg(stamp.revision).arg(stamp.carry);
 }
 
 /// Writes the arguments of a refund after the key: mode "3", the TAT the
-/// reservation wrote, the TAT to restore, now, the tolerance.
+/// reservation wrote, the TAT to restore, now, the tolerance, the stamp
+/// written with the TAT.
 pub(super) fn refund_arguments(
     command: &mut redis::Cmd,
     written_us: u64,
     restored_us: u64,
     now: &Now,
     tolerance_us: u64,
+    stamp: &str,
 ) {
     command.arg("3").arg(written_us).arg(restored_us);
     time_argument(command, now);
-    command.arg(tolerance_us);
+    command.arg(tolerance_us).arg(stamp);
 }
 
 /// Runs the script with the command `command(name, body)` builds

@@ -13,21 +13,33 @@
 --   tostring(1764831234567891) is "1.7648312345679e+15"); stored integers go
 --   through string.format's "%d".
 --
+-- Every value carries its stamp: the revision, span and burst of the quota
+-- that wrote it (notes/14). A string value is the state's integers then
+-- "revision span burst"; a sliding log's list holds the stamp first, then
+-- its runs. A caller of a later revision carries the state over to its
+-- quota by its strategy ("a" as is, "p" proportionally, "u" unchanged)
+-- before it decides, and writes that at once (a peek only reads it): so a
+-- key is carried once, at its first check after the change. A caller of
+-- the same revision reads the state as it is, and one of an earlier
+-- revision too, leaving the later stamp in place. Window algorithms refuse
+-- a key stamped with a window of another length.
+--
 -- KEYS[i]            the Redis key of limit i
 -- ARGV[1]            "1" to decide without writing (peek), "2" to reserve
 --                    (below), else "0"
--- ARGV[2 + 6(i-1)..] limit i: now in microseconds (or "" for the server's
+-- ARGV[2 + 8(i-1)..] limit i: now in microseconds (or "" for the server's
 --                    TIME), algorithm, cost, constant a, constant b, expiry
---                    grace in milliseconds
+--                    grace in milliseconds, revision, carry strategy
 --   algorithm "g" GCRA and "t" token bucket: a = emission interval, b = burst
 --   algorithm "f" fixed window, "c" sliding window counter, "l" sliding
 --   log: a = window, b = burst
 --
 -- All limits are decided first; only if every one admits are they written
--- (all or nothing). Returns four integers per limit: allowed (1 or 0),
--- remaining, retry_after_us, reset_after_us.
+-- (all or nothing; a carry is written whatever is decided). Returns four
+-- integers per limit: allowed (1 or 0), remaining, retry_after_us,
+-- reset_after_us.
 --
--- Reserving ("2"; one GCRA limit, notes/11): ARGV[8] is the longest wait
+-- Reserving ("2"; one GCRA limit, notes/11): ARGV[10] is the longest wait
 -- in microseconds the caller accepts, and the limit's tolerance is widened
 -- by it, so that a request up to that far from conforming is admitted now
 -- for its future slot (the new TAT minus the tolerance); a fifth integer
@@ -35,65 +47,93 @@
 --
 -- Giving a reservation back ("3"): KEYS[1]; ARGV[2] the TAT it wrote,
 -- ARGV[3] the TAT to restore, ARGV[4] now (or "" for TIME), ARGV[5] the
--- tolerance. Restores only if the key still holds the TAT it wrote (no
--- one reserved or was admitted since) and its slot has not come; returns
--- { 1 } if it did, else { 0 }.
+-- tolerance, ARGV[6] the stamp it wrote ("revision interval burst").
+-- Restores only if the key still holds the TAT and stamp it wrote (no one
+-- reserved, was admitted or carried it since) and its slot has not come;
+-- returns { 1 } if it did, else { 0 }.
 --
 -- A lease call ("4"; one GCRA key, notes/12; its Rust twin is
 -- tollgate::remote::lease): KEYS[1]; ARGV[2] now (or ""), ARGV[3] the
 -- interval, ARGV[4] the burst, ARGV[5] the cost, ARGV[6] the units wanted
 -- beyond it, ARGV[7] the TAT a lease being given back wrote (or ""),
--- ARGV[8] its units, ARGV[9] the expiry grace (ms). Gives those units back
--- if the key still holds that TAT; decides the cost; admitted, also
--- grants up to the units wanted, at most half of those left free beside
--- the cost. Returns allowed, remaining, retry_after_us, reset_after_us,
--- granted, the TAT after (the lease's last slot), now, units given back.
+-- ARGV[8] its units, ARGV[9] the expiry grace (ms), ARGV[10] the revision,
+-- ARGV[11] the carry strategy. Gives those units back if the key still
+-- holds that TAT under the caller's own stamp; decides the cost; admitted,
+-- also grants up to the units wanted, at most half of those left free
+-- beside the cost. Returns allowed, remaining, retry_after_us,
+-- reset_after_us, granted, the TAT after (the lease's last slot), now,
+-- units given back.
 
 -- One GCRA limit checked or peeked (modes "0" and "1", one key, algorithm
 -- "g"), the commonest call, is decided here, before the rest of the chunk
 -- makes its closures and tables: the same arithmetic as the loop's "g"
 -- branch below, written out for one key, which it writes at once (nothing
--- else has to admit first). The differential test compares each copy
--- with the in-process GCRA: this one through checks and peeks, the
--- loop's through checks of several limits together.
+-- else has to admit first). A key to carry over to a new quota goes on to
+-- the loop. The differential test compares each copy with the in-process
+-- GCRA: this one through checks and peeks, the loop's through checks of
+-- several limits together and through quota changes.
 if #KEYS == 1 and ARGV[3] == "g" and (ARGV[1] == "0" or ARGV[1] == "1") then
   local key, now = KEYS[1], ARGV[2]
-  if now == "" then
-    local time = redis.call("TIME")
-    now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-  else
-    now = tonumber(now)
-  end
   local cost, interval, burst = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+  local revision = tonumber(ARGV[8])
   if not cost or not burst or cost < 1 or cost > burst then
     return redis.error_reply("tollgate: the cost must be 1 to the burst")
   end
-  -- The value is the theoretical arrival time (TAT); the key owes
-  -- `debt` microseconds of refill, and a cost fits while
-  -- debt + cost * interval <= burst * interval.
-  local tat = tonumber(redis.call("GET", key) or "0")
-  local debt = 0
-  if tat > now then
-    debt = tat - now
+  if not revision or not string.match(ARGV[8], "^%d+$") then
+    return redis.error_reply("tollgate: a revision must be a whole number")
   end
-  local tolerance = burst * interval
-  local max_debt = tolerance - cost * interval
-  local allowed, retry = 0, debt - max_debt
-  if debt <= max_debt then
-    allowed, retry = 1, 0
-    debt = debt + cost * interval
-    if ARGV[1] == "0" then
-      -- Expires when fresh, the new TAT: PX rounded up, plus one and the
-      -- grace (as ttl_ms below).
-      redis.call("SET", key, string.format("%d", now + debt), "PX",
-        math.floor((debt + 999) / 1000) + 1 + (tonumber(ARGV[7]) or 0))
+  -- The value is "TAT revision interval burst": the theoretical arrival
+  -- time and its stamp.
+  local value = redis.call("GET", key)
+  local tat, stamp = 0, nil
+  if value then
+    local stored, stored_stamp, stored_revision =
+      string.match(value, "^(%d+) ((%d+) %d+ %d+)$")
+    if not stored then
+      return redis.error_reply("tollgate: not a GCRA value: " .. key)
+    end
+    stored_revision = tonumber(stored_revision)
+    tat = tonumber(stored)
+    if stored_revision > revision then
+      stamp = stored_stamp
+    elseif stored_revision < revision and stored_stamp ~= string.format("%d %d %d",
+        stored_revision, interval, burst) then
+      tat = nil
     end
   end
-  local remaining = 0
-  if tolerance - debt >= interval then
-    remaining = math.floor((tolerance - debt) / interval)
+  if tat then
+    if now == "" then
+      local time = redis.call("TIME")
+      now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    else
+      now = tonumber(now)
+    end
+    -- The key owes `debt` microseconds of refill, and a cost fits while
+    -- debt + cost * interval <= burst * interval.
+    local debt = 0
+    if tat > now then
+      debt = tat - now
+    end
+    local tolerance = burst * interval
+    local max_debt = tolerance - cost * interval
+    local allowed, retry = 0, debt - max_debt
+    if debt <= max_debt then
+      allowed, retry = 1, 0
+      debt = debt + cost * interval
+      if ARGV[1] == "0" then
+        -- Expires when fresh, the new TAT: PX rounded up, plus one and the
+        -- grace (as ttl_ms below).
+        redis.call("SET", key, string.format("%d ", now + debt)
+          .. (stamp or string.format("%d %d %d", revision, interval, burst)), "PX",
+          math.floor((debt + 999) / 1000) + 1 + (tonumber(ARGV[7]) or 0))
+      end
+    end
+    local remaining = 0
+    if tolerance - debt >= interval then
+      remaining = math.floor((tolerance - debt) / interval)
+    end
+    return { allowed, remaining, retry, debt }
   end
-  return { allowed, remaining, retry, debt }
 end
 
 -- The arguments of modes "2" and "3" are checked as the costs are: the
@@ -106,30 +146,33 @@ end
 if ARGV[1] == "3" then
   local key, written = KEYS[1], ARGV[2]
   if #KEYS ~= 1 or not whole(written) or not whole(ARGV[3]) or not whole(ARGV[5])
+      or type(ARGV[6]) ~= "string" or not string.match(ARGV[6], "^%d+ %d+ %d+$")
       or tonumber(ARGV[3]) >= tonumber(written) then
-    return redis.error_reply("tollgate: a refund needs one key and whole TATs, restored < written")
+    return redis.error_reply("tollgate: a refund needs one key, whole TATs, restored < written, and a stamp")
   end
   local now = tonumber(ARGV[4])
   if not now then
     local time = redis.call("TIME")
     now = tonumber(time[1]) * 1000000 + tonumber(time[2])
   end
-  if redis.call("GET", key) ~= written or tonumber(written) - tonumber(ARGV[5]) <= now then
+  if redis.call("GET", key) ~= written .. " " .. ARGV[6]
+      or tonumber(written) - tonumber(ARGV[5]) <= now then
     return { 0 }
   end
-  redis.call("SET", key, ARGV[3], "KEEPTTL")
+  redis.call("SET", key, ARGV[3] .. " " .. ARGV[6], "KEEPTTL")
   return { 1 }
 end
 local reserving = ARGV[1] == "2"
-if reserving and (#KEYS ~= 1 or ARGV[3] ~= "g" or not whole(ARGV[8])
-    or tonumber(ARGV[8]) > 2251799813685248) then
+if reserving and (#KEYS ~= 1 or ARGV[3] ~= "g" or not whole(ARGV[10])
+    or tonumber(ARGV[10]) > 2251799813685248) then
   return redis.error_reply("tollgate: one GCRA limit, and a whole wait of at most 2^51 us")
 end
 --
 -- The whole chunk runs on every call, so it creates few closures (each is
 -- an allocation): the algorithms are branches of one loop, and a limit's
--- writes are recorded as commands, run at the end if all admit. Two
--- helpers are closures; the log's branch makes its search's.
+-- writes are recorded as commands, run at the end if all admit. A few
+-- helpers are closures (the carry's only in a call that carries); the
+-- log's branch makes its search's.
 
 local peek = ARGV[1] == "1"
 -- Quotients are floor(a / b), quotients rounded up floor((a + b - 1) / b),
@@ -160,13 +203,125 @@ local function ttl_ms(now, fresh)
   return floor((math.max(fresh - now, 0) + 999) / 1000) + 1 + grace
 end
 
+-- Reads a value holding `fields` integers of state, then its stamp, for a
+-- caller of `revision` and quota (a, b). Returns the state's integers, the
+-- stamp to write ("revision span burst"), and the span and burst to carry
+-- the state over from (none: read it as it is). Refuses a value in another
+-- layout, and for a window algorithm (`windowed`), a key stamped with a
+-- window of another length: its counts mean nothing in these windows.
+local function stamped(key, value, fields, revision, a, b, windowed)
+  local parsed = numbers(value)
+  local stamp = format("%d %d %d", revision, a, b)
+  if not value then
+    return parsed, stamp
+  end
+  if #parsed ~= fields + 3 then
+    error({ err = "tollgate: not a value of this algorithm: " .. key })
+  end
+  local stored_revision, span, burst = parsed[fields + 1], parsed[fields + 2], parsed[fields + 3]
+  if span < 1 or burst < 1 then
+    error({ err = "tollgate: not a value of this algorithm: " .. key })
+  end
+  if windowed and span ~= a then
+    error({ err = "tollgate: the key counts windows of another length: " .. key })
+  end
+  if stored_revision > revision then
+    return parsed, format("%d %d %d", stored_revision, span, burst)
+  elseif stored_revision < revision and (span ~= a or burst ~= b) then
+    return parsed, stamp, span, burst
+  end
+  return parsed, stamp
+end
+
+-- Carrying a state over to a new quota: the same arithmetic as the
+-- algorithms' `carry` in tollgate (notes/14), made only by a call that
+-- carries a key.
+local muldiv, carry_count, carry_debt
+local function carrying()
+  if muldiv then
+    return
+  end
+  -- floor(x * y / c), at most `cap`, and the remainder (meaningless when
+  -- capped), exactly: by the bits of y, keeping the quotient and the
+  -- remainder of x * (the bits so far), each step below 2^53. Needs x, y,
+  -- c, cap below 2^52 and x + c below 2^53.
+  muldiv = function(x, y, c, cap)
+    local whole_part = floor(x / c)
+    local rest = x - whole_part * c
+    if whole_part > 0 and whole_part * y > cap then
+      return cap, 0
+    end
+    local quotient, remainder, bit, bits = 0, 0, 1, y
+    while bit * 2 <= bits do
+      bit = bit * 2
+    end
+    while bit >= 1 do
+      quotient, remainder = 2 * quotient, 2 * remainder
+      if remainder >= c then
+        quotient, remainder = quotient + 1, remainder - c
+      end
+      if bits >= bit then
+        bits = bits - bit
+        remainder = remainder + rest
+        if remainder >= c then
+          quotient, remainder = quotient + 1, remainder - c
+        end
+      end
+      bit = bit / 2
+    end
+    return math.min(whole_part * y + quotient, cap), remainder
+  end
+  -- A count of `used` units of a burst `from` carried to a burst `to`.
+  carry_count = function(from, to, how, used)
+    if used == 0 then
+      return 0
+    end
+    local cap, carried = math.max(used, to), used
+    if how == "a" then
+      carried = to - math.min(math.max(from - used, 0), to)
+    elseif how == "p" then
+      local quotient, remainder = muldiv(used, to, from, cap)
+      carried = quotient
+      if remainder > 0 and quotient < cap then
+        carried = quotient + 1
+      end
+    end
+    return math.min(carried, cap)
+  end
+  -- `debt` microseconds owed under (interval, burst) carried to
+  -- (to_interval, to_burst); the part beyond the tolerance (a
+  -- reservation's booked time) is kept as time.
+  carry_debt = function(debt, interval, burst, to_interval, to_burst, how)
+    if debt == 0 or how == "u" then
+      return debt
+    end
+    local tolerance, to_tolerance = burst * interval, to_burst * to_interval
+    local booked, owed = math.max(debt - tolerance, 0), math.min(debt, tolerance)
+    local carried
+    if how == "a" then
+      -- The units free stay free, at most the new burst.
+      carried = to_tolerance - muldiv(tolerance - owed, to_interval, interval, to_tolerance)
+    else
+      -- The fraction of the tolerance owed, rounded up.
+      local quotient, remainder = muldiv(owed, to_tolerance, tolerance, to_tolerance)
+      carried = quotient
+      if remainder > 0 then
+        carried = quotient + 1
+      end
+    end
+    return carried + booked
+  end
+end
+
 if ARGV[1] == "4" then
   local key, now = KEYS[1], ARGV[2]
   local interval, burst = tonumber(ARGV[3]), tonumber(ARGV[4])
   local cost, want, units = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[8])
+  local revision, how = tonumber(ARGV[10]), ARGV[11]
   if #KEYS ~= 1 or not whole(ARGV[3]) or not whole(ARGV[4]) or not whole(ARGV[5])
       or not whole(ARGV[6]) or not whole(ARGV[8]) or not (ARGV[9] == "" or whole(ARGV[9]))
       or not (ARGV[7] == "" or whole(ARGV[7])) or not (now == "" or whole(now))
+      or not whole(ARGV[10]) or not (how == "a" or how == "p" or how == "u")
       or interval < 1 or burst < 1 or interval * burst > 2251799813685248
       or cost < 1 or cost > burst or want > burst or units > burst then
     return redis.error_reply("tollgate: a lease call needs whole numbers, a cost of 1 to the burst")
@@ -182,33 +337,48 @@ if ARGV[1] == "4" then
   end
   grace = tonumber(ARGV[9]) or 0
   local stored = redis.call("GET", key)
-  local tat = tonumber(stored or "0")
-  local returned = 0
-  if ARGV[7] ~= "" and stored == ARGV[7] and units > 0 then
+  local state, stamp, from_interval, from_burst =
+    stamped(key, stored, 1, revision, interval, burst, false)
+  local tat = state[1] or 0
+  local returned, dirty = 0, false
+  if ARGV[7] ~= "" and units > 0 and stored == ARGV[7] .. " " .. format("%d %d %d",
+      revision, interval, burst) then
     tat = math.max(tat - units * interval, 0)
-    returned = units
+    returned, dirty = units, true
+  elseif from_interval and tat > now then
+    carrying()
+    tat = now + carry_debt(tat - now, from_interval, from_burst, interval, burst, how)
+    dirty = true
   end
   local tolerance = burst * interval
   local debt = math.max(tat - now, 0)
   local max_debt = tolerance - cost * interval
   if debt > max_debt then
-    if returned > 0 then
-      redis.call("SET", key, string.format("%d", tat), "PX", ttl_ms(now, tat))
+    if dirty then
+      redis.call("SET", key, format("%d ", tat) .. stamp, "PX", ttl_ms(now, tat))
     end
     return { 0, math.floor((tolerance - math.min(debt, tolerance)) / interval),
       debt - max_debt, debt, 0, tat, now, returned }
   end
   local granted = math.min(want, math.floor(math.floor((max_debt - debt) / interval) / 2))
   local end_at = math.max(tat, now) + (cost + granted) * interval
-  redis.call("SET", key, string.format("%d", end_at), "PX", ttl_ms(now, end_at))
+  redis.call("SET", key, format("%d ", end_at) .. stamp, "PX", ttl_ms(now, end_at))
   return { 1, math.floor((tolerance - (end_at - now)) / interval), 0, end_at - now,
     granted, end_at, now, returned }
+end
+
+-- A carried state is written at once (a peek only reads it), whatever the
+-- call decides: the key is carried at this instant, once.
+local function carried(key, value, fresh)
+  if not peek then
+    redis.call("SET", key, value, "PX", ttl_ms(now, fresh))
+  end
 end
 
 local server_now
 local replies, writes, all_allowed = {}, {}, true
 for i = 1, #KEYS do
-  local key, at = KEYS[i], 2 + 6 * (i - 1)
+  local key, at = KEYS[i], 2 + 8 * (i - 1)
   now, grace = ARGV[at], tonumber(ARGV[at + 5]) or 0
   if now ~= "" then
     now = tonumber(now)
@@ -221,10 +391,14 @@ for i = 1, #KEYS do
   end
   local code = ARGV[at + 1]
   local cost, a, b = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
+  local revision, how = tonumber(ARGV[at + 6]), ARGV[at + 7]
   -- The callers check the cost (1 to the burst, b for every algorithm);
   -- the script is published, so it checks too.
   if not cost or not b or cost < 1 or cost > b then
     return redis.error_reply("tollgate: the cost must be 1 to the burst")
+  end
+  if not whole(ARGV[at + 6]) or not (how == "a" or how == "p" or how == "u") then
+    return redis.error_reply("tollgate: a revision must be a whole number, a carry a, p or u")
   end
   local allowed, remaining, retry, reset
 
@@ -233,34 +407,51 @@ for i = 1, #KEYS do
     -- (a = interval, b = burst); a cost fits while
     -- debt + cost * interval <= burst * interval.
     local interval, burst = a, b
-    local debt, last_at = 0, now
+    local debt, last_at, key_stamp = 0, now, nil
     if code == "g" then
-      -- The value is the theoretical arrival time (TAT).
-      local tat = tonumber(redis.call("GET", key) or "0")
+      -- The value is the theoretical arrival time (TAT) and its stamp.
+      local state, stamp, from_interval, from_burst =
+        stamped(key, redis.call("GET", key), 1, revision, a, b, false)
+      local tat = state[1] or 0
+      if from_interval and tat > now then
+        carrying()
+        tat = now + carry_debt(tat - now, from_interval, from_burst, interval, burst, how)
+        carried(key, format("%d ", tat) .. stamp, tat)
+      end
       if tat > now then
         debt = tat - now
       end
+      key_stamp = stamp
     else
-      -- The value is "deficit last"; a reading before `last` is `last`.
-      local state = numbers(redis.call("GET", key))
+      -- The value is "deficit last" and its stamp; a reading before `last`
+      -- is `last`.
+      local state, stamp, from_interval, from_burst =
+        stamped(key, redis.call("GET", key), 2, revision, a, b, false)
       local deficit, last = state[1] or 0, state[2] or 0
       if last_at < last then
         last_at = last
       end
       debt = math.max(deficit - (last_at - last), 0)
+      if from_interval and debt > 0 then
+        carrying()
+        debt = carry_debt(debt, from_interval, from_burst, interval, burst, how)
+        carried(key, format("%d %d ", debt, last_at) .. stamp, last_at + debt)
+      end
+      key_stamp = stamp
     end
     local tolerance = burst * interval
     local max_debt = tolerance - cost * interval
     if reserving then
-      max_debt = max_debt + (tonumber(ARGV[8]) or 0)
+      max_debt = max_debt + (tonumber(ARGV[10]) or 0)
     end
     if debt <= max_debt then
       allowed, retry = 1, 0
       debt = debt + cost * interval
       if code == "g" then
-        writes[#writes + 1] = { "SET", key, format("%d", now + debt), "PX", ttl_ms(now, now + debt) }
+        writes[#writes + 1] = { "SET", key, format("%d ", now + debt) .. key_stamp, "PX",
+          ttl_ms(now, now + debt) }
       else
-        writes[#writes + 1] = { "SET", key, format("%d %d", debt, last_at), "PX",
+        writes[#writes + 1] = { "SET", key, format("%d %d ", debt, last_at) .. key_stamp, "PX",
           ttl_ms(now, last_at + debt) }
       end
     else
@@ -272,14 +463,20 @@ for i = 1, #KEYS do
     end
 
   elseif code == "f" then
-    -- Fixed window: the value is "window_index count" (a = window, b =
-    -- burst). A reading from before the stored window is that window's
-    -- first instant.
+    -- Fixed window: the value is "window_index count" and its stamp (a =
+    -- window, b = burst). A reading from before the stored window is that
+    -- window's first instant.
     local window, burst = a, b
-    local state = numbers(redis.call("GET", key))
+    local state, stamp, _, from_burst =
+      stamped(key, redis.call("GET", key), 2, revision, a, b, true)
     local stored_index, count = state[1] or 0, state[2] or 0
     local index = floor(now / window)
     local elapsed = now - index * window
+    if from_burst and stored_index >= index and count > 0 then
+      carrying()
+      count = carry_count(from_burst, burst, how, count)
+      carried(key, format("%d %d ", stored_index, count) .. stamp, (stored_index + 1) * window)
+    end
     if index < stored_index then
       index, elapsed = stored_index, 0
     elseif index > stored_index then
@@ -289,7 +486,7 @@ for i = 1, #KEYS do
     reset = window - elapsed
     if cost <= free then
       allowed, remaining, retry = 1, free - cost, 0
-      writes[#writes + 1] = { "SET", key, format("%d %d", index, count + cost), "PX",
+      writes[#writes + 1] = { "SET", key, format("%d %d ", index, count + cost) .. stamp, "PX",
         ttl_ms(now, (index + 1) * window) }
     else
       allowed, remaining, retry = 0, free, reset
@@ -297,10 +494,12 @@ for i = 1, #KEYS do
 
   elseif code == "c" then
     -- Sliding window counter: the value is "window_index previous
-    -- current"; the previous window's count weighs by the part of it still
-    -- inside the sliding window, in exact integers scaled by the window.
+    -- current" and its stamp; the previous window's count weighs by the
+    -- part of it still inside the sliding window, in exact integers scaled
+    -- by the window.
     local window, burst = a, b
-    local state = numbers(redis.call("GET", key))
+    local state, stamp, _, from_burst =
+      stamped(key, redis.call("GET", key), 3, revision, a, b, true)
     local stored_index, previous, current = state[1] or 0, state[2] or 0, state[3] or 0
     local index = floor(now / window)
     local elapsed = now - index * window
@@ -311,14 +510,31 @@ for i = 1, #KEYS do
     elseif index > stored_index then
       previous, current = 0, 0
     end
-    local carried = previous * (window - elapsed)
-    local free = math.max(floor(math.max(burst * window - carried, 0) / window) - current, 0)
+    if from_burst and how ~= "u" and (previous > 0 or current > 0) then
+      -- As is, a raise adds its units to the current count and a cut takes
+      -- them from it first; in proportion, both counts scale.
+      carrying()
+      if how == "p" then
+        previous = carry_count(from_burst, burst, how, previous)
+        current = carry_count(from_burst, burst, how, current)
+      elseif burst >= from_burst then
+        current = math.min(current + burst - from_burst, math.max(current, burst))
+      else
+        local cut = from_burst - burst
+        local from_current = math.min(cut, current)
+        previous = previous - math.min(cut - from_current, previous)
+        current = current - from_current
+      end
+      carried(key, format("%d %d %d ", index, previous, current) .. stamp, (index + 2) * window)
+    end
+    local carried_count = previous * (window - elapsed)
+    local free = math.max(floor(math.max(burst * window - carried_count, 0) / window) - current, 0)
     if cost <= free then
       allowed, remaining, retry = 1, free - cost, 0
       -- Fresh once the current count has slid out: two windows on.
       reset = 2 * window - elapsed
       writes[#writes + 1] = { "SET", key,
-        format("%d %d %d", index, previous, current + cost), "PX",
+        format("%d %d %d ", index, previous, current + cost) .. stamp, "PX",
         ttl_ms(now, (index + 2) * window) }
     else
       allowed, remaining = 0, free
@@ -346,21 +562,24 @@ for i = 1, #KEYS do
     end
 
   elseif code == "l" then
-    -- Sliding log: a list of runs "stamp count cumulative", oldest first:
-    -- the units admitted at one microsecond, and the units of the list up
-    -- to and including the run (counted since the list was last empty). A
-    -- unit leaves the window `window` (a) after its stamp, and a reading
-    -- older than the newest stamp is that stamp's instant. The cumulative
-    -- counts let a check find the first live run, and a denial the run
-    -- whose leaving makes room, by binary search over LINDEX: O(log runs)
-    -- reads, whatever the list holds. An admission trims the runs that
-    -- have left (in C, each run once).
+    -- Sliding log: a list of the stamp, then runs "stamp count
+    -- cumulative", oldest first: the units admitted at one microsecond, and
+    -- the units of the list up to and including the run (counted since the
+    -- list was last empty). A unit leaves the window `window` (a) after its
+    -- stamp, and a reading older than the newest stamp is that stamp's
+    -- instant. The cumulative counts let a check find the first live run,
+    -- and a denial the run whose leaving makes room, by binary search over
+    -- LINDEX: O(log runs) reads, whatever the list holds. An admission
+    -- trims the runs that have left (in C, each run once).
     local window, burst = a, b
-    local runs = redis.call("LLEN", key)
+    local length = redis.call("LLEN", key)
+    local header = length > 0 and redis.call("LINDEX", key, 0) or nil
+    local _, stamp, _, from_burst = stamped(key, header, 0, revision, a, b, true)
+    local runs = math.max(length - 1, 0)
     local fetched = {}
     local function run(j)
       if not fetched[j] then
-        local parsed = numbers(redis.call("LINDEX", key, j))
+        local parsed = numbers(redis.call("LINDEX", key, j + 1))
         if #parsed ~= 3 then
           -- Any run in another layout (an earlier version's, or something
           -- else's): refused, never read as something it is not.
@@ -369,6 +588,59 @@ for i = 1, #KEYS do
         fetched[j] = parsed
       end
       return fetched[j]
+    end
+    if from_burst and runs > 0 and how ~= "u" then
+      -- Carried: the live units as a count; fewer keep the newest, more
+      -- add units at the reading. The list is written again, counting
+      -- from zero (a peek decides on it without writing).
+      carrying()
+      local all = redis.call("LRANGE", key, 1, -1)
+      local newest = numbers(all[#all])
+      local stamp_at = math.max(now, newest[1] or 0)
+      local live_runs, live = {}, 0
+      for j = 1, #all do
+        local parsed = numbers(all[j])
+        if #parsed ~= 3 then
+          error({ err = "tollgate: not a sliding log: " .. key })
+        end
+        if parsed[1] + window > stamp_at then
+          live_runs[#live_runs + 1] = parsed
+          live = live + parsed[2]
+        end
+      end
+      local kept = carry_count(from_burst, burst, how, live)
+      local drop = math.max(live - kept, 0)
+      local written, top = {}, 0
+      for _, parsed in ipairs(live_runs) do
+        local units = parsed[2] - math.min(drop, parsed[2])
+        drop = drop - (parsed[2] - units)
+        if units > 0 then
+          top = top + units
+          written[#written + 1] = { parsed[1], units, top }
+        end
+      end
+      if kept > live then
+        local last = written[#written]
+        if last and last[1] == stamp_at then
+          last[2], last[3] = last[2] + kept - live, last[3] + kept - live
+        else
+          written[#written + 1] = { stamp_at, kept - live, top + kept - live }
+        end
+      end
+      fetched, runs = {}, #written
+      local lines = { stamp }
+      for j, parsed in ipairs(written) do
+        fetched[j - 1] = parsed
+        lines[j + 1] = format("%d %d %d", parsed[1], parsed[2], parsed[3])
+      end
+      if not peek then
+        redis.call("DEL", key)
+        if runs > 0 then
+          redis.call("RPUSH", key, unpack(lines))
+          redis.call("PEXPIRE", key, ttl_ms(now, written[runs][1] + window))
+        end
+      end
+      header = runs > 0 and stamp or nil
     end
     -- The smallest j in [low, runs - 1] whose run satisfies `holds`
     -- (monotone: false, then true), given that run runs - 1 does.
@@ -385,15 +657,15 @@ for i = 1, #KEYS do
       return low
     end
     local newest = runs > 0 and run(runs - 1)
-    local stamp, first_live, base, top = now, runs, 0, 0
+    local stamp_at, first_live, base, top = now, runs, 0, 0
     if newest then
       top = newest[3]
-      if stamp < newest[1] then
-        stamp = newest[1]
+      if stamp_at < newest[1] then
+        stamp_at = newest[1]
       end
-      if newest[1] + window > stamp then
+      if newest[1] + window > stamp_at then
         first_live = first(0, function(r)
-          return r[1] + window > stamp
+          return r[1] + window > stamp_at
         end)
         local oldest_live = run(first_live)
         base = oldest_live[3] - oldest_live[2]
@@ -407,23 +679,27 @@ for i = 1, #KEYS do
       allowed, remaining, retry, reset = 1, free - cost, 0, window
       if first_live == runs then
         -- Nothing live: start the list again, counting from zero.
-        if runs > 0 then
+        if length > 0 then
           writes[#writes + 1] = { "DEL", key }
         end
-        writes[#writes + 1] = { "RPUSH", key, format("%d %d %d", stamp, cost, cost) }
+        writes[#writes + 1] = { "RPUSH", key, stamp, format("%d %d %d", stamp_at, cost, cost) }
       else
         if first_live > 0 then
+          -- The stamp over the last run to go, and the runs before it cut.
+          writes[#writes + 1] = { "LSET", key, first_live, stamp }
           writes[#writes + 1] = { "LTRIM", key, first_live, -1 }
+        elseif header ~= stamp then
+          writes[#writes + 1] = { "LSET", key, 0, stamp }
         end
-        if newest[1] == stamp then
+        if newest[1] == stamp_at then
           writes[#writes + 1] = { "LSET", key, -1,
-            format("%d %d %d", stamp, newest[2] + cost, top + cost) }
+            format("%d %d %d", stamp_at, newest[2] + cost, top + cost) }
         else
           writes[#writes + 1] = { "RPUSH", key,
-            format("%d %d %d", stamp, cost, top + cost) }
+            format("%d %d %d", stamp_at, cost, top + cost) }
         end
       end
-      writes[#writes + 1] = { "PEXPIRE", key, ttl_ms(now, stamp + window) }
+      writes[#writes + 1] = { "PEXPIRE", key, ttl_ms(now, stamp_at + window) }
     else
       -- The stamp of the last unit that must leave for `cost` to fit: the
       -- first live run whose cumulative count reaches it.
@@ -431,8 +707,8 @@ for i = 1, #KEYS do
       local leaving = run(first(first_live, function(r)
         return r[3] - base >= must_leave
       end))
-      allowed, remaining, retry = 0, free, leaving[1] + window - stamp
-      reset = math.max(newest[1] + window - stamp, 0)
+      allowed, remaining, retry = 0, free, leaving[1] + window - stamp_at
+      reset = math.max(newest[1] + window - stamp_at, 0)
     end
 
   else

@@ -1,0 +1,318 @@
+//! Quotas per check and quotas changed at runtime, on a real Redis
+//! (standalone and a three-master Cluster), between instances that share
+//! keys: each instance a limiter of its own, on a connection of its own,
+//! all on one client clock so that the figures are exact.
+//!
+//! The key does not change with the quota: each value carries the stamp of
+//! the quota that wrote it, and a check of a later revision carries the key
+//! over by its strategy (notes/14). The differential test compares every
+//! algorithm's carry with the in-process one; these tests follow one
+//! service through a change on one instance, then the other.
+
+mod support {
+    #[allow(dead_code)]
+    pub mod redis;
+    #[allow(dead_code)]
+    pub mod target;
+}
+
+use std::time::Duration;
+
+use tollgate::algorithm::{Carry, FixedWindow, Gcra};
+use tollgate::clock::ManualClock;
+use tollgate::store::ChangeError;
+use tollgate::{CheckError, LayoutError, Quota};
+use tollgate_redis::{ConfigError, Error, Mode, RedisLimiter, Scripted};
+
+use support::target::{Kind, Target};
+
+/// An instant of the shared client clock, in seconds.
+const T0_S: u64 = 1_000_000;
+
+fn at(clock: &ManualClock, seconds: u64) {
+    clock.set_ns((T0_S + seconds) * 1_000_000_000);
+}
+
+/// Two instances of the service `name`, each on a connection of its own.
+fn instances<A: Scripted>(
+    target: &Target,
+    name: &str,
+    quota: Quota,
+    clock: &ManualClock,
+) -> [RedisLimiter<A>; 2] {
+    [0, 1].map(|_| {
+        let connection = target.runtime.block_on(target.reconnect());
+        RedisLimiter::builder(name, quota)
+            .algorithm::<A>()
+            .clock(clock.clone())
+            .expiry_grace(Duration::from_secs(3_600))
+            .build(connection)
+            .expect("a valid limiter")
+    })
+}
+
+/// Checks until the first denial; returns how many were admitted and the
+/// denial's wait.
+fn drain<A: Scripted>(target: &Target, limiter: &RedisLimiter<A>, key: &str) -> (u32, Duration) {
+    for admitted in 0.. {
+        let decision = target.runtime.block_on(limiter.check(key)).unwrap();
+        if !decision.is_allowed() {
+            return (admitted, decision.retry_after());
+        }
+        assert!(admitted < 1_000, "never denied");
+    }
+    unreachable!()
+}
+
+fn the_stamp(target: &Target, limiter: &RedisLimiter, key: &str) -> String {
+    let value = target.get(&limiter.redis_key(key)).expect("a stored key");
+    value
+        .split_once(' ')
+        .expect("a TAT and its stamp")
+        .1
+        .to_owned()
+}
+
+/// 3 a minute raised to 6 on instance `a` while `b` still runs the old
+/// quota; then `b` is raised too. As is: keys keep the units they had
+/// free. Every figure is exact.
+fn a_change_on_one_instance_reaches_the_other_through_the_keys(kind: Kind) {
+    let target = Target::start(kind);
+    let clock = ManualClock::new();
+    at(&clock, 0);
+    let old = Quota::per_minute(3).unwrap();
+    let new = Quota::per_minute(6).unwrap();
+    let [a, b] = instances::<Gcra>(&target, "svc", old, &clock);
+    // Before: alice drained by b, bob has used one unit of three.
+    assert_eq!(drain(&target, &b, "alice"), (3, Duration::from_secs(20)));
+    assert!(
+        target
+            .runtime
+            .block_on(b.check("bob"))
+            .unwrap()
+            .is_allowed()
+    );
+    let key = a.redis_key("alice");
+    assert_eq!(key, b.redis_key("alice"), "one key, whatever the quota");
+
+    a.set_quota(new, Carry::AsIs).unwrap();
+    assert_eq!((a.quota(), a.revision(), b.revision()), (new, 1, 0));
+    // a carries alice on its first check: no unit free stays none, and the
+    // wait is one new interval, 10 s, not 20.
+    let denied = target.runtime.block_on(a.check("alice")).unwrap();
+    assert_eq!(
+        (denied.is_allowed(), denied.retry_after(), denied.limit()),
+        (false, Duration::from_secs(10), 6)
+    );
+    assert_eq!(the_stamp(&target, &a, "alice"), "1 10000000 6");
+    // b, not yet changed, reads the carried key by its own quota: a debt
+    // of 60 s is a full burst of 3 at 20 s, so 20 s to wait.
+    let denied = target.runtime.block_on(b.check("alice")).unwrap();
+    assert_eq!(
+        (denied.is_allowed(), denied.retry_after(), denied.limit()),
+        (false, Duration::from_secs(20), 3)
+    );
+    // bob had two units free: as is, two, now of a burst of 6.
+    assert_eq!(drain(&target, &a, "bob"), (2, Duration::from_secs(10)));
+    // Fresh keys: each instance's own burst.
+    assert_eq!(drain(&target, &a, "carol").0, 6);
+    assert_eq!(drain(&target, &b, "dave").0, 3);
+    // 20 s on, b admits carol by its own quota and leaves the later stamp:
+    // the key is not carried back.
+    at(&clock, 20);
+    assert_eq!(drain(&target, &b, "carol"), (1, Duration::from_secs(20)));
+    assert_eq!(the_stamp(&target, &b, "carol"), "1 10000000 6");
+    let denied = target.runtime.block_on(a.check("carol")).unwrap();
+    assert_eq!(denied.retry_after(), Duration::from_secs(10));
+
+    // b is raised too: dave, drained by b 20 s ago (a debt of 40 s, one
+    // unit free), is carried by b on its first check: one unit free.
+    b.set_quota(new, Carry::AsIs).unwrap();
+    assert_eq!(drain(&target, &b, "dave"), (1, Duration::from_secs(10)));
+    assert_eq!(the_stamp(&target, &b, "dave"), "1 10000000 6");
+    // And alice, carried by a already, is not carried again: a debt of
+    // 60 − 20 = 40 s, two units free under 6 a minute, for either.
+    assert_eq!(drain(&target, &b, "alice"), (2, Duration::from_secs(10)));
+    let denied = target.runtime.block_on(a.check("alice")).unwrap();
+    assert_eq!(denied.retry_after(), Duration::from_secs(10));
+}
+
+#[test]
+fn a_change_on_one_instance_reaches_the_other_standalone() {
+    a_change_on_one_instance_reaches_the_other_through_the_keys(Kind::Standalone);
+}
+
+#[test]
+fn a_change_on_one_instance_reaches_the_other_cluster() {
+    a_change_on_one_instance_reaches_the_other_through_the_keys(Kind::Cluster);
+}
+
+/// An instance started after the change declares the revision: it carries
+/// keys as the instances changed at runtime do, in proportion here.
+#[test]
+fn an_instance_started_at_a_later_revision_carries_keys_over() {
+    let target = Target::start(Kind::Standalone);
+    let clock = ManualClock::new();
+    at(&clock, 0);
+    let [old, _] = instances::<Gcra>(&target, "svc", Quota::per_minute(4).unwrap(), &clock);
+    // One unit used of four: a quarter of the burst.
+    assert!(
+        target
+            .runtime
+            .block_on(old.check("erin"))
+            .unwrap()
+            .is_allowed()
+    );
+    let connection = target.runtime.block_on(target.reconnect());
+    let started = RedisLimiter::builder("svc", Quota::per_minute(8).unwrap())
+        .clock(clock.clone())
+        .expiry_grace(Duration::from_secs(3_600))
+        .revision(1, Carry::Proportional)
+        .build(connection)
+        .unwrap();
+    assert_eq!(started.revision(), 1);
+    // In proportion: a quarter of 8 used, six units free.
+    assert_eq!(
+        drain(&target, &started, "erin"),
+        (6, Duration::from_millis(7_500))
+    );
+}
+
+/// A check carrying its own quota, from two instances: the key's state is
+/// read as it stands by each quota (GCRA keeps the refill time owed).
+#[test]
+fn tiers_share_keys_across_instances() {
+    let target = Target::start(Kind::Cluster);
+    let clock = ManualClock::new();
+    at(&clock, 0);
+    let free = Quota::per_minute(2).unwrap();
+    let pro = Quota::per_minute(100).unwrap();
+    let [a, b] = instances::<Gcra>(&target, "tiers", free, &clock);
+    let check_with = |limiter: &RedisLimiter, key: &str| {
+        target
+            .runtime
+            .block_on(limiter.check_with(key, &pro))
+            .unwrap()
+    };
+    for _ in 0..100 {
+        assert!(check_with(&a, "paying").is_allowed());
+    }
+    let denied = check_with(&b, "paying");
+    assert_eq!(
+        (denied.is_allowed(), denied.limit(), denied.retry_after()),
+        (false, 100, Duration::from_millis(600))
+    );
+    assert_eq!(the_stamp(&target, &a, "paying"), "0 600000 100");
+    // The same key by the free quota: 60 s owed is a full free burst.
+    let denied = target.runtime.block_on(b.check("paying")).unwrap();
+    assert_eq!(
+        (denied.limit(), denied.retry_after()),
+        (2, Duration::from_secs(30))
+    );
+    // A free key: two units, then 60 s owed, which pro reads as a burst.
+    assert_eq!(drain(&target, &b, "visitor"), (2, Duration::from_secs(30)));
+    assert_eq!(
+        check_with(&a, "visitor").retry_after(),
+        Duration::from_millis(600)
+    );
+    // What no quota can be: a span past the script's exact range.
+    let huge = Quota::new(1, Duration::from_secs(100 * 365 * 24 * 3_600)).unwrap();
+    assert!(matches!(
+        a.accepts(&huge),
+        Err(Error::Quota(ConfigError::QuotaTooLarge { .. }))
+    ));
+}
+
+/// A window algorithm counts in windows of its own length: a quota of
+/// another window is refused, a quota of the same window carried.
+#[test]
+fn a_window_algorithm_keeps_its_window() {
+    let target = Target::start(Kind::Standalone);
+    let clock = ManualClock::new();
+    at(&clock, 0);
+    let [limiter, _] =
+        instances::<FixedWindow>(&target, "windows", Quota::per_minute(10).unwrap(), &clock);
+    let per_second = Quota::per_second(10).unwrap();
+    let window_differs = LayoutError::WindowDiffers {
+        limiter: Duration::from_secs(60),
+        quota: Duration::from_secs(1),
+    };
+    assert!(matches!(
+        limiter.set_quota(per_second, Carry::AsIs),
+        Err(ConfigError::Change(ChangeError::Layout(error))) if error == window_differs
+    ));
+    assert!(matches!(
+        target.runtime.block_on(limiter.check_with("k", &per_second)),
+        Err(Error::Check(CheckError::Layout(error))) if error == window_differs
+    ));
+    // Seven of ten used; raised to 20 in proportion: 14 used, 6 free.
+    for _ in 0..7 {
+        assert!(
+            target
+                .runtime
+                .block_on(limiter.check("k"))
+                .unwrap()
+                .is_allowed()
+        );
+    }
+    limiter
+        .set_quota(Quota::per_minute(20).unwrap(), Carry::Proportional)
+        .unwrap();
+    assert_eq!(drain(&target, &limiter, "k"), (6, Duration::from_secs(20)));
+}
+
+/// A reservation waiting across a change keeps its slot: the time it
+/// booked beyond the tolerance is carried as time. Given back after the
+/// change, it is not (the key was carried since): over-denial only.
+#[test]
+fn a_reservation_waiting_across_a_change_keeps_its_slot() {
+    let target = Target::start(Kind::Standalone);
+    let clock = ManualClock::new();
+    at(&clock, 0);
+    let one_per_10_s = Quota::new(1, Duration::from_secs(10)).unwrap();
+    let [limiter, _] = instances::<Gcra>(&target, "reserve", one_per_10_s, &clock);
+    target.runtime.block_on(async {
+        let first = limiter
+            .reserve_n("k", 1, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(first.delay(), Duration::ZERO);
+        let second = limiter
+            .reserve_n("k", 1, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(second.delay(), Duration::from_secs(10));
+        // Twice the rate: the key owed 20 s, 10 of them the tolerance (no
+        // unit free, as is: the new tolerance, 5 s) and 10 booked.
+        limiter
+            .set_quota(Quota::new(1, Duration::from_secs(5)).unwrap(), Carry::AsIs)
+            .unwrap();
+        let denied = limiter.check("k").await.unwrap();
+        assert_eq!(denied.retry_after(), Duration::from_secs(15));
+        assert!(!second.cancel().await.unwrap(), "carried since");
+        drop(first);
+    });
+    at(&clock, 15);
+    assert_eq!(drain(&target, &limiter, "k"), (1, Duration::from_secs(5)));
+}
+
+/// A limiter deciding locally knows one quota: it refuses to change or to
+/// check by another.
+#[test]
+fn a_limiter_deciding_locally_refuses_other_quotas() {
+    let target = Target::start(Kind::Standalone);
+    let limiter = RedisLimiter::builder("local", Quota::per_minute(10).unwrap())
+        .mode(Mode::DenyCached)
+        .build(target.connection.clone())
+        .unwrap();
+    let other = Quota::per_minute(20).unwrap();
+    assert!(matches!(
+        limiter.set_quota(other, Carry::AsIs),
+        Err(ConfigError::NeedsExact(_))
+    ));
+    assert!(matches!(
+        target.runtime.block_on(limiter.check_with("k", &other)),
+        Err(Error::Quota(ConfigError::NeedsExact(_)))
+    ));
+    assert_eq!(limiter.quota(), Quota::per_minute(10).unwrap());
+}
