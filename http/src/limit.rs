@@ -355,31 +355,40 @@ mod redis {
             RedisLimiter::quota(self)
         }
 
-        /// Carries no quota yet: a carried one is refused
-        /// ([`LayoutError::Unsupported`], as [`Limit::accepts`] says).
+        /// A window algorithm's quota of another window, a quota the
+        /// script cannot hold, and any quota on a limiter deciding locally
+        /// (a `Mode` other than `Exact`) are refused: the first as its
+        /// [`LayoutError`], the others as [`LayoutError::Unsupported`].
+        fn accepts(&self, quota: &Quota) -> Result<(), LayoutError> {
+            match RedisLimiter::accepts(self, quota) {
+                Ok(()) => Ok(()),
+                Err(Error::Check(CheckError::Layout(error))) => Err(error),
+                Err(_) => Err(LayoutError::Unsupported),
+            }
+        }
+
         fn check_n(
             &self,
             key: &K,
             cost: u32,
             quota: Option<&Quota>,
         ) -> impl Future<Output = Result<Checked<NoReceipt>, Failure>> + Send {
-            let carried = quota.is_some();
-            let checked = self.check_n_enforced(key.as_ref(), cost);
+            let key = key.as_ref();
+            let carried = quota.copied();
             async move {
-                if carried {
-                    return Err(Failure::from(CheckError::Layout(LayoutError::Unsupported)));
+                match &carried {
+                    Some(quota) => self.check_n_enforced_with(key, cost, quota).await,
+                    None => self.check_n_enforced(key, cost).await,
                 }
-                checked
-                    .await
-                    .map(|enforced: Enforced| Checked {
-                        decision: enforced.decision,
-                        quota: enforced.quota,
-                        receipt: None,
-                    })
-                    .map_err(|error| match error {
-                        Error::Check(error) => Failure::from(error),
-                        other => Failure::Unavailable(Box::new(other)),
-                    })
+                .map(|enforced: Enforced| Checked {
+                    decision: enforced.decision,
+                    quota: enforced.quota,
+                    receipt: None,
+                })
+                .map_err(|error| match error {
+                    Error::Check(error) => Failure::from(error),
+                    other => Failure::Unavailable(Box::new(other)),
+                })
             }
         }
     }

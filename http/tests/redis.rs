@@ -15,7 +15,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use support::{Item, Server, client, list, retry_after, send};
 use tollgate::{Quota, RateLimiter};
-use tollgate_http::{Header, IpKey, OnUnavailable, PeerIp, RateLimitLayer, Rule};
+use tollgate_http::{Header, IpKey, OnUnavailable, PeerIp, RateLimitLayer, Rule, Tiers};
 use tollgate_redis::{Connection, OnFailure, Options, RedisLimiter};
 
 async fn connect(server: &RedisServer) -> Connection {
@@ -265,4 +265,44 @@ async fn a_failure_policy_that_counts_nothing_advertises_no_quota() {
         assert_eq!(headers.get("ratelimit-policy"), None);
         assert_eq!(headers.get("ratelimit"), None);
     }
+}
+
+/// Tiers on a Redis rule: each request's plan header picks its quota, the
+/// script decides by it, and the response advertises it.
+#[tokio::test]
+async fn a_redis_rule_holds_each_tier_to_its_own_quota() {
+    let redis = start_redis();
+    let limiter = RedisLimiter::builder("http-tiers", Quota::per_minute(2).unwrap())
+        .build(connect(&redis).await)
+        .unwrap();
+    let rule = Rule::new(
+        "per-key",
+        limiter,
+        Header::new(http::HeaderName::from_static("x-api-key")),
+    )
+    .unwrap()
+    .tiers(
+        Tiers::header(http::HeaderName::from_static("x-plan"))
+            .tier("pro", Quota::per_minute(5).unwrap()),
+    )
+    .unwrap();
+    let server = Server::start(RateLimitLayer::builder().rule(rule).build()).await;
+    let client = client();
+    let url = server.url("/");
+    let (admitted, denied) = send(
+        &client,
+        &url,
+        &[("x-api-key", "alice"), ("x-plan", "pro")],
+        6,
+    )
+    .await;
+    assert_eq!(admitted, 5);
+    let policy = list(denied.headers(), "ratelimit-policy");
+    assert_eq!((policy[0].param("q"), policy[0].param("w")), (5, 60));
+    assert_eq!(retry_after(denied.headers()), 12);
+    let (admitted, denied) = send(&client, &url, &[("x-api-key", "bob")], 3).await;
+    assert_eq!(admitted, 2);
+    let policy = list(denied.headers(), "ratelimit-policy");
+    assert_eq!((policy[0].param("q"), policy[0].param("w")), (2, 60));
+    assert_eq!(retry_after(denied.headers()), 30);
 }
