@@ -630,7 +630,7 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     #[cfg(feature = "metrics")]
     pub fn publish_metrics(&self) {
         if let Some(counts) = &self.counts {
-            counts.publish(self.len());
+            counts.publish(Some(self.len()));
         }
     }
 

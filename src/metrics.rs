@@ -54,6 +54,8 @@ struct Slot {
     admitted_extra_units: AtomicU64,
     denied: AtomicU64,
     denied_extra_units: AtomicU64,
+    /// Checks a remote limiter's local half decided (`tollgate-redis`).
+    local: AtomicU64,
 }
 
 impl Slot {
@@ -90,8 +92,10 @@ impl Slot {
     }
 }
 
-/// The counts of one limiter.
-pub(crate) struct Counts {
+/// The counts of one limiter. Public for `tollgate-redis`, whose limiters
+/// count their checks the same way; not part of the API.
+#[doc(hidden)]
+pub struct Counts {
     name: SharedString,
     slots: [Slot; SLOTS],
     shared: Slot,
@@ -113,7 +117,9 @@ struct Published {
 }
 
 impl Counts {
-    pub(crate) fn new(name: SharedString) -> Self {
+    /// Counts for the limiter `name`.
+    #[must_use]
+    pub fn new(name: SharedString) -> Self {
         Self {
             name,
             slots: std::array::from_fn(|_| Slot::default()),
@@ -128,7 +134,7 @@ impl Counts {
     /// Counts a check's outcome: its decision, or a new key a full store
     /// refused.
     #[inline]
-    pub(crate) fn count(&self, outcome: &Result<Decision, CheckError>, cost: u32) {
+    pub fn count(&self, outcome: &Result<Decision, CheckError>, cost: u32) {
         match outcome {
             // A thread with no number yet reads `usize::MAX`, past every
             // slot: one comparison sends both it and the threads past the
@@ -162,21 +168,58 @@ impl Counts {
         refused.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a check a remote limiter's local half decided, in this
+    /// thread's slot as [`count`](Counts::count) does.
+    #[inline]
+    pub fn count_local(&self) {
+        match self.slots.get(NUMBER.with(Cell::get)) {
+            Some(slot) => slot
+                .local
+                .store(slot.local.load(Ordering::Relaxed) + 1, Ordering::Relaxed),
+            None => self.count_local_unowned(),
+        }
+    }
+
+    #[cold]
+    fn count_local_unowned(&self) {
+        let number = match NUMBER.with(Cell::get) {
+            usize::MAX => take_number(),
+            number => Some(number),
+        };
+        match number.and_then(|number| self.slots.get(number)) {
+            Some(slot) => slot
+                .local
+                .store(slot.local.load(Ordering::Relaxed) + 1, Ordering::Relaxed),
+            None => {
+                self.shared.local.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The checks [`count_local`](Counts::count_local) counted so far.
+    #[must_use]
+    pub fn local(&self) -> u64 {
+        self.sum(|slot| &slot.local)
+    }
+
+    fn sum(&self, field: fn(&Slot) -> &AtomicU64) -> u64 {
+        self.slots
+            .iter()
+            .chain([&self.shared])
+            .map(|slot| field(slot).load(Ordering::Relaxed))
+            .fold(0_u64, u64::wrapping_add)
+    }
+
     /// Counts keys `evict_idle` removed.
     pub(crate) fn count_evicted(&self, keys: usize) {
         self.evicted.fetch_add(keys as u64, Ordering::Relaxed);
     }
 
     /// Hands the installed recorder what was counted since the last call,
-    /// and the change in `keys` stored.
-    pub(crate) fn publish(&self, keys: usize) {
-        let sum = |field: fn(&Slot) -> &AtomicU64| {
-            self.slots
-                .iter()
-                .chain([&self.shared])
-                .map(|slot| field(slot).load(Ordering::Relaxed))
-                .fold(0_u64, u64::wrapping_add)
-        };
+    /// and the change in `keys` stored (`None`: a store whose keys are not
+    /// known here, as Redis's; no gauge).
+    pub fn publish(&self, keys: Option<usize>) {
+        let sum = |field| self.sum(field);
         let admitted = sum(|slot| &slot.admitted);
         let denied = sum(|slot| &slot.denied);
         let totals = [
@@ -188,7 +231,6 @@ impl Counts {
             self.refused_reclaiming.load(Ordering::Relaxed),
             self.evicted.load(Ordering::Relaxed),
         ];
-        let keys = keys as u64;
         // Held while the recorder is told, so that two publications of one
         // limiter hand it each count once.
         let mut published = self
@@ -208,14 +250,20 @@ impl Counts {
                 .increment(since(index));
         }
         counter!("tollgate_evictions_total", "limiter" => name.clone()).increment(since(6));
-        let stored = gauge!("tollgate_keys", "limiter" => name.clone());
-        #[allow(clippy::cast_precision_loss)] // a gauge is an f64
-        if keys >= published.keys {
-            stored.increment((keys - published.keys) as f64);
-        } else {
-            stored.decrement((published.keys - keys) as f64);
+        let keys = keys.map(|keys| keys as u64);
+        if let Some(keys) = keys {
+            let stored = gauge!("tollgate_keys", "limiter" => name.clone());
+            #[allow(clippy::cast_precision_loss)] // a gauge is an f64
+            if keys > published.keys {
+                stored.increment((keys - published.keys) as f64);
+            } else {
+                stored.decrement((published.keys - keys) as f64);
+            }
         }
-        *published = Published { totals, keys };
+        *published = Published {
+            totals,
+            keys: keys.unwrap_or(0),
+        };
     }
 }
 

@@ -3,8 +3,13 @@
 //! metrics-exporter-prometheus's recorder and rendered in Prometheus's
 //! text format, each line read back and checked to the exact count.
 
+#[allow(dead_code)]
+#[path = "../../redis/tests/support/redis.rs"]
+mod redis_server;
+
 use std::net::Ipv4Addr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
@@ -13,6 +18,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
 use tokio::net::TcpListener;
 use tollgate::{Builder, Quota, RateLimiter};
 use tollgate_http::{Header, HeaderKey, RateLimitLayer, Rule};
+use tollgate_redis::{Connection, Mode, OnFailure, Options, RedisLimiter};
 
 /// The value of the sample `name{labels}` in a Prometheus text page.
 fn sample(page: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
@@ -109,4 +115,188 @@ async fn a_scrape_reads_each_limiters_exact_counts() {
     );
     assert_eq!(refusals, Some(0.0));
     assert_eq!(per_key("tollgate_evictions_total", None), 0.0);
+}
+
+/// Redis limiters' counts, scraped the same way: an exact one, a
+/// deny-cached one (denials decided locally once the key is drained), and
+/// one whose Redis is killed (errors, the breaker opening, the failure
+/// policy's decisions). Every figure is exact.
+#[tokio::test]
+async fn a_scrape_reads_redis_limiters_round_trips_and_failures() {
+    // The global recorder (the only test here that installs one): round
+    // trips are recorded as they happen, not when published.
+    let handle = PrometheusBuilder::new()
+        .install_recorder()
+        .expect("no recorder installed before");
+    let redis = redis_server::RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
+    let mut doomed = redis_server::RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
+    // One failure opens the breaker, for a minute.
+    let options = Options::default()
+        .call_timeout(Duration::from_millis(500))
+        .breaker(1, Duration::from_secs(60));
+    let open = |port: u16| Connection::open_with(format!("redis://127.0.0.1:{port}/"), options);
+    let quota = Quota::per_minute(3).unwrap();
+    let exact = Arc::new(
+        RedisLimiter::builder("exact", quota)
+            .metrics()
+            .build(open(redis.port()).await.unwrap())
+            .unwrap(),
+    );
+    let cached = Arc::new(
+        RedisLimiter::builder("cached", quota)
+            .mode(Mode::DenyCached)
+            .metrics()
+            .build(open(redis.port()).await.unwrap())
+            .unwrap(),
+    );
+    let dead = Arc::new(
+        RedisLimiter::builder("dead", quota)
+            .on_failure(OnFailure::Deny)
+            .metrics()
+            .build(open(doomed.port()).await.unwrap())
+            .unwrap(),
+    );
+    let key = || Header::new(HeaderName::from_static("x-api-key"));
+    let app = Router::new()
+        .route("/exact", get(|| async { "exact" }))
+        .route_layer(
+            RateLimitLayer::builder()
+                .rule(Rule::new("exact", Arc::clone(&exact), key()).unwrap())
+                .build(),
+        )
+        .merge(
+            Router::new()
+                .route("/cached", get(|| async { "cached" }))
+                .route_layer(
+                    RateLimitLayer::builder()
+                        .rule(Rule::new("cached", Arc::clone(&cached), key()).unwrap())
+                        .build(),
+                ),
+        )
+        .merge(
+            Router::new()
+                .route("/dead", get(|| async { "dead" }))
+                .route_layer(
+                    RateLimitLayer::builder()
+                        .rule(Rule::new("dead", Arc::clone(&dead), key()).unwrap())
+                        .build(),
+                ),
+        )
+        .route(
+            "/metrics",
+            get(move || {
+                let handle = handle.clone();
+                let limiters = [Arc::clone(&exact), Arc::clone(&cached), Arc::clone(&dead)];
+                async move {
+                    for limiter in &limiters {
+                        limiter.publish_metrics();
+                    }
+                    handle.render()
+                }
+            }),
+        );
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = reqwest::Client::new();
+    let statuses = |path: &'static str, times: usize| {
+        let client = client.clone();
+        async move {
+            let mut statuses = Vec::new();
+            for _ in 0..times {
+                let response = client
+                    .get(format!("http://{address}/{path}"))
+                    .header("x-api-key", "alice")
+                    .send()
+                    .await
+                    .unwrap();
+                statuses.push(response.status().as_u16());
+            }
+            statuses
+        }
+    };
+    assert_eq!(statuses("exact", 5).await, [200, 200, 200, 429, 429]);
+    assert_eq!(statuses("cached", 6).await, [200, 200, 200, 429, 429, 429]);
+    doomed.kill();
+    assert_eq!(statuses("dead", 3).await, [429, 429, 429]);
+
+    let page = client
+        .get(format!("http://{address}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |name: &str, labels: &[(&str, &str)]| {
+        sample(&page, name, labels).unwrap_or_else(|| panic!("no {name} {labels:?} in\n{page}"))
+    };
+    for (limiter, admitted, denied, calls, local) in [
+        ("exact", 3.0, 2.0, 5.0, 0.0),
+        ("cached", 3.0, 3.0, 3.0, 3.0),
+        // The failure policy's three denials are the limiter's decisions.
+        ("dead", 0.0, 3.0, 1.0, 0.0),
+    ] {
+        let checks = |outcome| {
+            value(
+                "tollgate_checks_total",
+                &[("limiter", limiter), ("outcome", outcome)],
+            )
+        };
+        assert_eq!(
+            (checks("admitted"), checks("denied")),
+            (admitted, denied),
+            "{limiter}"
+        );
+        let of = [("limiter", limiter)];
+        assert_eq!(value("tollgate_redis_calls_total", &of), calls, "{limiter}");
+        assert_eq!(
+            value("tollgate_redis_local_decisions_total", &of),
+            local,
+            "{limiter}"
+        );
+        assert_eq!(
+            value("tollgate_redis_round_trip_seconds_count", &of),
+            calls,
+            "{limiter}: one time a call"
+        );
+    }
+    let dead = |name: &str, label: Option<(&str, &str)>| {
+        let mut labels = vec![("limiter", "dead")];
+        labels.extend(label);
+        value(name, &labels)
+    };
+    // The first call fails (the server is gone) and opens the breaker; it
+    // keeps the next two back. The policy decides all three.
+    assert_eq!(
+        dead("tollgate_redis_errors_total", Some(("kind", "connection"))),
+        1.0
+    );
+    assert_eq!(
+        dead(
+            "tollgate_redis_errors_total",
+            Some(("kind", "breaker_open"))
+        ),
+        2.0
+    );
+    assert_eq!(
+        dead("tollgate_redis_errors_total", Some(("kind", "timeout"))),
+        0.0
+    );
+    assert_eq!(dead("tollgate_redis_fallback_decisions_total", None), 3.0);
+    assert_eq!(dead("tollgate_redis_breaker_open", None), 1.0);
+    assert_eq!(
+        dead(
+            "tollgate_redis_breaker_transitions_total",
+            Some(("to", "open"))
+        ),
+        1.0
+    );
+    assert_eq!(
+        dead(
+            "tollgate_redis_breaker_transitions_total",
+            Some(("to", "closed"))
+        ),
+        0.0
+    );
 }

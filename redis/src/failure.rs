@@ -56,6 +56,9 @@ pub(crate) struct Breaker {
     /// Nanoseconds since `origin` until which checks skip Redis; 0: closed.
     open_until_ns: AtomicU64,
     origin: Instant,
+    /// How many times the breaker opened, and closed again.
+    opened: AtomicU64,
+    closed: AtomicU64,
 }
 
 /// Whether a check may go to Redis.
@@ -75,6 +78,8 @@ impl Breaker {
             failures: AtomicU32::new(0),
             open_until_ns: AtomicU64::new(0),
             origin: Instant::now(),
+            opened: AtomicU64::new(0),
+            closed: AtomicU64::new(0),
         }
     }
 
@@ -123,9 +128,22 @@ impl Breaker {
         if self.failures.load(Ordering::Relaxed) != 0 {
             self.failures.store(0, Ordering::Relaxed);
         }
-        if self.open_until_ns.load(Ordering::Relaxed) != 0 {
-            self.open_until_ns.store(0, Ordering::Relaxed);
+        if self.open_until_ns.load(Ordering::Relaxed) != 0
+            && self.open_until_ns.swap(0, Ordering::Relaxed) != 0
+        {
+            self.closed.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Whether the breaker is open (or half-open), and how many times it
+    /// opened and closed so far.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn state(&self) -> (bool, u64, u64) {
+        (
+            self.open_until_ns.load(Ordering::Relaxed) != 0,
+            self.opened.load(Ordering::Relaxed),
+            self.closed.load(Ordering::Relaxed),
+        )
     }
 
     pub(crate) fn failed(&self) {
@@ -140,7 +158,9 @@ impl Breaker {
                 .max(1);
             // Never earlier: a late failure of a call sent before the
             // breaker opened must not cut a probe's hold short.
-            self.open_until_ns.fetch_max(until, Ordering::Relaxed);
+            if self.open_until_ns.fetch_max(until, Ordering::Relaxed) == 0 {
+                self.opened.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 }

@@ -21,6 +21,8 @@ pub mod fuzzing;
 mod key;
 mod limiter;
 mod local;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod script;
 
 pub use connection::{Connection, Options};

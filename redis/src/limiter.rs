@@ -80,6 +80,9 @@ pub struct RedisLimiter<A: Scripted = Gcra> {
     /// Held by [`set_quota`](RedisLimiter::set_quota): one change at a
     /// time, each from the quota the last one left.
     changing: Mutex<()>,
+    /// Its counts for the `metrics` facade ([`Builder::metrics`]).
+    #[cfg(feature = "metrics")]
+    metrics: Option<crate::metrics::Metrics>,
 }
 
 /// What a check needs of its limiter, whatever the algorithm: the part
@@ -157,7 +160,7 @@ impl<A: Scripted> RedisLimiter<A> {
         key: impl AsRef<[u8]>,
         cost: u32,
     ) -> Result<Enforced, Error> {
-        self.decide(key.as_ref(), cost, false, None).await
+        self.checked(self.decide(key.as_ref(), cost, false, None).await, cost)
     }
 
     /// Returns what a unit check would decide now, changing nothing and
@@ -238,7 +241,10 @@ impl<A: Scripted> RedisLimiter<A> {
         cost: u32,
         quota: &Quota,
     ) -> Result<Enforced, Error> {
-        self.decide(key.as_ref(), cost, false, Some(quota)).await
+        self.checked(
+            self.decide(key.as_ref(), cost, false, Some(quota)).await,
+            cost,
+        )
     }
 
     /// Whether checks can carry `quota`
@@ -436,7 +442,13 @@ impl<A: Scripted> RedisLimiter<A> {
             };
         }
         let ask = match hybrid.view.check(key, cost)? {
-            Local::Decided(decision) => return Ok(by_quota(decision, current.quota)),
+            Local::Decided(decision) => {
+                #[cfg(feature = "metrics")]
+                if let Some(metrics) = &self.metrics {
+                    metrics.local();
+                }
+                return Ok(by_quota(decision, current.quota));
+            }
             Local::Ask(ask) => ask,
         };
         // A client clock decides at the ask's reading (taken after the
@@ -444,6 +456,7 @@ impl<A: Scripted> RedisLimiter<A> {
         let now = core.time.at(ask.sent_ns());
         let redis_key = core.namespace.key(key);
         let request = *ask.request();
+        let timer = CallTimer::start();
         let sent = evaluate(&core.connection, &core.script, |name, body| {
             let mut command = redis::cmd(name);
             command.arg(body).arg(1).arg(&redis_key);
@@ -458,7 +471,7 @@ impl<A: Scripted> RedisLimiter<A> {
             command
         })
         .await;
-        self.count(&sent);
+        self.count(&sent, &timer);
         let burst = current.stamp.limit.burst;
         match sent {
             Ok(replies) => {
@@ -513,8 +526,9 @@ impl<A: Scripted> RedisLimiter<A> {
             if peek { Op::Peek } else { Op::Check },
             std::slice::from_ref(&entry),
         );
+        let timer = CallTimer::start();
         let sent = call.send(&core.connection, &core.script).await;
-        self.count(&sent);
+        self.count(&sent, &timer);
         let burst = stamp.limit.burst;
         match sent {
             Ok(replies) => {
@@ -527,8 +541,15 @@ impl<A: Scripted> RedisLimiter<A> {
         }
     }
 
-    /// Counts a call that was attempted (not one the breaker kept back).
-    fn count(&self, sent: &Result<Vec<i64>, CallError>) {
+    /// Counts a call that was attempted (not one the breaker kept back),
+    /// and for metrics, its outcome and time.
+    fn count(&self, sent: &Result<Vec<i64>, CallError>, timer: &CallTimer) {
+        #[cfg(feature = "metrics")]
+        if let Some(metrics) = &self.metrics {
+            metrics.call(sent, timer.0.elapsed());
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = timer;
         if !matches!(
             sent,
             Err(CallError::Unavailable(Unavailable::BreakerOpen(_)))
@@ -555,8 +576,76 @@ impl<A: Scripted> RedisLimiter<A> {
             Unavailable::BreakerOpen(open_for) => open_for,
             _ => core.connection.breaker().admit_peek().unwrap_or_default(),
         };
+        #[cfg(feature = "metrics")]
+        if let Some(metrics) = &self.metrics {
+            metrics.fallback();
+        }
         self.fallback
             .decide(key, cost, peek, burst, carried, open_for, cause)
+    }
+
+    /// Counts a check's decision for metrics (feature `metrics`, a limiter
+    /// built with [`Builder::metrics`]; otherwise nothing).
+    #[cfg_attr(not(feature = "metrics"), allow(clippy::unused_self))]
+    fn checked(&self, enforced: Result<Enforced, Error>, cost: u32) -> Result<Enforced, Error> {
+        #[cfg(feature = "metrics")]
+        if let (Some(metrics), Ok(enforced)) = (&self.metrics, &enforced) {
+            metrics.check(&Ok(enforced.decision), cost);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = cost;
+        enforced
+    }
+
+    /// Hands the installed `metrics` recorder what this limiter counted
+    /// since the last call (feature `metrics`, a limiter built with
+    /// [`Builder::metrics`]; see the table below for the names). Call it
+    /// where the exporter is scraped, or on a timer.
+    ///
+    /// | metric | kind | labels |
+    /// |---|---|---|
+    /// | `tollgate_checks_total` | counter | `limiter`, `outcome` (`admitted`, `denied`) |
+    /// | `tollgate_units_total` | counter | `limiter`, `outcome`: the checks' costs |
+    /// | `tollgate_redis_local_decisions_total` | counter | `limiter`: checks the local half decided (a [`Mode`](crate::Mode) other than `Exact`) |
+    /// | `tollgate_redis_calls_total` | counter | `limiter`: script calls checks and peeks sent (round trips) |
+    /// | `tollgate_redis_round_trip_seconds` | histogram | `limiter`: each call's time to its answer (or to its failure) |
+    /// | `tollgate_redis_errors_total` | counter | `limiter`, `kind` (`timeout`, `connection`, `script`, `breaker_open`: a call the breaker kept back) |
+    /// | `tollgate_redis_fallback_decisions_total` | counter | `limiter`: decisions the failure policy made in Redis's place |
+    /// | `tollgate_redis_breaker_open` | gauge | `limiter`: 1 while the connection's breaker is open or half-open, else 0 |
+    /// | `tollgate_redis_breaker_transitions_total` | counter | `limiter`, `to` (`open`, `closed`) |
+    ///
+    /// Counted: checks (`check`, `check_n`, `check_with`, their `_enforced`
+    /// forms, and so the layer's rules), each decision they return, the
+    /// failure policy's included (also counted apart). Not counted: peeks (but their calls
+    /// are), reservations, refunds and [`check_all`](crate::check_all). The
+    /// checks are counted per thread, as the in-process limiters count, so that
+    /// a check the local half decides writes nothing another thread writes;
+    /// the rest is counted where a round trip or a failure already is. The
+    /// breaker belongs to the connection: limiters sharing one report its
+    /// state and transitions each under their own name. The round-trip
+    /// histogram alone is recorded as each call ends, through the recorder
+    /// installed then (the global one); everything else when published.
+    #[cfg(feature = "metrics")]
+    pub fn publish_metrics(&self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.publish(
+                self.calls.load(Ordering::Relaxed),
+                self.core.connection.breaker(),
+            );
+        }
+    }
+}
+
+/// When a call began, for its round-trip time (feature `metrics`; else
+/// nothing).
+struct CallTimer(#[cfg(feature = "metrics")] std::time::Instant);
+
+impl CallTimer {
+    fn start() -> Self {
+        Self(
+            #[cfg(feature = "metrics")]
+            std::time::Instant::now(),
+        )
     }
 }
 

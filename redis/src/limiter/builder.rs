@@ -55,6 +55,8 @@ pub struct Builder<A: Scripted = Gcra> {
     cluster_skew: Option<Duration>,
     revision: u32,
     carry: Carry,
+    #[cfg(feature = "metrics")]
+    metrics: bool,
     _algorithm: PhantomData<fn() -> A>,
 }
 
@@ -77,6 +79,8 @@ impl RedisLimiter<Gcra> {
             cluster_skew: None,
             revision: 0,
             carry: Carry::AsIs,
+            #[cfg(feature = "metrics")]
+            metrics: false,
             _algorithm: PhantomData,
         }
     }
@@ -133,8 +137,21 @@ impl<A: Scripted> Builder<A> {
             cluster_skew: self.cluster_skew,
             revision: self.revision,
             carry: self.carry,
+            #[cfg(feature = "metrics")]
+            metrics: self.metrics,
             _algorithm: PhantomData,
         }
+    }
+
+    /// Counts the limiter's checks, round trips, errors, failure-policy
+    /// decisions and breaker transitions for the `metrics` facade, under
+    /// the label `limiter="<name>"` (feature `metrics`; the names are
+    /// listed on [`RedisLimiter::publish_metrics`]).
+    #[cfg(feature = "metrics")]
+    #[must_use]
+    pub fn metrics(mut self) -> Self {
+        self.metrics = true;
+        self
     }
 
     /// Declares the quota's revision (0 by default) and how a key stamped
@@ -300,6 +317,10 @@ impl<A: Scripted> Builder<A> {
             },
             fallback,
             changing: Mutex::new(()),
+            #[cfg(feature = "metrics")]
+            metrics: self
+                .metrics
+                .then(|| crate::metrics::Metrics::new(&self.name)),
         })
     }
 }
