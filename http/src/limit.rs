@@ -96,6 +96,19 @@ pub trait Limit<K: ?Sized>: Send + Sync + 'static {
         quota: Option<&Quota>,
     ) -> impl Future<Output = Result<Checked<Self::Receipt>, Failure>> + Send;
 
+    /// Checks as [`check_n`](Limit::check_n) does, for an admission that
+    /// is never given back, as
+    /// [`check_now_without_receipt`](Limit::check_now_without_receipt). By
+    /// default, [`check_n`](Limit::check_n).
+    fn check_n_without_receipt(
+        &self,
+        key: &K,
+        cost: u32,
+        quota: Option<&Quota>,
+    ) -> impl Future<Output = Result<Checked<Self::Receipt>, Failure>> + Send {
+        self.check_n(key, cost, quota)
+    }
+
     /// Gives back the admission `receipt` came with, as far as the
     /// limiter can without admitting more than its quota (see
     /// [`RateLimiter::refund`]); returns how much.
@@ -332,24 +345,32 @@ where
 mod redis {
     use std::future::Future;
 
+    use tollgate::algorithm::Refund;
     use tollgate::{CheckError, LayoutError, Quota};
-    use tollgate_redis::{Enforced, Error, RedisLimiter, Scripted};
+    use tollgate_redis::{Enforced, Error, RedisLimiter, RedisReceipt, Scripted};
 
-    use super::{Checked, Failure, Limit, NoReceipt};
+    use super::{Checked, Failure, Limit};
 
     /// Decides every check in one round trip; the limiter's own
     /// [`OnFailure`](tollgate_redis::OnFailure) policy decides first when
     /// Redis cannot, and only its `Error` policy reaches the layer, as
     /// [`Failure::Unavailable`]. A decision carries the quota that made it
-    /// ([`Enforced`]): under `OnFailure::Local`, the share in process. No
-    /// receipts: an admission here stays charged when a later rule refuses
-    /// the request.
+    /// ([`Enforced`]): under `OnFailure::Local`, the share in process.
+    ///
+    /// An admission Redis decided comes with a receipt
+    /// ([`RedisReceipt`]): when a later rule refuses the request, it is
+    /// given back in a task of its own, undone if no one wrote on the key
+    /// since. The response cannot wait for it, so its fields count no unit
+    /// given back ([`refund`](Limit::refund) says
+    /// [`Refund::Nothing`](tollgate::algorithm::Refund::Nothing), the units
+    /// known back when it returns). An admission the local half or the
+    /// failure policy decided stays charged.
     impl<K, A> Limit<K> for RedisLimiter<A>
     where
         K: AsRef<[u8]> + Sync + ?Sized,
         A: Scripted,
     {
-        type Receipt = NoReceipt;
+        type Receipt = RedisReceipt;
 
         fn quota(&self) -> Quota {
             RedisLimiter::quota(self)
@@ -372,7 +393,23 @@ mod redis {
             key: &K,
             cost: u32,
             quota: Option<&Quota>,
-        ) -> impl Future<Output = Result<Checked<NoReceipt>, Failure>> + Send {
+        ) -> impl Future<Output = Result<Checked<RedisReceipt>, Failure>> + Send {
+            let key = key.as_ref();
+            let carried = quota.copied();
+            async move {
+                self.check_n_receipt(key, cost, carried.as_ref())
+                    .await
+                    .map(|(enforced, receipt)| checked(enforced, receipt))
+                    .map_err(failure)
+            }
+        }
+
+        fn check_n_without_receipt(
+            &self,
+            key: &K,
+            cost: u32,
+            quota: Option<&Quota>,
+        ) -> impl Future<Output = Result<Checked<RedisReceipt>, Failure>> + Send {
             let key = key.as_ref();
             let carried = quota.copied();
             async move {
@@ -380,16 +417,31 @@ mod redis {
                     Some(quota) => self.check_n_enforced_with(key, cost, quota).await,
                     None => self.check_n_enforced(key, cost).await,
                 }
-                .map(|enforced: Enforced| Checked {
-                    decision: enforced.decision,
-                    quota: enforced.quota,
-                    receipt: None,
-                })
-                .map_err(|error| match error {
-                    Error::Check(error) => Failure::from(error),
-                    other => Failure::Unavailable(Box::new(other)),
-                })
+                .map(|enforced| checked(enforced, None))
+                .map_err(failure)
             }
+        }
+
+        fn refund(&self, _key: &K, receipt: RedisReceipt) -> Refund {
+            receipt.refund_later();
+            Refund::Nothing
+        }
+    }
+
+    fn checked(enforced: Enforced, receipt: Option<RedisReceipt>) -> Checked<RedisReceipt> {
+        Checked {
+            decision: enforced.decision,
+            quota: enforced.quota,
+            receipt,
+        }
+    }
+
+    /// The layer's failure for a Redis error: an invalid cost is the
+    /// check's, everything else Redis's being out of reach.
+    fn failure(error: Error) -> Failure {
+        match error {
+            Error::Check(error) => Failure::from(error),
+            other => Failure::Unavailable(Box::new(other)),
         }
     }
 }
@@ -438,6 +490,15 @@ where
         quota: Option<&Quota>,
     ) -> impl Future<Output = Result<Checked<L::Receipt>, Failure>> + Send {
         (**self).check_n(key, cost, quota)
+    }
+
+    fn check_n_without_receipt(
+        &self,
+        key: &K,
+        cost: u32,
+        quota: Option<&Quota>,
+    ) -> impl Future<Output = Result<Checked<L::Receipt>, Failure>> + Send {
+        (**self).check_n_without_receipt(key, cost, quota)
     }
 
     fn refund(&self, key: &K, receipt: L::Receipt) -> Refund {

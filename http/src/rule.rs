@@ -309,7 +309,13 @@ where
         let limiter = Arc::clone(&self.limiter);
         let quota = quota.copied();
         Step::Pending(Box::pin(async move {
-            let checked = limiter.check_n(&key, cost, quota.as_ref()).await?;
+            let checked = if refundable {
+                limiter.check_n(&key, cost, quota.as_ref()).await?
+            } else {
+                limiter
+                    .check_n_without_receipt(&key, cost, quota.as_ref())
+                    .await?
+            };
             Ok(with_refund(&limiter, key, cost, checked, refundable))
         }))
     }

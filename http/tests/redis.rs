@@ -306,3 +306,60 @@ async fn a_redis_rule_holds_each_tier_to_its_own_quota() {
     assert_eq!((policy[0].param("q"), policy[0].param("w")), (2, 60));
     assert_eq!(retry_after(denied.headers()), 30);
 }
+
+/// A Redis rule's admission is given back when a later rule refuses the
+/// request: in a task of its own (the response does not wait for it), so
+/// Redis is read until it arrives.
+#[tokio::test]
+async fn a_redis_admission_is_given_back_when_a_later_rule_refuses() {
+    let redis = start_redis();
+    let per_key = std::sync::Arc::new(
+        RedisLimiter::builder("http-given-back", Quota::per_hour(3).unwrap())
+            .build(connect(&redis).await)
+            .unwrap(),
+    );
+    let server = Server::start(
+        RateLimitLayer::builder()
+            .rule(
+                Rule::new(
+                    "per-key",
+                    std::sync::Arc::clone(&per_key),
+                    Header::new(http::HeaderName::from_static("x-api-key")),
+                )
+                .unwrap(),
+            )
+            .rule(
+                Rule::new(
+                    "per-ip",
+                    RateLimiter::<IpKey>::keyed(Quota::per_hour(1).unwrap()),
+                    PeerIp::new(),
+                )
+                .unwrap(),
+            )
+            .build(),
+    )
+    .await;
+    let client = client();
+    let (admitted, denied) = send(&client, &server.url("/"), &[("x-api-key", "k")], 3).await;
+    assert_eq!(admitted, 1);
+    assert_eq!(
+        list(denied.headers(), "ratelimit")[1].name.as_str(),
+        "per-ip"
+    );
+    // Two refusals by the in-process rule, each given back on Redis: one
+    // unit used of three once both refunds have arrived, and a peek of one
+    // more leaves one. Before, a peek leaves none.
+    let started = std::time::Instant::now();
+    loop {
+        let remaining = per_key.peek("k").await.unwrap().remaining();
+        if remaining == 3 - 1 - 1 {
+            break;
+        }
+        assert_eq!(remaining, 0, "no more than both refunds");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the refunds never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -28,7 +28,9 @@ mod script;
 pub use connection::{Connection, Options};
 pub use error::{ConfigError, Error};
 pub use failure::{Enforced, OnFailure, Unavailable};
-pub use limiter::{Builder, Decisions, RedisLimiter, RedisReservation, Request, check_all};
+pub use limiter::{
+    Builder, Decisions, RedisLimiter, RedisReceipt, RedisReservation, Request, check_all,
+};
 pub use local::Mode;
 pub use script::{END_OF_TIME_US, MAX_SPAN_US, SCRIPT, Scripted};
 

@@ -6,6 +6,7 @@
 
 mod builder;
 mod multi;
+mod receipt;
 mod reserve;
 mod time;
 mod wire;
@@ -28,12 +29,13 @@ use crate::script::{ScriptLimit, Scripted};
 
 pub use builder::Builder;
 pub use multi::{Decisions, Request, check_all};
+pub use receipt::RedisReceipt;
 pub use reserve::RedisReservation;
 
 use time::{Now, Time};
 use wire::{
-    Call, Counts, Entry, Op, Script, Stamp, carry_code, decision, evaluate, lease_arguments,
-    lease_reply, malformed,
+    Call, Counts, Entry, Op, Replied, Script, Stamp, carry_code, decision, evaluate,
+    lease_arguments, lease_reply, malformed,
 };
 
 /// A rate limiter whose state lives in Redis, so that every instance of a
@@ -160,7 +162,8 @@ impl<A: Scripted> RedisLimiter<A> {
         key: impl AsRef<[u8]>,
         cost: u32,
     ) -> Result<Enforced, Error> {
-        self.checked(self.decide(key.as_ref(), cost, false, None).await, cost)
+        self.checked(self.decide(key.as_ref(), cost, Op::Check, None).await, cost)
+            .map(|(enforced, _)| enforced)
     }
 
     /// Returns what a unit check would decide now, changing nothing and
@@ -170,7 +173,11 @@ impl<A: Scripted> RedisLimiter<A> {
     ///
     /// As [`check`](RedisLimiter::check).
     pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<Decision, Error> {
-        Ok(self.decide(key.as_ref(), 1, true, None).await?.decision)
+        Ok(self
+            .decide(key.as_ref(), 1, Op::Peek, None)
+            .await?
+            .0
+            .decision)
     }
 
     /// Checks one unit for `key` under `quota` rather than the limiter's
@@ -242,7 +249,53 @@ impl<A: Scripted> RedisLimiter<A> {
         quota: &Quota,
     ) -> Result<Enforced, Error> {
         self.checked(
-            self.decide(key.as_ref(), cost, false, Some(quota)).await,
+            self.decide(key.as_ref(), cost, Op::Check, Some(quota))
+                .await,
+            cost,
+        )
+        .map(|(enforced, _)| enforced)
+    }
+
+    /// Checks `cost` units for `key`, under `quota` if given (as
+    /// [`check_with`](RedisLimiter::check_with)) and the limiter's own
+    /// otherwise, as [`check_n_enforced`](RedisLimiter::check_n_enforced),
+    /// with a receipt for an admission Redis decided: what gives it back
+    /// when another limit refuses the same request
+    /// ([`RedisReceipt::refund`]). The layer's rules use it. An admission
+    /// the local half decided (a [`Mode`] other than `Exact`), or the
+    /// failure policy, has none: it stays charged.
+    ///
+    /// ```no_run
+    /// use tollgate::Quota;
+    /// use tollgate_redis::{Connection, RedisLimiter};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let connection = Connection::open("redis://127.0.0.1:6379/").await?;
+    /// let per_user = RedisLimiter::builder("user", Quota::per_minute(10)?).build(connection)?;
+    /// let (enforced, receipt) = per_user.check_n_receipt("alice", 1, None).await?;
+    /// let refused_elsewhere = true;
+    /// if let (true, Some(receipt)) = (refused_elsewhere, receipt) {
+    ///     // Alice's unit is hers again, unless someone was admitted since.
+    ///     receipt.refund().await?;
+    /// }
+    /// # let _ = enforced;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`check_with`](RedisLimiter::check_with) with a quota, and as
+    /// [`check_n`](RedisLimiter::check_n) without.
+    pub async fn check_n_receipt(
+        &self,
+        key: impl AsRef<[u8]>,
+        cost: u32,
+        quota: Option<&Quota>,
+    ) -> Result<(Enforced, Option<RedisReceipt>), Error> {
+        self.checked(
+            self.decide(key.as_ref(), cost, Op::CheckReceipt, quota)
+                .await,
             cost,
         )
     }
@@ -394,17 +447,19 @@ impl<A: Scripted> RedisLimiter<A> {
         })
     }
 
-    /// Decides a check (or a peek), under `carried` or else the limiter's
-    /// own quota: locally if the local half can, else on Redis, else by the
-    /// failure policy.
+    /// Decides a check (`op`: with a receipt or not) or a peek, under
+    /// `carried` or else the limiter's own quota: locally if the local half
+    /// can, else on Redis, else by the failure policy. Only an admission
+    /// Redis decided has a receipt.
     async fn decide(
         &self,
         key: &[u8],
         cost: u32,
-        peek: bool,
+        op: Op,
         carried: Option<&Quota>,
-    ) -> Result<Enforced, Error> {
+    ) -> Result<(Enforced, Option<RedisReceipt>), Error> {
         let core = &self.core;
+        let peek = op == Op::Peek;
         let Some(hybrid) = &self.local else {
             let (quota, stamp) = if let Some(quota) = carried {
                 (*quota, self.stamp_for(quota)?)
@@ -414,7 +469,7 @@ impl<A: Scripted> RedisLimiter<A> {
             };
             validate_cost(cost, stamp.limit.burst)?;
             return self
-                .on_redis(key, cost, peek, core.time.now(), &stamp, quota, carried)
+                .on_redis(key, cost, op, core.time.now(), &stamp, quota, carried)
                 .await;
         };
         if carried.is_some() {
@@ -426,12 +481,12 @@ impl<A: Scripted> RedisLimiter<A> {
         validate_cost(cost, current.stamp.limit.burst)?;
         if peek {
             return match hybrid.view.peek(key, cost)? {
-                Some(decision) => Ok(by_quota(decision, current.quota)),
+                Some(decision) => Ok((by_quota(decision, current.quota), None)),
                 None => {
                     self.on_redis(
                         key,
                         cost,
-                        true,
+                        Op::Peek,
                         core.time.now(),
                         &current.stamp,
                         current.quota,
@@ -447,7 +502,7 @@ impl<A: Scripted> RedisLimiter<A> {
                 if let Some(metrics) = &self.metrics {
                     metrics.local();
                 }
-                return Ok(by_quota(decision, current.quota));
+                return Ok((by_quota(decision, current.quota), None));
             }
             Local::Ask(ask) => ask,
         };
@@ -457,7 +512,7 @@ impl<A: Scripted> RedisLimiter<A> {
         let redis_key = core.namespace.key(key);
         let request = *ask.request();
         let timer = CallTimer::start();
-        let sent = evaluate(&core.connection, &core.script, |name, body| {
+        let sent: Result<Vec<i64>, _> = evaluate(&core.connection, &core.script, |name, body| {
             let mut command = redis::cmd(name);
             command.arg(body).arg(1).arg(&redis_key);
             lease_arguments(
@@ -488,7 +543,7 @@ impl<A: Scripted> RedisLimiter<A> {
                 };
                 counts
                     .decision(burst, &now)
-                    .map(|decision| by_quota(decision, current.quota))
+                    .map(|decision| (by_quota(decision, current.quota), None))
                     .ok_or_else(|| malformed(&replies))
             }
             Err(CallError::Unavailable(cause)) => {
@@ -501,41 +556,57 @@ impl<A: Scripted> RedisLimiter<A> {
                     // again. Dropping the ask drops them here.
                     drop(ask);
                 }
-                self.fall_back(key, cost, false, burst, None, cause)
+                Ok((self.fall_back(key, cost, false, burst, None, cause)?, None))
             }
             Err(failed) => Err(failed.into()),
         }
     }
 
-    /// Decides on Redis (modes "0" and "1") under `stamp`, the quota
-    /// `quota`'s (`carried`, when a check carries its own).
+    /// Decides on Redis (modes "0", "1" and "5") under `stamp`, the quota
+    /// `quota`'s (`carried`, when a check carries its own); with a receipt
+    /// for an admission, if `op` asks for one.
     #[allow(clippy::too_many_arguments)]
     async fn on_redis(
         &self,
         key: &[u8],
         cost: u32,
-        peek: bool,
+        op: Op,
         now: Now,
         stamp: &Stamp,
         quota: Quota,
         carried: Option<&Quota>,
-    ) -> Result<Enforced, Error> {
+    ) -> Result<(Enforced, Option<RedisReceipt>), Error> {
         let core = &self.core;
-        let entry = core.entry(core.namespace.key(key), cost, &now, *stamp);
-        let call = Call::new(
-            if peek { Op::Peek } else { Op::Check },
-            std::slice::from_ref(&entry),
-        );
+        let redis_key = core.namespace.key(key);
+        let entry = core.entry(redis_key, cost, &now, *stamp);
+        let call = Call::new(op, std::slice::from_ref(&entry));
         let timer = CallTimer::start();
-        let sent = call.send(&core.connection, &core.script).await;
+        let sent: Result<Replied, _> = call.send(&core.connection, &core.script).await;
         self.count(&sent, &timer);
         let burst = stamp.limit.burst;
         match sent {
-            Ok(replies) => {
-                decision(&replies, burst, &now).map(|decision| by_quota(decision, quota))
+            Ok(Replied { integers, given }) => {
+                let decided = decision(&integers, burst, &now)?;
+                let receipt = given
+                    .filter(|_| decided.is_allowed())
+                    .map(|(written, previous)| {
+                        RedisReceipt::new(
+                            &core.connection,
+                            &core.script,
+                            entry.key,
+                            A::CODE == "l",
+                            written,
+                            previous,
+                        )
+                    });
+                Ok((by_quota(decided, quota), receipt))
             }
             Err(CallError::Unavailable(cause)) => {
-                self.fall_back(key, cost, peek, burst, carried, cause)
+                let peek = op == Op::Peek;
+                Ok((
+                    self.fall_back(key, cost, peek, burst, carried, cause)?,
+                    None,
+                ))
             }
             Err(failed) => Err(failed.into()),
         }
@@ -543,7 +614,7 @@ impl<A: Scripted> RedisLimiter<A> {
 
     /// Counts a call that was attempted (not one the breaker kept back),
     /// and for metrics, its outcome and time.
-    fn count(&self, sent: &Result<Vec<i64>, CallError>, timer: &CallTimer) {
+    fn count<T>(&self, sent: &Result<T, CallError>, timer: &CallTimer) {
         #[cfg(feature = "metrics")]
         if let Some(metrics) = &self.metrics {
             metrics.call(sent, timer.0.elapsed());
@@ -587,9 +658,13 @@ impl<A: Scripted> RedisLimiter<A> {
     /// Counts a check's decision for metrics (feature `metrics`, a limiter
     /// built with [`Builder::metrics`]; otherwise nothing).
     #[cfg_attr(not(feature = "metrics"), allow(clippy::unused_self))]
-    fn checked(&self, enforced: Result<Enforced, Error>, cost: u32) -> Result<Enforced, Error> {
+    fn checked<R>(
+        &self,
+        enforced: Result<(Enforced, R), Error>,
+        cost: u32,
+    ) -> Result<(Enforced, R), Error> {
         #[cfg(feature = "metrics")]
-        if let (Some(metrics), Ok(enforced)) = (&self.metrics, &enforced) {
+        if let (Some(metrics), Ok((enforced, _))) = (&self.metrics, &enforced) {
             metrics.check(&Ok(enforced.decision), cost);
         }
         #[cfg(not(feature = "metrics"))]

@@ -52,7 +52,7 @@ impl Metrics {
     }
 
     /// Records a call's outcome and, if it was sent, its time.
-    pub(crate) fn call(&self, sent: &Result<Vec<i64>, CallError>, took: Duration) {
+    pub(crate) fn call<T>(&self, sent: &Result<T, CallError>, took: Duration) {
         let kind = match sent {
             Ok(_) => None,
             Err(CallError::Unavailable(Unavailable::Timeout(_))) => Some(0),

@@ -135,7 +135,7 @@ pub async fn check_all(requests: &[Request<'_>]) -> Result<Decisions, Error> {
                 .entry(request.key.clone(), request.cost, now, request.stamp)
         })
         .collect();
-    let replies = Call::new(Op::Check, &entries)
+    let replies: Vec<i64> = Call::new(Op::Check, &entries)
         .send(&first.limiter.connection, &first.limiter.script)
         .await?;
     if replies.len() != 4 * requests.len() {

@@ -47,7 +47,7 @@ impl RedisLimiter<Gcra> {
         let now = core.time.now();
         let redis_key = core.namespace.key(key.as_ref());
         let entry = core.entry(redis_key.clone(), cost, &now, stamp);
-        let reply = Call::new(Op::Reserve(max_wait_us), std::slice::from_ref(&entry))
+        let reply: Vec<i64> = Call::new(Op::Reserve(max_wait_us), std::slice::from_ref(&entry))
             .send(&core.connection, &core.script)
             .await?;
         let (counts, tat_us) = reserved(&reply)?;
@@ -171,7 +171,7 @@ impl Refund {
     /// wrote and its slot has not come (the script judges both).
     async fn send(self) -> Result<bool, Error> {
         let now = self.time.now();
-        let reply = evaluate(&self.connection, &self.script, |name, body| {
+        let reply: Vec<i64> = evaluate(&self.connection, &self.script, |name, body| {
             let mut command = redis::cmd(name);
             command.arg(body).arg(1).arg(&self.key);
             refund_arguments(

@@ -3,7 +3,7 @@
 //! the script), and the integers of its replies read back. The script's
 //! own header (`lua/limits.lua`) documents the same layout from its side.
 
-use redis::ErrorKind;
+use redis::{ErrorKind, FromRedisValue};
 use tollgate::Decision;
 use tollgate::algorithm::Carry;
 use tollgate::remote::{GiveBack, LeaseReply, LeaseRequest, RemoteQuota};
@@ -26,6 +26,8 @@ pub(super) struct Script {
 pub(super) enum Op {
     Check,
     Peek,
+    /// Check one limit, replying with what gives its admission back.
+    CheckReceipt,
     /// Reserve (one GCRA limit), waiting at most this many microseconds.
     Reserve(u64),
 }
@@ -104,6 +106,7 @@ impl<'a> Call<'a> {
         command.arg(match self.op {
             Op::Check => "0",
             Op::Peek => "1",
+            Op::CheckReceipt => "5",
             Op::Reserve(_) => "2",
         });
         for Entry {
@@ -131,11 +134,11 @@ impl<'a> Call<'a> {
     }
 
     /// Runs the call (see [`evaluate`]).
-    pub(super) async fn send(
+    pub(super) async fn send<T: FromRedisValue>(
         &self,
         connection: &Connection,
         script: &Script,
-    ) -> Result<Vec<i64>, CallError> {
+    ) -> Result<T, CallError> {
         evaluate(connection, script, |name, body| self.command(name, body)).await
     }
 }
@@ -173,6 +176,22 @@ pub(super) fn lease_arguments(
     command.arg(grace_ms).arg(stamp.revision).arg(stamp.carry);
 }
 
+/// Writes the arguments of a give-back after the key: mode "6", whether the
+/// key is a sliding log's list, what the admission wrote and what it
+/// replaced.
+pub(super) fn give_back_arguments(
+    command: &mut redis::Cmd,
+    list: bool,
+    written: &[u8],
+    previous: &[u8],
+) {
+    command
+        .arg("6")
+        .arg(if list { "l" } else { "s" })
+        .arg(written)
+        .arg(previous);
+}
+
 /// Writes the arguments of a refund after the key: mode "3", the TAT the
 /// reservation wrote, the TAT to restore, now, the tolerance, the stamp
 /// written with the TAT.
@@ -193,11 +212,11 @@ pub(super) fn refund_arguments(
 /// (`EVALSHA` with the SHA-1, or `EVAL` with the source when the server
 /// has not got it, both within one call timeout), unless the connection's
 /// breaker is open, and tells the breaker how it went.
-pub(super) async fn evaluate(
+pub(super) async fn evaluate<T: FromRedisValue>(
     connection: &Connection,
     script: &Script,
     command: impl Fn(&str, &str) -> redis::Cmd,
-) -> Result<Vec<i64>, CallError> {
+) -> Result<T, CallError> {
     let breaker = connection.breaker();
     if let Admission::Skip(open_for) = breaker.admit() {
         return Err(CallError::Unavailable(Unavailable::BreakerOpen(open_for)));
@@ -258,6 +277,49 @@ impl Counts {
             now.after(self.retry_us),
             now.after(self.reset_us),
         )
+    }
+}
+
+/// A check's reply: its integers, and with a receipt ("5"), what the
+/// admission wrote and what it replaced (both empty for a denial).
+pub(super) struct Replied {
+    pub(super) integers: Vec<i64>,
+    pub(super) given: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl FromRedisValue for Replied {
+    fn from_redis_value(value: &redis::Value) -> redis::RedisResult<Self> {
+        let redis::Value::Array(items) = value else {
+            return Vec::<i64>::from_redis_value(value).map(|integers| Self {
+                integers,
+                given: None,
+            });
+        };
+        let strings = items
+            .iter()
+            .rev()
+            .take_while(|item| matches!(item, redis::Value::BulkString(_)))
+            .count();
+        let (integers, given) = items.split_at(items.len() - strings);
+        let integers = integers
+            .iter()
+            .map(i64::from_redis_value)
+            .collect::<Result<_, _>>()?;
+        let given = match given {
+            [] => None,
+            [written, previous] => Some((
+                Vec::<u8>::from_redis_value(written)?,
+                Vec::<u8>::from_redis_value(previous)?,
+            ))
+            .filter(|(written, _)| !written.is_empty()),
+            _ => {
+                return Err(redis::RedisError::from((
+                    ErrorKind::TypeError,
+                    "a receipt is two strings",
+                )));
+            }
+        };
+        Ok(Self { integers, given })
     }
 }
 

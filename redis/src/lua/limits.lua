@@ -26,7 +26,7 @@
 --
 -- KEYS[i]            the Redis key of limit i
 -- ARGV[1]            "1" to decide without writing (peek), "2" to reserve
---                    (below), else "0"
+--                    and "5" to check with a receipt (below), else "0"
 -- ARGV[2 + 8(i-1)..] limit i: now in microseconds (or "" for the server's
 --                    TIME), algorithm, cost, constant a, constant b, expiry
 --                    grace in milliseconds, revision, carry strategy
@@ -162,7 +162,46 @@ if ARGV[1] == "3" then
   redis.call("SET", key, ARGV[3] .. " " .. ARGV[6], "KEEPTTL")
   return { 1 }
 end
+-- Giving an admission back ("6", after a check with a receipt, "5"):
+-- KEYS[1]; ARGV[2] "l" for a sliding log's list, else "s"; ARGV[3] what
+-- the admission wrote (the value, or the log's newest run); ARGV[4] what
+-- it replaced ("" for nothing: the key, or the run, was new). Undone only
+-- if the key still holds what the admission wrote, so that nothing
+-- decided since is moved; returns { 1 } if it did, else { 0 }.
+if ARGV[1] == "6" then
+  local key, written, previous = KEYS[1], ARGV[3], ARGV[4]
+  if #KEYS ~= 1 or not (ARGV[2] == "l" or ARGV[2] == "s") or type(written) ~= "string"
+      or written == "" or type(previous) ~= "string" then
+    return redis.error_reply("tollgate: a give-back needs one key, a kind and what was written")
+  end
+  if ARGV[2] == "l" then
+    if redis.call("LINDEX", key, -1) ~= written then
+      return { 0 }
+    end
+    if previous == "" then
+      redis.call("RPOP", key)
+    else
+      redis.call("LSET", key, -1, previous)
+    end
+  else
+    if redis.call("GET", key) ~= written then
+      return { 0 }
+    end
+    if previous == "" then
+      redis.call("DEL", key)
+    else
+      redis.call("SET", key, previous, "KEEPTTL")
+    end
+  end
+  return { 1 }
+end
 local reserving = ARGV[1] == "2"
+-- A check with a receipt ("5"; one limit): a check ("0") whose reply adds,
+-- admitted, what it wrote and what that replaced, as "6" takes them back.
+local receipt = ARGV[1] == "5"
+if receipt and #KEYS ~= 1 then
+  return redis.error_reply("tollgate: a check with a receipt is of one limit")
+end
 if reserving and (#KEYS ~= 1 or ARGV[3] ~= "g" or not whole(ARGV[10])
     or tonumber(ARGV[10]) > 2251799813685248) then
   return redis.error_reply("tollgate: one GCRA limit, and a whole wait of at most 2^51 us")
@@ -367,6 +406,10 @@ if ARGV[1] == "4" then
     granted, end_at, now, returned }
 end
 
+-- What a limit's key held before its admission (after a carry), for a
+-- receipt: a value, a log's newest run, or false for none.
+local before
+
 -- A carried state is written at once (a peek only reads it), whatever the
 -- call decides: the key is carried at this instant, once.
 local function carried(key, value, fresh)
@@ -408,15 +451,17 @@ for i = 1, #KEYS do
     -- debt + cost * interval <= burst * interval.
     local interval, burst = a, b
     local debt, last_at, key_stamp = 0, now, nil
+    before = redis.call("GET", key)
     if code == "g" then
       -- The value is the theoretical arrival time (TAT) and its stamp.
       local state, stamp, from_interval, from_burst =
-        stamped(key, redis.call("GET", key), 1, revision, a, b, false)
+        stamped(key, before, 1, revision, a, b, false)
       local tat = state[1] or 0
       if from_interval and tat > now then
         carrying()
         tat = now + carry_debt(tat - now, from_interval, from_burst, interval, burst, how)
-        carried(key, format("%d ", tat) .. stamp, tat)
+        before = format("%d ", tat) .. stamp
+        carried(key, before, tat)
       end
       if tat > now then
         debt = tat - now
@@ -426,7 +471,7 @@ for i = 1, #KEYS do
       -- The value is "deficit last" and its stamp; a reading before `last`
       -- is `last`.
       local state, stamp, from_interval, from_burst =
-        stamped(key, redis.call("GET", key), 2, revision, a, b, false)
+        stamped(key, before, 2, revision, a, b, false)
       local deficit, last = state[1] or 0, state[2] or 0
       if last_at < last then
         last_at = last
@@ -435,7 +480,8 @@ for i = 1, #KEYS do
       if from_interval and debt > 0 then
         carrying()
         debt = carry_debt(debt, from_interval, from_burst, interval, burst, how)
-        carried(key, format("%d %d ", debt, last_at) .. stamp, last_at + debt)
+        before = format("%d %d ", debt, last_at) .. stamp
+        carried(key, before, last_at + debt)
       end
       key_stamp = stamp
     end
@@ -467,15 +513,16 @@ for i = 1, #KEYS do
     -- window, b = burst). A reading from before the stored window is that
     -- window's first instant.
     local window, burst = a, b
-    local state, stamp, _, from_burst =
-      stamped(key, redis.call("GET", key), 2, revision, a, b, true)
+    before = redis.call("GET", key)
+    local state, stamp, _, from_burst = stamped(key, before, 2, revision, a, b, true)
     local stored_index, count = state[1] or 0, state[2] or 0
     local index = floor(now / window)
     local elapsed = now - index * window
     if from_burst and stored_index >= index and count > 0 then
       carrying()
       count = carry_count(from_burst, burst, how, count)
-      carried(key, format("%d %d ", stored_index, count) .. stamp, (stored_index + 1) * window)
+      before = format("%d %d ", stored_index, count) .. stamp
+      carried(key, before, (stored_index + 1) * window)
     end
     if index < stored_index then
       index, elapsed = stored_index, 0
@@ -498,8 +545,8 @@ for i = 1, #KEYS do
     -- part of it still inside the sliding window, in exact integers scaled
     -- by the window.
     local window, burst = a, b
-    local state, stamp, _, from_burst =
-      stamped(key, redis.call("GET", key), 3, revision, a, b, true)
+    before = redis.call("GET", key)
+    local state, stamp, _, from_burst = stamped(key, before, 3, revision, a, b, true)
     local stored_index, previous, current = state[1] or 0, state[2] or 0, state[3] or 0
     local index = floor(now / window)
     local elapsed = now - index * window
@@ -525,7 +572,8 @@ for i = 1, #KEYS do
         previous = previous - math.min(cut - from_current, previous)
         current = current - from_current
       end
-      carried(key, format("%d %d %d ", index, previous, current) .. stamp, (index + 2) * window)
+      before = format("%d %d %d ", index, previous, current) .. stamp
+      carried(key, before, (index + 2) * window)
     end
     local carried_count = previous * (window - elapsed)
     local free = math.max(floor(math.max(burst * window - carried_count, 0) / window) - current, 0)
@@ -682,6 +730,7 @@ for i = 1, #KEYS do
         if length > 0 then
           writes[#writes + 1] = { "DEL", key }
         end
+        before = false
         writes[#writes + 1] = { "RPUSH", key, stamp, format("%d %d %d", stamp_at, cost, cost) }
       else
         if first_live > 0 then
@@ -692,9 +741,11 @@ for i = 1, #KEYS do
           writes[#writes + 1] = { "LSET", key, 0, stamp }
         end
         if newest[1] == stamp_at then
+          before = format("%d %d %d", newest[1], newest[2], newest[3])
           writes[#writes + 1] = { "LSET", key, -1,
             format("%d %d %d", stamp_at, newest[2] + cost, top + cost) }
         else
+          before = false
           writes[#writes + 1] = { "RPUSH", key,
             format("%d %d %d", stamp_at, cost, top + cost) }
         end
@@ -722,6 +773,22 @@ for i = 1, #KEYS do
   replies[#replies + 1] = reset
   if reserving then
     replies[#replies + 1] = allowed == 1 and now + reset or 0
+  end
+  if receipt then
+    -- What the admission wrote (the log's newest run, or the value) and
+    -- what it replaced; nothing for a denial.
+    local written = ""
+    if allowed == 1 then
+      local last = writes[#writes]
+      if code == "l" then
+        last = writes[#writes - 1]
+        written = last[#last]
+      else
+        written = last[3]
+      end
+    end
+    replies[#replies + 1] = written
+    replies[#replies + 1] = allowed == 1 and (before or "") or ""
   end
 end
 
