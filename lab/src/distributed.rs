@@ -239,7 +239,7 @@ const BURST: u32 = 1_000_000;
 /// The arguments the limiter sends for a check of one unit on the
 /// server's clock (`redis/src/limiter/wire.rs`): mode, time, algorithm,
 /// cost, interval, burst, grace.
-fn tollgate_arguments() -> [String; 7] {
+fn tollgate_arguments() -> [String; 9] {
     [
         "0".to_owned(),
         String::new(),
@@ -247,7 +247,10 @@ fn tollgate_arguments() -> [String; 7] {
         "1".to_owned(),
         SPAN_US.to_string(),
         BURST.to_string(),
+        // The expiry grace, the quota's revision and its strategy.
         "0".to_owned(),
+        "0".to_owned(),
+        "a".to_owned(),
     ]
 }
 

@@ -505,8 +505,8 @@ fn canary_a_key_never_carried_is_caught() {
     assert_caught::<FixedWindow>(&loop_skips, Path::Alone, "a skipped carry");
     // One GCRA limit's path decides a stale key itself, uncarried.
     let fast_skips = planted(
-        "elseif stored_revision < revision and stored_stamp ~= string.format(\"%d %d %d\",",
-        "elseif false and stored_stamp ~= string.format(\"%d %d %d\",",
+        "elseif stored_revision < revision and quota ~= ARGV[5]",
+        "elseif false and quota ~= ARGV[5]",
     );
     assert_caught::<Gcra>(
         &fast_skips,

@@ -79,26 +79,33 @@ if #KEYS == 1 and ARGV[3] == "g" and (ARGV[1] == "0" or ARGV[1] == "1") then
   if not cost or not burst or cost < 1 or cost > burst then
     return redis.error_reply("tollgate: the cost must be 1 to the burst")
   end
-  if not revision or not string.match(ARGV[8], "^%d+$") then
+  if not revision or revision < 0 or revision % 1 ~= 0 then
     return redis.error_reply("tollgate: a revision must be a whole number")
   end
   -- The value is "TAT revision interval burst": the theoretical arrival
-  -- time and its stamp.
+  -- time and its stamp. This call's stamp is its arguments as its limiter
+  -- sends them (whole numbers in decimal): a key it wrote last is told by
+  -- one comparison.
+  local stamp = ARGV[8] .. " " .. ARGV[5] .. " " .. ARGV[6]
   local value = redis.call("GET", key)
-  local tat, stamp = 0, nil
+  local tat = 0
   if value then
-    local stored, stored_stamp, stored_revision =
-      string.match(value, "^(%d+) ((%d+) %d+ %d+)$")
+    local stored, stored_stamp = string.match(value, "^(%d+) (.*)$")
     if not stored then
       return redis.error_reply("tollgate: not a GCRA value: " .. key)
     end
-    stored_revision = tonumber(stored_revision)
     tat = tonumber(stored)
-    if stored_revision > revision then
-      stamp = stored_stamp
-    elseif stored_revision < revision and stored_stamp ~= string.format("%d %d %d",
-        stored_revision, interval, burst) then
-      tat = nil
+    if stored_stamp ~= stamp then
+      local stored_revision, quota = string.match(stored_stamp, "^(%d+) (%d+ %d+)$")
+      if not stored_revision then
+        return redis.error_reply("tollgate: not a GCRA value: " .. key)
+      end
+      stored_revision = tonumber(stored_revision)
+      if stored_revision > revision then
+        stamp = stored_stamp
+      elseif stored_revision < revision and quota ~= ARGV[5] .. " " .. ARGV[6] then
+        tat = nil
+      end
     end
   end
   if tat then
@@ -123,8 +130,7 @@ if #KEYS == 1 and ARGV[3] == "g" and (ARGV[1] == "0" or ARGV[1] == "1") then
       if ARGV[1] == "0" then
         -- Expires when fresh, the new TAT: PX rounded up, plus one and the
         -- grace (as ttl_ms below).
-        redis.call("SET", key, string.format("%d ", now + debt)
-          .. (stamp or string.format("%d %d %d", revision, interval, burst)), "PX",
+        redis.call("SET", key, string.format("%d ", now + debt) .. stamp, "PX",
           math.floor((debt + 999) / 1000) + 1 + (tonumber(ARGV[7]) or 0))
       end
     end
