@@ -183,7 +183,7 @@ impl<A: Scripted> Fallback<A> {
     pub(crate) fn new(policy: OnFailure, quota: &Quota) -> Result<Self, ConfigError> {
         let local = match policy {
             OnFailure::Local { instances } => Some(
-                Builder::new(share(instances, quota)?)
+                Builder::new(share::<A>(instances, quota)?)
                     .algorithm::<A>()
                     .store(Sharded::default())
                     .max_keys(
@@ -205,7 +205,7 @@ impl<A: Scripted> Fallback<A> {
         let (Some(local), OnFailure::Local { instances }) = (&self.local, self.policy) else {
             return Ok(());
         };
-        let share = share(instances, quota)?;
+        let share = share::<A>(instances, quota)?;
         match local.set_quota(share, carry) {
             Err(ChangeError::CarriedQuotas) => local.set_quota(share, Carry::Unchanged),
             changed => changed,
@@ -246,7 +246,7 @@ impl<A: Scripted> Fallback<A> {
                 key,
                 cost,
                 peek,
-                carried.map(|quota| share(instances, quota)),
+                carried.map(|quota| share::<A>(instances, quota)),
             ) {
                 Some((decision, quota)) => Some(Enforced {
                     decision,
@@ -269,8 +269,10 @@ impl<A: Scripted> Fallback<A> {
     }
 }
 
-/// The share of `quota` one of `instances` enforces alone.
-fn share(instances: u32, quota: &Quota) -> Result<Quota, ConfigError> {
+/// The share of `quota` one of `instances` enforces alone. A window
+/// algorithm's share keeps the quota's burst window exactly (its burst
+/// over that window), so that it changes with every quota of that window.
+fn share<A: Scripted>(instances: u32, quota: &Quota) -> Result<Quota, ConfigError> {
     let part = |value: u32| value.checked_div(instances).filter(|&v| v > 0);
     let (Some(limit), Some(burst)) = (part(quota.limit()), part(quota.burst())) else {
         return Err(ConfigError::ShareTooSmall {
@@ -279,9 +281,12 @@ fn share(instances: u32, quota: &Quota) -> Result<Quota, ConfigError> {
             burst: quota.burst(),
         });
     };
-    Quota::new(limit, quota.window())
-        .and_then(|local| local.with_burst(burst))
-        .map_err(ConfigError::LocalQuota)
+    if A::BY_INTERVAL {
+        Quota::new(limit, quota.window()).and_then(|local| local.with_burst(burst))
+    } else {
+        Quota::new(burst, quota.burst_window())
+    }
+    .map_err(ConfigError::LocalQuota)
 }
 
 /// The local share's decision, under the share of the check's own quota

@@ -11,7 +11,7 @@ mod reserve;
 mod time;
 mod wire;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
@@ -97,10 +97,12 @@ struct Core {
     time: Time,
     grace_ms: u64,
     script: Arc<Script>,
+    /// Refunds in flight in tasks of their own ([`RedisReceipt::refund_later`]).
+    refunds: Arc<AtomicUsize>,
 }
 
 /// A limiter's quota, and what the script stamps values with.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 struct Current {
     quota: Quota,
     stamp: Stamp,
@@ -182,10 +184,11 @@ impl<A: Scripted> RedisLimiter<A> {
 
     /// Checks one unit for `key` under `quota` rather than the limiter's
     /// own: a tier's quota, chosen per request. The key's state is read as
-    /// it stands, as a check of the limiter's own quota left it, and written
-    /// stamped with `quota` (see [`set_quota`](RedisLimiter::set_quota) for
-    /// the stamps). Every instance may check one key under different quotas;
-    /// each decision is its quota's.
+    /// it stands, as a check of the limiter's own quota left it (a key
+    /// stamped by an earlier revision is first carried over to `quota` by
+    /// the limiter's strategy, as [`set_quota`](RedisLimiter::set_quota)
+    /// says), and written stamped with `quota`. Every instance may check one
+    /// key under different quotas; each decision is its quota's.
     ///
     /// ```no_run
     /// use tollgate::Quota;
@@ -477,7 +480,9 @@ impl<A: Scripted> RedisLimiter<A> {
                 "a check carrying its quota",
             )));
         }
-        let current = core.quota.load_full();
+        // A copy: the local path writes nothing another thread writes (a
+        // reference count would be such a write).
+        let current = **core.quota.load();
         validate_cost(cost, current.stamp.limit.burst)?;
         if peek {
             return match hybrid.view.peek(key, cost)? {
@@ -593,6 +598,7 @@ impl<A: Scripted> RedisLimiter<A> {
                         RedisReceipt::new(
                             &core.connection,
                             &core.script,
+                            &core.refunds,
                             entry.key,
                             A::CODE == "l",
                             written,
@@ -647,12 +653,14 @@ impl<A: Scripted> RedisLimiter<A> {
             Unavailable::BreakerOpen(open_for) => open_for,
             _ => core.connection.breaker().admit_peek().unwrap_or_default(),
         };
+        let decided = self
+            .fallback
+            .decide(key, cost, peek, burst, carried, open_for, cause);
         #[cfg(feature = "metrics")]
-        if let Some(metrics) = &self.metrics {
+        if let (Some(metrics), Ok(_), false) = (&self.metrics, &decided, peek) {
             metrics.fallback();
         }
-        self.fallback
-            .decide(key, cost, peek, burst, carried, open_for, cause)
+        decided
     }
 
     /// Counts a check's decision for metrics (feature `metrics`, a limiter

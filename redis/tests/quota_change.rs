@@ -316,3 +316,87 @@ fn a_limiter_deciding_locally_refuses_other_quotas() {
     ));
     assert_eq!(limiter.quota(), Quota::per_minute(10).unwrap());
 }
+
+/// A busy sliding log carried over: 9 000 units live at distinct
+/// microseconds (more runs than Lua unpacks at once), 10 000 a minute
+/// raised to 12 000 as is: 1 000 were free, 1 000 stay free.
+#[test]
+fn a_busy_log_is_carried_whole() {
+    let target = Target::start(Kind::Standalone);
+    let clock = ManualClock::new();
+    at(&clock, 0);
+    let [limiter, _] = instances::<tollgate::algorithm::SlidingWindowLog>(
+        &target,
+        "busy",
+        Quota::per_minute(10_000).unwrap(),
+        &clock,
+    );
+    let key = limiter.redis_key("k");
+    let start_us = T0_S * 1_000_000 - 30_000_000;
+    let mut runs = vec!["0 60000000 10000".to_owned()];
+    runs.extend((0..9_000_u64).map(|j| format!("{} 1 {}", start_us + j, j + 1)));
+    let port = target.ports()[0];
+    let mut connection = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    for part in runs.chunks(1_000) {
+        let _: u64 = redis::cmd("RPUSH")
+            .arg(&key)
+            .arg(part)
+            .query(&mut connection)
+            .unwrap();
+    }
+    limiter
+        .set_quota(Quota::per_minute(12_000).unwrap(), Carry::AsIs)
+        .unwrap();
+    let decision = target.runtime.block_on(limiter.check("k")).unwrap();
+    assert_eq!((decision.is_allowed(), decision.remaining()), (true, 999));
+    // The stamp, the 9 000 runs, and one run at the check's instant for
+    // the 2 000 units the raise kept used and the admission.
+    let length: u64 = redis::cmd("LLEN").arg(&key).query(&mut connection).unwrap();
+    assert_eq!(length, 1 + 9_000 + 1);
+}
+
+/// A change by `Unchanged` stamps the keys it reads even on a denial, so
+/// that a later change carries them from the quota they were last under.
+#[test]
+fn an_unchanged_carry_stamps_the_key() {
+    let target = Target::start(Kind::Standalone);
+    let clock = ManualClock::new();
+    at(&clock, 0);
+    let window = Duration::from_secs(10);
+    let [limiter, _] = instances::<tollgate::algorithm::SlidingWindowCounter>(
+        &target,
+        "stamped",
+        Quota::new(100, window).unwrap(),
+        &clock,
+    );
+    for _ in 0..50 {
+        assert!(
+            target
+                .runtime
+                .block_on(limiter.check("k"))
+                .unwrap()
+                .is_allowed()
+        );
+    }
+    // Cut to 10, unchanged: 50 counted, none free.
+    limiter
+        .set_quota(Quota::new(10, window).unwrap(), Carry::Unchanged)
+        .unwrap();
+    assert!(
+        !target
+            .runtime
+            .block_on(limiter.check("k"))
+            .unwrap()
+            .is_allowed()
+    );
+    // Raised to 50 in proportion, from the 10 the key was last read under:
+    // 50 of 10 counted is 250 of 50, at most the 50 counted: none free.
+    limiter
+        .set_quota(Quota::new(50, window).unwrap(), Carry::Proportional)
+        .unwrap();
+    let denied = target.runtime.block_on(limiter.check("k")).unwrap();
+    assert_eq!((denied.is_allowed(), denied.remaining()), (false, 0));
+}

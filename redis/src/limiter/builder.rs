@@ -62,7 +62,11 @@ pub struct Builder<A: Scripted = Gcra> {
 
 impl RedisLimiter<Gcra> {
     /// Starts configuring a limiter named `name` (its keys are apart from
-    /// every other name's) enforcing `quota` with GCRA.
+    /// every other name's) enforcing `quota` with GCRA. The name and the
+    /// algorithm place the keys, not the quota: two limiters of one name and
+    /// algorithm share their keys whatever their quotas (the instances of a
+    /// service, a quota changed at runtime), so give each limit a name of its
+    /// own.
     #[must_use]
     pub fn builder(name: impl Into<String>, quota: Quota) -> Builder<Gcra> {
         Builder {
@@ -314,6 +318,7 @@ impl<A: Scripted> Builder<A> {
                     .unwrap_or(u64::MAX)
                     .min(MAX_GRACE_MS),
                 script: Arc::new(Script { source, sha }),
+                refunds: Arc::default(),
             },
             fallback,
             changing: Mutex::new(()),

@@ -3,6 +3,7 @@
 //! nothing was written on the key since.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::wire::{Script, evaluate, give_back_arguments};
 use crate::connection::Connection;
@@ -11,15 +12,19 @@ use crate::error::Error;
 /// What gives an admission back ([`RedisLimiter::check_n_receipt`](crate::RedisLimiter::check_n_receipt)):
 /// the value the admission wrote and the one it replaced.
 ///
-/// A refund undoes the admission if the key still holds what it wrote: no
-/// one was admitted on the key, gave units back or carried it to another
-/// quota since. Every later decision is then the one it would have been
-/// without the admission. Otherwise nothing is given back: decisions were
-/// made counting it, and moving them could admit more than the quota.
-/// Until a refund reaches Redis, the key holds the admission: other
-/// requests may be denied by it meanwhile (over-denial, never
-/// over-admission).
-#[derive(Clone)]
+/// A refund undoes the admission if the key still holds what it wrote:
+/// every later decision is then the one it would have been without the
+/// admission. Once anything else was written on the key (an admission,
+/// a unit given back, most carries to another quota) nothing is given
+/// back: decisions were made counting it, and moving them could admit
+/// more than the quota. Until a refund reaches Redis, the key holds the
+/// admission: other requests may be denied by it meanwhile (over-denial,
+/// never over-admission).
+///
+/// A receipt gives back once: [`refund`](RedisReceipt::refund) takes it,
+/// and it cannot be copied. (The undo compares values: sent twice, a
+/// refund could undo another request's admission that wrote the same
+/// value after the first.)
 pub struct RedisReceipt {
     connection: Connection,
     script: Arc<Script>,
@@ -30,12 +35,19 @@ pub struct RedisReceipt {
     written: Vec<u8>,
     /// Empty: the key (or the log's run) was new.
     previous: Vec<u8>,
+    /// Refunds of this limiter in flight in tasks of their own.
+    in_flight: Arc<AtomicUsize>,
 }
+
+/// The most refunds of one limiter in flight in tasks of their own
+/// ([`RedisReceipt::refund_later`]); past them an admission stays charged.
+const MAX_IN_FLIGHT: usize = 1_024;
 
 impl RedisReceipt {
     pub(super) fn new(
         connection: &Connection,
         script: &Arc<Script>,
+        in_flight: &Arc<AtomicUsize>,
         key: Vec<u8>,
         list: bool,
         written: Vec<u8>,
@@ -48,6 +60,7 @@ impl RedisReceipt {
             list,
             written,
             previous,
+            in_flight: Arc::clone(in_flight),
         }
     }
 
@@ -71,16 +84,36 @@ impl RedisReceipt {
 
     /// [`refund`](RedisReceipt::refund) in a task spawned on the current
     /// tokio runtime, for a caller that cannot wait (a request refused or
-    /// dropped). Outside a runtime nothing is sent: the admission stays
-    /// charged.
+    /// dropped). Each task ends within the connection's call timeout, and
+    /// a limiter has at most 1 024 in flight: past them, and outside a
+    /// runtime, nothing is sent and the admission stays charged (a flood
+    /// of refused requests against a slow Redis keeps no more).
     pub fn refund_later(self) {
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                // Nothing to tell anyone: a refund that fails leaves the
-                // admission charged, as one that finds the key moved on.
-                let _ = self.refund().await;
-            });
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        // Relaxed: a cap on tasks, ordered with nothing else.
+        let slot = Slot(Arc::clone(&self.in_flight));
+        if slot.0.fetch_add(1, Ordering::Relaxed) >= MAX_IN_FLIGHT {
+            return;
         }
+        runtime.spawn(async move {
+            // Held until the task ends or is dropped (a runtime shutting
+            // down), which gives the slot back either way.
+            let _slot = slot;
+            // Nothing to tell anyone: a refund that fails leaves the
+            // admission charged, as one that finds the key moved on.
+            let _ = self.refund().await;
+        });
+    }
+}
+
+/// One refund in flight, counted until dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -563,16 +563,17 @@ for i = 1, #KEYS do
     elseif index > stored_index then
       previous, current = 0, 0
     end
-    if from_burst and how ~= "u" and (previous > 0 or current > 0) then
+    if from_burst and (previous > 0 or current > 0) then
       -- As is, a raise adds its units to the current count and a cut takes
-      -- them from it first; in proportion, both counts scale.
+      -- them from it first; in proportion, both counts scale; unchanged,
+      -- they stay (under the new stamp).
       carrying()
       if how == "p" then
         previous = carry_count(from_burst, burst, how, previous)
         current = carry_count(from_burst, burst, how, current)
-      elseif burst >= from_burst then
+      elseif how == "a" and burst >= from_burst then
         current = math.min(current + burst - from_burst, math.max(current, burst))
-      else
+      elseif how == "a" then
         local cut = from_burst - burst
         local from_current = math.min(cut, current)
         previous = previous - math.min(cut - from_current, previous)
@@ -643,10 +644,17 @@ for i = 1, #KEYS do
       end
       return fetched[j]
     end
-    if from_burst and runs > 0 and how ~= "u" then
+    if from_burst and runs > 0 and how == "u" then
+      -- Unchanged: the runs as they are, under the new stamp.
+      if not peek then
+        redis.call("LSET", key, 0, stamp)
+      end
+      header = stamp
+    elseif from_burst and runs > 0 then
       -- Carried: the live units as a count; fewer keep the newest, more
       -- add units at the reading. The list is written again, counting
-      -- from zero (a peek decides on it without writing).
+      -- from zero (a peek decides on it without writing), in one pass
+      -- over it: O(runs), once a key a change.
       carrying()
       local all = redis.call("LRANGE", key, 1, -1)
       local newest = numbers(all[#all])
@@ -690,7 +698,10 @@ for i = 1, #KEYS do
       if not peek then
         redis.call("DEL", key)
         if runs > 0 then
-          redis.call("RPUSH", key, unpack(lines))
+          -- In parts: Lua unpacks at most about 8 000 values at once.
+          for part = 1, #lines, 4000 do
+            redis.call("RPUSH", key, unpack(lines, part, math.min(part + 3999, #lines)))
+          end
           redis.call("PEXPIRE", key, ttl_ms(now, written[runs][1] + window))
         end
       end
