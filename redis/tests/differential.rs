@@ -57,13 +57,15 @@ struct Case {
     window_ns: u64,
     burst: u32,
     steps: Vec<Step>,
-    change: Option<Change>,
+    changes: Vec<Change>,
 }
 
-/// A quota change before one step: the new limit, window (the interval
-/// algorithms only: the window algorithms keep theirs) and burst, and the
-/// strategy. Every key is checked once at the change's instant, so that
-/// the script carries each then, as the in-process limiter does.
+/// A quota change before one step (a case has up to two): the new limit,
+/// window (the interval algorithms only: the window algorithms keep
+/// theirs) and burst, and the strategy. Every key is checked once at the
+/// change's instant, so that the script carries each then, as the
+/// in-process limiter does; a second change then carries each key from
+/// the quota the first left it under.
 #[derive(Debug, Clone, Copy)]
 struct Change {
     at: prop::sample::Index,
@@ -123,14 +125,14 @@ fn cases() -> impl Strategy<Value = Case> {
                 });
             (
                 proptest::collection::vec(step, 1..120),
-                proptest::option::weighted(0.5, change),
+                proptest::collection::vec(change, 0..=2),
             )
-                .prop_map(move |(steps, change)| Case {
+                .prop_map(move |(steps, changes)| Case {
                     limit,
                     window_ns,
                     burst,
                     steps,
-                    change,
+                    changes,
                 })
         },
     )
@@ -254,14 +256,27 @@ where
     // that stood still while real time passed would see them vanish before
     // they would be fresh on it (Builder::clock). Both limiters read
     // the same instant at every step.
+    // GCRA and the token bucket take one change: a carried debt is in
+    // nanoseconds in process (free time × I' / I, rounded toward units
+    // used) and in whole microseconds in the script (the same, rounded up
+    // to the microsecond), which decide alike on the microsecond grid;
+    // carried again, the in-process debt starts off that grid and the
+    // script's rounding can be a microsecond or more the more
+    // conservative. The window algorithms count whole units: two changes.
+    let changes = if A::BY_INTERVAL {
+        &case.changes[..case.changes.len().min(1)]
+    } else {
+        &case.changes[..]
+    };
     let began = Instant::now();
-    let change_at = case.change.map(|change| change.at.index(case.steps.len()));
     for (index, (step, trace_us)) in case.steps.iter().zip(trace).enumerate() {
         let now_us = trace_us + began.elapsed().as_micros() as i64;
         clock.set_ns(now_us as u64 * 1_000);
-        if change_at == Some(index) {
-            let change = case.change.expect("a change");
-            if !changed(&limiter, &reference, &quota, &change)? {
+        for change in changes
+            .iter()
+            .filter(|change| change.at.index(case.steps.len()) == index)
+        {
+            if !changed(&limiter, &reference, &quota, change)? {
                 return Ok(());
             }
             // Each key checked at the change's instant: the script carries
