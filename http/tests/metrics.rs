@@ -156,32 +156,27 @@ async fn a_scrape_reads_redis_limiters_round_trips_and_failures() {
             .build(open(doomed.port()).await.unwrap())
             .unwrap(),
     );
-    let key = || Header::new(HeaderName::from_static("x-api-key"));
-    let app = Router::new()
-        .route("/exact", get(|| async { "exact" }))
-        .route_layer(
-            RateLimitLayer::builder()
-                .rule(Rule::new("exact", Arc::clone(&exact), key()).unwrap())
-                .build(),
-        )
-        .merge(
-            Router::new()
-                .route("/cached", get(|| async { "cached" }))
-                .route_layer(
-                    RateLimitLayer::builder()
-                        .rule(Rule::new("cached", Arc::clone(&cached), key()).unwrap())
-                        .build(),
-                ),
-        )
-        .merge(
-            Router::new()
-                .route("/dead", get(|| async { "dead" }))
-                .route_layer(
-                    RateLimitLayer::builder()
-                        .rule(Rule::new("dead", Arc::clone(&dead), key()).unwrap())
-                        .build(),
-                ),
-        )
+    // Each limiter behind a route of its own.
+    let limited = |path: &str, limiter: &Arc<RedisLimiter>| {
+        let name = path.trim_start_matches('/').to_owned();
+        Router::new()
+            .route(path, get(|| async { "hello" }))
+            .route_layer(
+                RateLimitLayer::builder()
+                    .rule(
+                        Rule::new(
+                            name,
+                            Arc::clone(limiter),
+                            Header::new(HeaderName::from_static("x-api-key")),
+                        )
+                        .unwrap(),
+                    )
+                    .build(),
+            )
+    };
+    let app = limited("/exact", &exact)
+        .merge(limited("/cached", &cached))
+        .merge(limited("/dead", &dead))
         .route(
             "/metrics",
             get(move || {
