@@ -270,21 +270,24 @@ impl<A: Scripted> Fallback<A> {
 }
 
 /// The share of `quota` one of `instances` enforces alone. A window
-/// algorithm's share keeps the quota's burst window exactly (its burst
-/// over that window), so that it changes with every quota of that window.
+/// algorithm's share is its burst's share over the quota's burst window
+/// in whole microseconds, the window the script counts in, so that it
+/// changes with every quota the script takes for that window.
 fn share<A: Scripted>(instances: u32, quota: &Quota) -> Result<Quota, ConfigError> {
     let part = |value: u32| value.checked_div(instances).filter(|&v| v > 0);
-    let (Some(limit), Some(burst)) = (part(quota.limit()), part(quota.burst())) else {
-        return Err(ConfigError::ShareTooSmall {
-            instances,
-            limit: quota.limit(),
-            burst: quota.burst(),
-        });
+    let too_small = || ConfigError::ShareTooSmall {
+        instances,
+        limit: quota.limit(),
+        burst: quota.burst(),
     };
+    let burst = part(quota.burst()).ok_or_else(too_small)?;
     if A::BY_INTERVAL {
+        let limit = part(quota.limit()).ok_or_else(too_small)?;
         Quota::new(limit, quota.window()).and_then(|local| local.with_burst(burst))
     } else {
-        Quota::new(burst, quota.burst_window())
+        let window_us = quota.burst_window().as_nanos().div_ceil(1_000);
+        let window = Duration::from_micros(u64::try_from(window_us).unwrap_or(u64::MAX));
+        Quota::new(burst, window)
     }
     .map_err(ConfigError::LocalQuota)
 }

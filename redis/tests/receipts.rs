@@ -131,3 +131,42 @@ fn receipts_on_a_cluster() {
     receipts_give_back_only_what_nothing_followed::<SlidingWindowLog>(Kind::Cluster);
     receipts_give_back_only_what_nothing_followed::<Gcra>(Kind::Cluster);
 }
+
+/// A log's receipt is kept once a carry has rewritten the runs, even
+/// when the newest run is written again alike: at one instant, A's
+/// admission writes "t 1 1", B's "t 2 2"; a proportional cut from 4 to 2
+/// carries the two units to one, written "t 1 1" again. Giving A's back
+/// then would erase B's carried unit.
+#[test]
+fn a_log_receipt_is_kept_once_a_carry_rewrote_the_runs() {
+    let target = Target::start(Kind::Standalone);
+    let clock = ManualClock::new();
+    clock.set_ns(1_000_000 * 1_000_000_000);
+    let limiter = target.limiter::<SlidingWindowLog>(Quota::per_minute(4).unwrap(), clock);
+    let (enforced, receipt) = target
+        .runtime
+        .block_on(limiter.check_n_receipt("k", 1, None))
+        .unwrap();
+    assert!(enforced.decision.is_allowed());
+    assert!(
+        target
+            .runtime
+            .block_on(limiter.check("k"))
+            .unwrap()
+            .is_allowed()
+    );
+    limiter
+        .set_quota(Quota::per_minute(2).unwrap(), Carry::Proportional)
+        .unwrap();
+    // Carried (two units of four are one of two) and denied.
+    assert!(
+        !target
+            .runtime
+            .block_on(limiter.check_n("k", 2))
+            .unwrap()
+            .is_allowed()
+    );
+    assert!(!target.runtime.block_on(receipt.unwrap().refund()).unwrap());
+    let denied = target.runtime.block_on(limiter.check_n("k", 2)).unwrap();
+    assert_eq!((denied.is_allowed(), denied.remaining()), (false, 1));
+}

@@ -170,10 +170,12 @@ if ARGV[1] == "3" then
 end
 -- Giving an admission back ("6", after a check with a receipt, "5"):
 -- KEYS[1]; ARGV[2] "l" for a sliding log's list, else "s"; ARGV[3] what
--- the admission wrote (the value, or the log's newest run); ARGV[4] what
--- it replaced ("" for nothing: the key, or the run, was new). Undone only
--- if the key still holds what the admission wrote, so that nothing
--- decided since is moved; returns { 1 } if it did, else { 0 }.
+-- the admission wrote (the value; for a log its stamp and its newest run,
+-- on two lines); ARGV[4] what it replaced ("" for nothing: the key, or the
+-- run, was new). Undone only if the key still holds what the admission
+-- wrote (a log, its stamp as well: a carry, which rewrites the runs,
+-- always writes a new stamp), so that nothing decided since is moved;
+-- returns { 1 } if it did, else { 0 }.
 if ARGV[1] == "6" then
   local key, written, previous = KEYS[1], ARGV[3], ARGV[4]
   if #KEYS ~= 1 or not (ARGV[2] == "l" or ARGV[2] == "s") or type(written) ~= "string"
@@ -181,7 +183,9 @@ if ARGV[1] == "6" then
     return redis.error_reply("tollgate: a give-back needs one key, a kind and what was written")
   end
   if ARGV[2] == "l" then
-    if redis.call("LINDEX", key, -1) ~= written then
+    local stamp, run = string.match(written, "^([^\n]*)\n(.*)$")
+    if not stamp or redis.call("LINDEX", key, 0) ~= stamp
+        or redis.call("LINDEX", key, -1) ~= run then
       return { 0 }
     end
     if previous == "" then
@@ -450,6 +454,8 @@ for i = 1, #KEYS do
     return redis.error_reply("tollgate: a revision must be a whole number, a carry a, p or u")
   end
   local allowed, remaining, retry, reset
+  -- A log's stamp, for its receipt.
+  local log_stamp
 
   if code == "g" or code == "t" then
     -- GCRA and the token bucket: a key owes `debt` microseconds of refill
@@ -630,6 +636,7 @@ for i = 1, #KEYS do
     local length = redis.call("LLEN", key)
     local header = length > 0 and redis.call("LINDEX", key, 0) or nil
     local _, stamp, _, from_burst = stamped(key, header, 0, revision, a, b, true)
+    log_stamp = stamp
     local runs = math.max(length - 1, 0)
     local fetched = {}
     local function run(j)
@@ -799,7 +806,7 @@ for i = 1, #KEYS do
       local last = writes[#writes]
       if code == "l" then
         last = writes[#writes - 1]
-        written = last[#last]
+        written = log_stamp .. "\n" .. last[#last]
       else
         written = last[3]
       end
