@@ -279,8 +279,28 @@ where
             if !changed(&limiter, &reference, &quota, change)? {
                 return Ok(());
             }
-            // Each key checked at the change's instant: the script carries
-            // it now, as the in-process limiter carried every key.
+            // Each key peeked at the change's instant (the script carries
+            // it without writing), then checked (the script carries it
+            // now, as the in-process limiter carried every key).
+            for key in 0..3_u8 {
+                let expected = reference.peek(&key).map(on_microsecond_grid);
+                let actual = match target.runtime.block_on(limiter.peek([key])) {
+                    Ok(decision) => Ok(decision),
+                    Err(tollgate_redis::Error::Check(error)) => Err(error),
+                    Err(error) => {
+                        return Err(TestCaseError::fail(format!(
+                            "a peek after the change: {error}"
+                        )));
+                    }
+                };
+                prop_assert_eq!(
+                    actual,
+                    expected,
+                    "key {} peeked at the change {:?}",
+                    key,
+                    change
+                );
+            }
             for key in 0..3_u8 {
                 let expected = reference.check(&key).map(on_microsecond_grid);
                 let actual = match target.runtime.block_on(limiter.check([key])) {

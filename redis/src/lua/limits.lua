@@ -639,7 +639,13 @@ for i = 1, #KEYS do
     log_stamp = stamp
     local runs = math.max(length - 1, 0)
     local fetched = {}
+    -- Runs before it read as departed: those a peek's carry drops.
+    local dead_before = 0
+    local departed = { 0, 0, 0 }
     local function run(j)
+      if j < dead_before then
+        return departed
+      end
       if not fetched[j] then
         local parsed = numbers(redis.call("LINDEX", key, j + 1))
         if #parsed ~= 3 then
@@ -650,69 +656,6 @@ for i = 1, #KEYS do
         fetched[j] = parsed
       end
       return fetched[j]
-    end
-    if from_burst and runs > 0 and how == "u" then
-      -- Unchanged: the runs as they are, under the new stamp.
-      if not peek then
-        redis.call("LSET", key, 0, stamp)
-      end
-      header = stamp
-    elseif from_burst and runs > 0 then
-      -- Carried: the live units as a count; fewer keep the newest, more
-      -- add units at the reading. The list is written again, counting
-      -- from zero (a peek decides on it without writing), in one pass
-      -- over it: O(runs), once a key a change.
-      carrying()
-      local all = redis.call("LRANGE", key, 1, -1)
-      local newest = numbers(all[#all])
-      local stamp_at = math.max(now, newest[1] or 0)
-      local live_runs, live = {}, 0
-      for j = 1, #all do
-        local parsed = numbers(all[j])
-        if #parsed ~= 3 then
-          error({ err = "tollgate: not a sliding log: " .. key })
-        end
-        if parsed[1] + window > stamp_at then
-          live_runs[#live_runs + 1] = parsed
-          live = live + parsed[2]
-        end
-      end
-      local kept = carry_count(from_burst, burst, how, live)
-      local drop = math.max(live - kept, 0)
-      local written, top = {}, 0
-      for _, parsed in ipairs(live_runs) do
-        local units = parsed[2] - math.min(drop, parsed[2])
-        drop = drop - (parsed[2] - units)
-        if units > 0 then
-          top = top + units
-          written[#written + 1] = { parsed[1], units, top }
-        end
-      end
-      if kept > live then
-        local last = written[#written]
-        if last and last[1] == stamp_at then
-          last[2], last[3] = last[2] + kept - live, last[3] + kept - live
-        else
-          written[#written + 1] = { stamp_at, kept - live, top + kept - live }
-        end
-      end
-      fetched, runs = {}, #written
-      local lines = { stamp }
-      for j, parsed in ipairs(written) do
-        fetched[j - 1] = parsed
-        lines[j + 1] = format("%d %d %d", parsed[1], parsed[2], parsed[3])
-      end
-      if not peek then
-        redis.call("DEL", key)
-        if runs > 0 then
-          -- In parts: Lua unpacks at most about 8 000 values at once.
-          for part = 1, #lines, 4000 do
-            redis.call("RPUSH", key, unpack(lines, part, math.min(part + 3999, #lines)))
-          end
-          redis.call("PEXPIRE", key, ttl_ms(now, written[runs][1] + window))
-        end
-      end
-      header = runs > 0 and stamp or nil
     end
     -- The smallest j in [low, runs - 1] whose run satisfies `holds`
     -- (monotone: false, then true), given that run runs - 1 does.
@@ -727,6 +670,85 @@ for i = 1, #KEYS do
         end
       end
       return low
+    end
+    if from_burst and runs > 0 and how == "u" then
+      -- Unchanged: the runs as they are, under the new stamp.
+      if not peek then
+        redis.call("LSET", key, 0, stamp)
+      end
+      header = stamp
+    elseif from_burst and runs > 0 then
+      -- Carried in place, in O(log runs): the live units as a count;
+      -- fewer drop the oldest (the runs before the one where they end are
+      -- cut, that one keeps its cumulative count and loses units), more
+      -- are added at the reading. A peek decides on the carried runs
+      -- without writing them.
+      carrying()
+      local newest = run(runs - 1)
+      local stamp_at = math.max(now, newest[1])
+      local top, keep_from, base = newest[3], runs, newest[3]
+      if newest[1] + window > stamp_at then
+        keep_from = first(0, function(r)
+          return r[1] + window > stamp_at
+        end)
+        base = run(keep_from)[3] - run(keep_from)[2]
+      end
+      local live = top - base
+      local kept = carry_count(from_burst, burst, how, live)
+      local grown = false
+      if kept < live then
+        local drop = live - kept
+        local j = first(keep_from, function(r)
+          return r[3] - base >= drop
+        end)
+        local cut = run(j)
+        local left = cut[3] - base - drop
+        keep_from = j + 1
+        if left > 0 then
+          keep_from = j
+          fetched[j] = { cut[1], left, cut[3] }
+          if not peek then
+            redis.call("LSET", key, j + 1, format("%d %d %d", cut[1], left, cut[3]))
+          end
+        end
+      elseif kept > live then
+        local extra = kept - live
+        grown = true
+        if newest[1] == stamp_at then
+          fetched[runs - 1] = { stamp_at, newest[2] + extra, top + extra }
+          if not peek then
+            redis.call("LSET", key, -1, format("%d %d %d", stamp_at, newest[2] + extra,
+              top + extra))
+          end
+        else
+          fetched[runs] = { stamp_at, extra, top + extra }
+          runs = runs + 1
+          if not peek then
+            redis.call("RPUSH", key, format("%d %d %d", stamp_at, extra, top + extra))
+          end
+        end
+      end
+      if peek then
+        dead_before = keep_from
+      elseif keep_from >= runs then
+        -- Nothing left: as an absent key.
+        redis.call("DEL", key)
+      else
+        -- The stamp over the last run cut (or the old stamp), and the runs
+        -- before it cut.
+        redis.call("LSET", key, keep_from, stamp)
+        if keep_from > 0 then
+          redis.call("LTRIM", key, keep_from, -1)
+        end
+        if grown then
+          redis.call("PEXPIRE", key, ttl_ms(now, stamp_at + window))
+        end
+      end
+      if not peek then
+        fetched, length = {}, redis.call("LLEN", key)
+        runs = math.max(length - 1, 0)
+      end
+      header = stamp
     end
     local newest = runs > 0 and run(runs - 1)
     local stamp_at, first_live, base, top = now, runs, 0, 0
