@@ -254,6 +254,8 @@ pub fn run(binary: &Path, budget: &Budget, pin: impl Fn(u32) -> bool) {
     }
     println!();
 
+    metrics_cost(&url, budget.pairs);
+
     println!("### Redis dies\n");
     println!(
         "Three leased processes check one key as fast as they can; 150 ms in, the lab kills \
@@ -345,4 +347,102 @@ fn cost(hammers: &mut [Hammer], mode: &str, judged: &mut Vec<(String, bool)>) ->
         "| {mode} | {local_ns:.1} ns | {in_process_ns:.1} ns | **{ratio:.2}×** ({low:.2}–{high:.2}; {} pairs) | {all_in_ratio:.2}× |",
         ratios.len()
     )
+}
+
+/// Local checks of a deny-cached limiter on a drained key, counted for
+/// metrics (`Builder::metrics`) against the same uncounted, in this
+/// process: interleaved pairs of rounds, at one thread and at two (each
+/// thread its own key, so that only the counting could share a line).
+fn metrics_cost(url: &str, pairs: usize) {
+    use std::sync::Barrier;
+    use std::time::Instant;
+
+    use tollgate::Quota;
+    use tollgate_redis::{Connection, Mode, RedisLimiter};
+
+    const CHECKS: u32 = 20_000;
+    println!(
+        "### Counting for metrics on the local path\n\nA deny-cached limiter on drained keys \
+         (each check denied by the local half, no round trip), built with and without \
+         `Builder::metrics`, in the lab's process: {pairs} interleaved pairs of rounds of \
+         {CHECKS} checks a thread (a round's time is its slowest thread's). Per check, the \
+         median; the ratio, the median of the paired ratios and its 95 % interval.\n"
+    );
+    println!("| threads | uncounted | counted | counted / uncounted |");
+    println!("|---:|---:|---:|---:|");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let quota = Quota::per_hour(1).expect("a quota");
+    let limiters = runtime.block_on(async {
+        let mut limiters = Vec::new();
+        for counted in [false, true] {
+            let connection = Connection::open(url).await.expect("connecting");
+            let mut builder = RedisLimiter::builder(format!("lab-metrics-{counted}"), quota)
+                .mode(Mode::DenyCached);
+            if counted {
+                builder = builder.metrics();
+            }
+            let limiter = builder.build(connection).expect("a limiter");
+            // Each thread's key drained, and its denial learnt.
+            for key in ["a", "b"] {
+                while limiter.check(key).await.expect("a check").is_allowed() {}
+                let _ = limiter.check(key).await.expect("a check");
+            }
+            limiters.push(limiter);
+        }
+        limiters
+    });
+    for threads in [1_usize, 2] {
+        let round = |limiter: &RedisLimiter| {
+            let start = Barrier::new(threads);
+            let elapsed: Vec<f64> = std::thread::scope(|scope| {
+                let handles: Vec<_> = ["a", "b"][..threads]
+                    .iter()
+                    .map(|key| {
+                        let start = &start;
+                        scope.spawn(move || {
+                            let runtime = tokio::runtime::Builder::new_current_thread()
+                                .build()
+                                .expect("a runtime");
+                            start.wait();
+                            let began = Instant::now();
+                            runtime.block_on(async {
+                                for _ in 0..CHECKS {
+                                    let decision = limiter.check(*key).await.expect("a check");
+                                    assert!(!decision.is_allowed(), "drained");
+                                }
+                            });
+                            began.elapsed().as_secs_f64()
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|handle| handle.join().expect("a round"))
+                    .collect()
+            });
+            elapsed.iter().copied().fold(0.0, f64::max) * 1e9 / f64::from(CHECKS)
+        };
+        let (mut plain, mut counted) = (Vec::new(), Vec::new());
+        for pair in 0..pairs.max(1) {
+            // Alternate which goes first.
+            if pair % 2 == 0 {
+                plain.push(round(&limiters[0]));
+                counted.push(round(&limiters[1]));
+            } else {
+                counted.push(round(&limiters[1]));
+                plain.push(round(&limiters[0]));
+            }
+        }
+        let mut ratios: Vec<f64> = counted.iter().zip(&plain).map(|(c, p)| c / p).collect();
+        println!(
+            "| {threads} | {:.1} ns | {:.1} ns | **{}** |",
+            crate::stats::median(&mut plain),
+            crate::stats::median(&mut counted),
+            crate::stats::median_ci(&mut ratios).show(3),
+        );
+    }
+    println!();
 }
