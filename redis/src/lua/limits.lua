@@ -586,7 +586,13 @@ for i = 1, #KEYS do
         current = current - from_current
       end
       before = format("%d %d %d ", index, previous, current) .. stamp
-      carried(key, before, (index + 2) * window)
+      -- Fresh once both counts have slid out: the previous one at this
+      -- window's end, the current one a window later.
+      local fresh = index + 1
+      if current > 0 then
+        fresh = index + 2
+      end
+      carried(key, before, fresh * window)
     end
     local carried_count = previous * (window - elapsed)
     local free = math.max(floor(math.max(burst * window - carried_count, 0) / window) - current, 0)
