@@ -370,7 +370,7 @@ impl<A: Scripted> RedisLimiter<A> {
             return Err(ConfigError::NeedsExact("a quota change"));
         }
         let _changing = self.changing.lock().unwrap_or_else(PoisonError::into_inner);
-        let current = self.core.quota.load_full();
+        let current = **self.core.quota.load();
         let limit = ScriptLimit::new::<A>(&quota)?;
         same_window::<A>(&current, &quota, &limit).map_err(ChangeError::Layout)?;
         let code = carry_code(carry).ok_or(ChangeError::Unsupported)?;
@@ -475,10 +475,9 @@ impl<A: Scripted> RedisLimiter<A> {
                 .on_redis(key, cost, op, core.time.now(), &stamp, quota, carried)
                 .await;
         };
-        if carried.is_some() {
-            return Err(Error::Quota(ConfigError::NeedsExact(
-                "a check carrying its quota",
-            )));
+        if let Some(quota) = carried {
+            // Refused: a limiter deciding locally knows one quota.
+            self.stamp_for(quota)?;
         }
         // A copy: the local path writes nothing another thread writes (a
         // reference count would be such a write).
