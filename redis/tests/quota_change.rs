@@ -64,6 +64,19 @@ fn drain<A: Scripted>(target: &Target, limiter: &RedisLimiter<A>, key: &str) -> 
     unreachable!()
 }
 
+/// Checks `key` `times` times, each admitted.
+fn admit<A: Scripted>(target: &Target, limiter: &RedisLimiter<A>, key: &str, times: u32) {
+    for _ in 0..times {
+        assert!(
+            target
+                .runtime
+                .block_on(limiter.check(key))
+                .unwrap()
+                .is_allowed()
+        );
+    }
+}
+
 fn the_stamp(target: &Target, limiter: &RedisLimiter, key: &str) -> String {
     let value = target.get(&limiter.redis_key(key)).expect("a stored key");
     value
@@ -246,15 +259,7 @@ fn a_window_algorithm_keeps_its_window() {
         Err(Error::Check(CheckError::Layout(error))) if error == window_differs
     ));
     // Seven of ten used; raised to 20 in proportion: 14 used, 6 free.
-    for _ in 0..7 {
-        assert!(
-            target
-                .runtime
-                .block_on(limiter.check("k"))
-                .unwrap()
-                .is_allowed()
-        );
-    }
+    admit(&target, &limiter, "k", 7);
     limiter
         .set_quota(Quota::per_minute(20).unwrap(), Carry::Proportional)
         .unwrap();
@@ -372,15 +377,7 @@ fn an_unchanged_carry_stamps_the_key() {
         Quota::new(100, window).unwrap(),
         &clock,
     );
-    for _ in 0..50 {
-        assert!(
-            target
-                .runtime
-                .block_on(limiter.check("k"))
-                .unwrap()
-                .is_allowed()
-        );
-    }
+    admit(&target, &limiter, "k", 50);
     // Cut to 10, unchanged: 50 counted, none free.
     limiter
         .set_quota(Quota::new(10, window).unwrap(), Carry::Unchanged)
