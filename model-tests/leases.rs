@@ -14,7 +14,17 @@
 //!   deadlines have passed, and a call is abandoned after the remote ran it;
 //! * **the deny cache** (`the_deny_cache_denies_only_what_the_remote_would`):
 //!   every local denial is one the remote would have made at that instant,
-//!   and the window bound holds.
+//!   and the window bound holds;
+//! * **other quotas** (`checks_of_other_quotas_and_a_change_keep_the_bound`):
+//!   checks carrying a quota of their own beside the view's, and a node
+//!   changing its quota while its asks are in flight, with leases and with
+//!   the deny cache alone. The remote decides each call by the quota it
+//!   carries, on one TAT (a change the remote reads unchanged). The bound
+//!   is then in time: the units each admission took, at its quota's
+//!   interval, add up to at most the window plus the largest tolerance
+//!   (`burst + ⌊W / interval⌋` when every check has one quota). A local
+//!   admission is of the view's own quota; a local denial is one the
+//!   remote makes by the check's quota.
 //!
 //! Each node's instants are its clock's readings taken inside the view,
 //! after it loads the key's word (recorded per thread, so an admission is
@@ -24,8 +34,10 @@
 //! that never expires, a unit spent an interval past its deadline, and a
 //! give-back of a unit already spent (each breaks the window bound); a deny
 //! cache that outlives the remote's denial, and one that denies a request
-//! that just fits (each a denial the remote would not make). Each must be
-//! caught.
+//! that just fits (each a denial the remote would not make); a check of
+//! another quota that claims a lease, giving it back at its own interval,
+//! and a reply installed after a change of quota (each breaks the window
+//! bound). Each must be caught.
 //!
 //! Run: `cargo test --release --features shuttle --test leases`.
 
@@ -53,6 +65,13 @@ const EXECUTIONS: usize = 5_000;
 /// are then given back.
 const INTERVAL_US: u64 = 10;
 const BURST: u32 = 4;
+/// The quota some checks carry: a slower one, whose tolerance (60 µs) is
+/// the largest.
+const TIER: (u64, u32) = (20, 3);
+/// The quota a node changes to: a slower one, of the same tolerance (a
+/// unit of the old quota's lease spent under it counts twice the time the
+/// remote booked for it).
+const CHANGED: (u64, u32) = (20, 2);
 /// The remote clock starts here (ns); nodes' clocks lag it by their own
 /// offsets, so each node learns a different offset.
 const START_NS: u64 = 1_000_000;
@@ -61,17 +80,32 @@ const START_NS: u64 = 1_000_000;
 const KEY: u64 = 0;
 const WARM_UP: u64 = 1;
 
-/// Runs the model with each workload and each of its two clocks, under
-/// the random scheduler and then under PCT.
-fn both_schedulers(name: &str, leases: Option<Leases>, canary: Option<Canary>) {
-    for (workload, plans) in [
-        ("crowd", CROWD),
-        ("give-back", GIVE_BACK),
-        ("expiry", EXPIRY),
-        ("expiry, bounded clock", EXPIRY_BOUNDED),
-        ("the remote's clock steps back", REMOTE_STEPS_BACK),
-        ("the client clock steps back", CLIENT_STEPS_BACK),
-    ] {
+/// The workloads of one quota.
+const ONE_QUOTA: &[(&str, &[Plan])] = &[
+    ("crowd", CROWD),
+    ("give-back", GIVE_BACK),
+    ("expiry", EXPIRY),
+    ("expiry, bounded clock", EXPIRY_BOUNDED),
+    ("the remote's clock steps back", REMOTE_STEPS_BACK),
+    ("the client clock steps back", CLIENT_STEPS_BACK),
+];
+
+/// The workloads of several quotas.
+const QUOTAS: &[(&str, &[Plan])] = &[
+    ("tiers", TIERS),
+    ("tiers, one node", TIERS_ALONE),
+    ("a change", CHANGE),
+];
+
+/// Runs the model with each of `workloads` and each of its two clocks,
+/// under the random scheduler and then under PCT.
+fn both_schedulers(
+    name: &str,
+    workloads: &[(&'static str, &'static [Plan])],
+    leases: Option<Leases>,
+    canary: Option<Canary>,
+) {
+    for &(workload, plans) in workloads {
         for step_us in [INTERVAL_US, 4] {
             schedules::random_then_pct(
                 &format!("{name}; {workload}, clock steps of {step_us} µs"),
@@ -104,10 +138,14 @@ enum Step {
     /// Steps node 0's clock, the one the remote decides on, back
     /// [`STEP_BACK_NS`].
     ClientBack,
+    /// A check of this many units carrying the quota [`TIER`].
+    Tier(u32, Reply),
+    /// The node changes its quota to [`CHANGED`].
+    Change,
 }
 
 use Reply::{Abandon, Complete};
-use Step::{Check, ClientBack, Drain, RemoteBack, Teach, Tick};
+use Step::{Change, Check, ClientBack, Drain, RemoteBack, Teach, Tick, Tier};
 
 /// The key [`Step::Teach`] checks.
 const TEACH: u64 = 2;
@@ -195,6 +233,44 @@ const CLIENT_STEPS_BACK: &[Plan] = &[(
     ],
 )];
 
+/// Checks of another quota beside the view's, on one key:
+///
+/// * node 0, thread A: a unit (a lease), a tier unit (the word holds the
+///   lease: asked without a claim), two units;
+/// * node 0, thread B: two tier units (the second, perhaps, denied by what
+///   the first taught);
+/// * node 1: a tier unit (claiming the key for its floor, with no lease),
+///   then a unit.
+const TIERS: &[Plan] = &[
+    (0, &[Check(1, Complete), Tier(1, Complete), Check(2, Complete)]),
+    (0, &[Tier(1, Complete), Tier(1, Complete)]),
+    (1, &[Tier(1, Complete), Check(1, Complete)]),
+];
+
+/// One thread on one node: a unit (a lease of one more), three tier units
+/// (the word holds the lease: asked without a claim), and a unit (the
+/// lease's, if it is still live).
+const TIERS_ALONE: &[Plan] = &[(
+    0,
+    &[
+        Check(1, Complete),
+        Tier(1, Complete),
+        Tier(1, Complete),
+        Tier(1, Complete),
+        Check(1, Complete),
+    ],
+)];
+
+/// A node changes its quota while its own checks run: thread A leases and
+/// checks on (its asks in flight across the change are answered under
+/// the quota they were made by, and not installed after it), thread B
+/// changes the quota and checks by the new one; node 1 checks by the old.
+const CHANGE: &[Plan] = &[
+    (0, &[Check(1, Complete), Check(1, Complete), Check(1, Complete)]),
+    (0, &[Change, Check(1, Complete), Check(2, Complete)]),
+    (1, &[Check(1, Complete), Check(1, Complete)]),
+];
+
 const EXPIRING: &[Step] = &[
     Check(1, Complete),
     Tick,
@@ -208,6 +284,8 @@ const EXPIRING: &[Step] = &[
 /// The remote, its clock, and what it and the nodes admitted.
 struct World {
     quota: RemoteQuota,
+    /// The largest tolerance of the quotas the workload decides by, µs.
+    max_tolerance_us: u64,
     /// Real time, ns: the remote's clock and node 0's until they step
     /// back.
     clock_ns: AtomicU64,
@@ -216,8 +294,9 @@ struct World {
     /// The keys' stored TATs, µs.
     tat_us: Mutex<HashMap<u64, u64>>,
     /// Every admission of [`KEY`]: the real µs at which its deciding
-    /// reading was taken, and the units.
-    admitted: Mutex<Vec<(u64, u32)>>,
+    /// reading was taken, and the time its units took (µs: the units times
+    /// its quota's interval).
+    admitted: Mutex<Vec<(u64, u64)>>,
 }
 
 impl World {
@@ -264,7 +343,8 @@ impl Clock for NodeClock {
 }
 
 struct Node {
-    view: LocalView<u64>,
+    /// The view; its payload is each quota's interval and burst.
+    view: LocalView<u64, (u64, u32)>,
     /// Whether the remote decides on this node's readings (a client clock
     /// sent with each call: its view knows the remote's instant exactly)
     /// rather than on its own clock when the call reaches it.
@@ -280,12 +360,16 @@ struct Node {
 }
 
 impl Node {
-    /// One check of `cost` units for `key`, through the remote when the
-    /// view asks.
-    fn request(&self, key: u64, cost: u32, reply: Reply) {
+    /// One check of `cost` units for `key` (carrying `carried`, if given),
+    /// through the remote when the view asks.
+    fn request(&self, key: u64, cost: u32, reply: Reply, carried: Option<RemoteQuota>) {
         let world = &self.world;
         let held = self.check_denials.then(|| world.tat_us.lock().unwrap());
-        let local = self.view.check(&key, cost).unwrap();
+        let local = match carried {
+            Some(quota) => self.view.check_under(&key, cost, quota),
+            None => self.view.check(&key, cost),
+        }
+        .unwrap();
         // The view's last reading (taken after it loaded the key's word,
         // or for an ask before it is sent) and the real time it was taken
         // at: an admission is counted then, and a denial judged on the
@@ -298,15 +382,22 @@ impl Node {
             (real_ns - world.remote_back_ns.load(Ordering::SeqCst)) / 1_000
         };
         match local {
-            Local::Decided(decision) if decision.is_allowed() && key == KEY => {
+            Local::Decided(decision, (interval_us, _)) if decision.is_allowed() => {
                 drop(held);
-                world.admitted.lock().unwrap().push((real_us, cost));
+                assert!(carried.is_none(), "a lease spent by another quota");
+                if key == KEY {
+                    let took_us = u64::from(cost) * interval_us;
+                    world.admitted.lock().unwrap().push((real_us, took_us));
+                }
             }
-            Local::Decided(_) => {
+            Local::Decided(_, (interval_us, burst)) => {
                 if let Some(tats) = held {
+                    let quota = carried
+                        .unwrap_or_else(|| RemoteQuota::new(interval_us, burst).unwrap());
                     let tat_us = tats.get(&key).copied().unwrap_or(0);
                     let debt_us = tat_us.saturating_sub(at_us);
-                    let max_debt_us = world.quota.tolerance_us() - u64::from(cost) * INTERVAL_US;
+                    let max_debt_us =
+                        quota.tolerance_us() - u64::from(cost) * quota.interval_us();
                     assert!(
                         debt_us > max_debt_us,
                         "a denial the remote would not make: {cost} at {at_us} µs, TAT {tat_us} µs"
@@ -326,18 +417,17 @@ impl Node {
                     } else {
                         world.remote_us()
                     };
-                    let (answer, stored) = lease(
-                        tat_us.get(&key).copied(),
-                        now_us,
-                        &world.quota,
-                        ask.request(),
-                    )
-                    .unwrap();
+                    // Under the quota the ask carries: the check's, or
+                    // the view's when the check decided.
+                    let quota = *ask.quota();
+                    let (answer, stored) =
+                        lease(tat_us.get(&key).copied(), now_us, &quota, ask.request()).unwrap();
                     if let Some(stored) = stored {
                         tat_us.insert(key, stored);
                     }
                     if answer.allowed && key == KEY {
-                        world.admitted.lock().unwrap().push((stamp_us, cost));
+                        let took_us = u64::from(cost) * quota.interval_us();
+                        world.admitted.lock().unwrap().push((stamp_us, took_us));
                     }
                     answer
                 };
@@ -369,23 +459,24 @@ impl World {
                 return;
             }
             tat_us.insert(KEY, stored.expect("an admission stores its TAT"));
-            self.admitted.lock().unwrap().push((real_us, 1));
+            self.admitted.lock().unwrap().push((real_us, self.quota.interval_us()));
         }
     }
 }
 
-/// Every window between two admissions holds at most `burst + ⌊W /
-/// interval⌋` units.
-fn assert_window_bound(admitted: &mut [(u64, u32)]) {
+/// Every window between two admissions holds admissions whose units took
+/// at most the window and the largest tolerance: with one quota, at most
+/// `burst + ⌊W / interval⌋` units.
+fn assert_window_bound(admitted: &mut [(u64, u64)], max_tolerance_us: u64) {
     admitted.sort_unstable();
     for (first, &(from_us, _)) in admitted.iter().enumerate() {
-        let mut units = 0;
-        for &(to_us, cost) in &admitted[first..] {
-            units += cost;
-            let bound = u64::from(BURST) + (to_us - from_us) / INTERVAL_US;
+        let mut took_us = 0;
+        for &(to_us, took) in &admitted[first..] {
+            took_us += took;
+            let bound_us = (to_us - from_us) + max_tolerance_us;
             assert!(
-                u64::from(units) <= bound,
-                "the window bound: {units} units in [{from_us}, {to_us}] µs, at most {bound}: {admitted:?}"
+                took_us <= bound_us,
+                "the window bound: units taking {took_us} µs in [{from_us}, {to_us}] µs, at most {bound_us}: {admitted:?}"
             );
         }
     }
@@ -398,8 +489,19 @@ fn assert_window_bound(admitted: &mut [(u64, u32)]) {
 /// so that they are spent and given back).
 fn model(plans: &'static [Plan], leases: Option<Leases>, canary: Option<Canary>, step_us: u64) {
     plant(canary);
+    let tier = RemoteQuota::new(TIER.0, TIER.1).unwrap();
+    let changed = RemoteQuota::new(CHANGED.0, CHANGED.1).unwrap();
+    let quota = RemoteQuota::new(INTERVAL_US, BURST).unwrap();
+    let tiers = plans
+        .iter()
+        .any(|(_, steps)| steps.iter().any(|step| matches!(step, Tier(..))));
     let world = Arc::new(World {
-        quota: RemoteQuota::new(INTERVAL_US, BURST).unwrap(),
+        quota,
+        max_tolerance_us: if tiers {
+            tier.tolerance_us()
+        } else {
+            quota.tolerance_us().max(changed.tolerance_us())
+        },
         clock_ns: AtomicU64::new(START_NS),
         remote_back_ns: AtomicU64::new(0),
         tat_us: Mutex::new(HashMap::new()),
@@ -408,8 +510,9 @@ fn model(plans: &'static [Plan], leases: Option<Leases>, canary: Option<Canary>,
     let node = |lag_ns, client_clock| {
         let back_ns = Arc::new(AtomicU64::new(0));
         let node = Arc::new(Node {
-            view: LocalView::new(
+            view: LocalView::with_payload(
                 world.quota,
+                (INTERVAL_US, BURST),
                 if client_clock {
                     RemoteClock::Local
                 } else {
@@ -432,7 +535,7 @@ fn model(plans: &'static [Plan], leases: Option<Leases>, canary: Option<Canary>,
         });
         // A first round trip, on another key, teaches each node the
         // clocks' offset (a node claims keys only once it knows it).
-        node.request(WARM_UP, 1, Complete);
+        node.request(WARM_UP, 1, Complete, None);
         node
     };
     // Node 0 sends its clock (the deciding clock, lag 0: its view knows
@@ -447,14 +550,16 @@ fn model(plans: &'static [Plan], leases: Option<Leases>, canary: Option<Canary>,
             thread::spawn(move || {
                 for &step in plan {
                     match step {
-                        Check(cost, reply) => node.request(KEY, cost, reply),
+                        Check(cost, reply) => node.request(KEY, cost, reply, None),
+                        Tier(cost, reply) => node.request(KEY, cost, reply, Some(tier)),
+                        Change => node.view.set_quota(changed, CHANGED).unwrap(),
                         Tick => {
                             node.world
                                 .clock_ns
                                 .fetch_add(step_us * 1_000, Ordering::SeqCst);
                         }
                         Drain => node.world.drain(),
-                        Teach => node.request(TEACH, 1, Complete),
+                        Teach => node.request(TEACH, 1, Complete, None),
                         RemoteBack => {
                             node.world
                                 .remote_back_ns
@@ -481,13 +586,14 @@ fn model(plans: &'static [Plan], leases: Option<Leases>, canary: Option<Canary>,
     }
     clock.join().unwrap();
     let mut admitted = world.admitted.lock().unwrap().clone();
-    assert_window_bound(&mut admitted);
+    assert_window_bound(&mut admitted, world.max_tolerance_us);
 }
 
 #[test]
 fn leases_admit_no_more_than_the_remote_limiter() {
     both_schedulers(
         "leases: 3 nodes, give-backs, a death, late replies",
+        ONE_QUOTA,
         Some(Leases::new()),
         None,
     );
@@ -495,7 +601,40 @@ fn leases_admit_no_more_than_the_remote_limiter() {
 
 #[test]
 fn the_deny_cache_denies_only_what_the_remote_would() {
-    both_schedulers("deny cache: 3 nodes, a moving clock", None, None);
+    both_schedulers("deny cache: 3 nodes, a moving clock", ONE_QUOTA, None, None);
+}
+
+#[test]
+fn checks_of_other_quotas_and_a_change_keep_the_bound() {
+    both_schedulers(
+        "leases: other quotas, a change",
+        QUOTAS,
+        Some(Leases::new()),
+        None,
+    );
+    both_schedulers("deny cache: other quotas, a change", QUOTAS, None, None);
+}
+
+#[test]
+#[should_panic(expected = "the window bound")]
+fn canary_tier_claims_lease_is_caught() {
+    both_schedulers(
+        "canary: a check of another quota claims a lease",
+        QUOTAS,
+        Some(Leases::new()),
+        Some(Canary::TierClaimsLease),
+    );
+}
+
+#[test]
+#[should_panic(expected = "the window bound")]
+fn canary_reply_across_change_is_caught() {
+    both_schedulers(
+        "canary: a reply installed after a change",
+        QUOTAS,
+        Some(Leases::new()),
+        Some(Canary::ReplyAcrossChange),
+    );
 }
 
 #[test]
@@ -503,6 +642,7 @@ fn the_deny_cache_denies_only_what_the_remote_would() {
 fn canary_lease_never_expires_is_caught() {
     both_schedulers(
         "canary: a lease that never expires",
+        ONE_QUOTA,
         Some(Leases::new()),
         Some(Canary::LeaseNeverExpires),
     );
@@ -513,6 +653,7 @@ fn canary_lease_never_expires_is_caught() {
 fn canary_give_back_of_a_spent_unit_is_caught() {
     both_schedulers(
         "canary: a give-back of a spent unit",
+        ONE_QUOTA,
         Some(Leases::new()),
         Some(Canary::GiveBackSpent),
     );
@@ -523,6 +664,7 @@ fn canary_give_back_of_a_spent_unit_is_caught() {
 fn canary_lease_spent_an_interval_late_is_caught() {
     both_schedulers(
         "canary: a unit spent an interval past its deadline",
+        ONE_QUOTA,
         Some(Leases::new()),
         Some(Canary::LeaseOneLate),
     );
@@ -533,6 +675,7 @@ fn canary_lease_spent_an_interval_late_is_caught() {
 fn canary_bound_falls_back_is_caught() {
     both_schedulers(
         "canary: a bound that falls back with the clock",
+        ONE_QUOTA,
         Some(Leases::new()),
         Some(Canary::BoundFallsBack),
     );
@@ -543,6 +686,7 @@ fn canary_bound_falls_back_is_caught() {
 fn canary_deny_at_the_boundary_is_caught() {
     both_schedulers(
         "canary: a deny cache that denies a request that just fits",
+        ONE_QUOTA,
         None,
         Some(Canary::DenyAtTheBoundary),
     );
@@ -553,6 +697,7 @@ fn canary_deny_at_the_boundary_is_caught() {
 fn canary_deny_cache_outlives_is_caught() {
     both_schedulers(
         "canary: a deny cache that outlives the remote's denial",
+        ONE_QUOTA,
         None,
         Some(Canary::DenyCacheOutlives),
     );

@@ -83,7 +83,7 @@ impl Node<String> {
     /// `remote`; whether it was admitted and whether it took a round trip.
     fn check(&self, remote: &mut Remote, key: &str, cost: u32, now_ns: u64) -> (bool, bool) {
         match self.at(now_ns).check(key, cost).unwrap() {
-            Local::Decided(decision) => (decision.is_allowed(), false),
+            Local::Decided(decision, ()) => (decision.is_allowed(), false),
             Local::Ask(ask) => {
                 let reply = remote.answer(key, ask.sent_ns(), ask.request());
                 ask.complete(&reply);
@@ -371,7 +371,7 @@ fn a_reading_older_than_a_lease_never_spends_it() {
     ask.complete(&reply);
     // The stale thread's check: its clock reads T0 inside the view.
     clock.once.store(true, Ordering::Relaxed);
-    let Local::Decided(spent) = view.check("k", 1).unwrap() else {
+    let Local::Decided(spent, ()) = view.check("k", 1).unwrap() else {
         panic!("spent from the lease")
     };
     assert!(spent.is_allowed());
@@ -463,7 +463,7 @@ fn a_lease_installed_after_the_floor_is_read_is_not_spent_at_an_older_reading() 
             };
             PREEMPTION.with(|slot| *slot.borrow_mut() = Some(Box::new(move || sibling(ask))));
         }
-        let Local::Decided(spent) = view.check(&Preempted("k"), 1).unwrap() else {
+        let Local::Decided(spent, ()) = view.check(&Preempted("k"), 1).unwrap() else {
             panic!("spent from the lease (whole call: {whole_call})")
         };
         assert!(spent.is_allowed());
@@ -525,7 +525,7 @@ fn a_cluster_s_masters_keep_their_deadlines_on_their_own_clocks() {
         let mut check = |key: &'static str, now_ns: u64, admitted: &mut Vec<u64>| {
             clock.set(Duration::from_nanos(now_ns));
             let allowed = match view.check(key, 1).unwrap() {
-                Local::Decided(decision) => decision.is_allowed(),
+                Local::Decided(decision, ()) => decision.is_allowed(),
                 Local::Ask(ask) => {
                     let reply = ask_redis(key, ask.sent_ns(), ask.request());
                     ask.complete(&reply);
@@ -587,7 +587,7 @@ fn a_denial_counts_its_own_units_once() {
     assert_eq!(node.check(&mut remote, "k", 1, T0), (true, true));
     // 10 units cannot fit: without this node's 4 the key owes one
     // interval, so 9 are free, the 4 included.
-    let Local::Decided(denied) = node.at(T0).check("k", 10).unwrap() else {
+    let Local::Decided(denied, ()) = node.at(T0).check("k", 10).unwrap() else {
         panic!("denied here")
     };
     assert!(!denied.is_allowed());
@@ -634,7 +634,7 @@ fn after_a_step_back(remote_clock: RemoteClock) -> (u32, u32) {
         .check(key, 1)
         .unwrap()
     {
-        Local::Decided(decision) => decision.is_allowed(),
+        Local::Decided(decision, ()) => decision.is_allowed(),
         Local::Ask(ask) => {
             let reply = remote.answer(key, deciding_ns(ask.sent_ns(), real_ns), ask.request());
             ask.complete(&reply);

@@ -66,11 +66,6 @@ pub enum ConfigError {
          (cluster_clock_skew), or a client clock"
     )]
     ClusterSkewUnknown,
-    /// Deciding locally ([`Mode`](crate::Mode) other than `Exact`) knows
-    /// one quota: a quota change or a check carrying its own quota needs
-    /// `Mode::Exact`.
-    #[error("{0} needs Mode::Exact: a limiter deciding locally knows one quota")]
-    NeedsExact(&'static str),
     /// The quota cannot change as asked: a window algorithm and a quota of
     /// another window (its counts mean nothing in other windows), a
     /// strategy the script does not implement, or the in-process fallback
@@ -118,8 +113,9 @@ pub enum Error {
     Wait(WaitError),
     /// The quota a check carries cannot be decided
     /// ([`RedisLimiter::check_with`](crate::RedisLimiter::check_with)):
-    /// [`ConfigError::QuotaTooLarge`] for one the script cannot hold, or
-    /// [`ConfigError::NeedsExact`] on a limiter that decides locally.
+    /// [`ConfigError::QuotaTooLarge`] for one the script cannot hold (or,
+    /// on a limiter deciding locally, [`ConfigError::Local`] for one the
+    /// local half cannot).
     #[error("the quota the check carries: {0}")]
     Quota(ConfigError),
     /// The script's reply was not a well-formed decision (a bug, or keys in

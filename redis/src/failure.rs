@@ -197,6 +197,15 @@ impl<A: Scripted> Fallback<A> {
         Ok(Self { policy, local })
     }
 
+    /// Whether the local share can follow the limiter's quota to `quota`:
+    /// [`set_quota`](Self::set_quota)'s refusals that depend on `quota`.
+    pub(crate) fn accepts(&self, quota: &Quota) -> Result<(), ConfigError> {
+        match (&self.local, self.policy) {
+            (Some(_), OnFailure::Local { instances }) => share::<A>(instances, quota).map(drop),
+            _ => Ok(()),
+        }
+    }
+
     /// Changes the local share with the limiter's quota. The share is
     /// carried by the limiter's strategy, or unchanged once checks carrying
     /// their own quotas fell back on it (the in-process limiters allow no

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 use tollgate::algorithm::{Carry, Gcra, validate_cost};
-use tollgate::remote::Local;
+use tollgate::remote::{Local, RemoteQuota};
 use tollgate::store::ChangeError;
 use tollgate::{CheckError, Decision, LayoutError, Quota};
 
@@ -103,7 +103,7 @@ struct Core {
 
 /// A limiter's quota, and what the script stamps values with.
 #[derive(Debug, Clone, Copy)]
-struct Current {
+pub(crate) struct Current {
     quota: Quota,
     stamp: Stamp,
 }
@@ -210,8 +210,8 @@ impl<A: Scripted> RedisLimiter<A> {
     /// As [`check`](RedisLimiter::check); [`Error::Check`] with
     /// [`CheckError::Layout`] for a window algorithm and a quota of another
     /// window (its counts mean nothing in other windows), and
-    /// [`Error::Quota`] for a quota the script cannot hold, or on a limiter
-    /// that decides locally ([`ConfigError::NeedsExact`]).
+    /// [`Error::Quota`] for a quota the script (or the local half of a
+    /// limiter deciding locally) cannot hold.
     pub async fn check_with(
         &self,
         key: impl AsRef<[u8]>,
@@ -341,6 +341,14 @@ impl<A: Scripted> RedisLimiter<A> {
     /// What a window spanning a key's carry can admit is note 14's bound:
     /// at most the larger burst plus what each quota refills in its part.
     ///
+    /// A limiter deciding locally ([`Mode`] other than `Exact`) forgets what
+    /// it knew of every key: a key's next check asks Redis (which carries
+    /// it), and the units of the leases it held are dropped (Redis counts
+    /// them spent: under-admission only). An instance still on the old
+    /// revision spends its leases' units until their deadlines: a window
+    /// starting within a tolerance of a key's carry may admit, beyond the
+    /// bound, the units such instances held on the key (see note 14).
+    ///
     /// ```no_run
     /// use tollgate::Quota;
     /// use tollgate::algorithm::Carry;
@@ -362,13 +370,12 @@ impl<A: Scripted> RedisLimiter<A> {
     /// algorithm and a quota of another window, or a strategy the script
     /// does not implement, [`ConfigError::ShareTooSmall`] (and the other
     /// errors of [`Builder::build`]) for the failure policy's local share,
-    /// [`ConfigError::NeedsExact`] for a limiter that decides locally (a
-    /// [`Mode`] other than `Exact`: its local knowledge is of one quota),
-    /// and [`ConfigError::RevisionsExhausted`] after 2^32 − 1 revisions.
+    /// [`ConfigError::RevisionsExhausted`] after 2^32 − 1 revisions, and,
+    /// rarely, [`ConfigError::Change`] with [`ChangeError::Reclaiming`]
+    /// while a check stalled inside an in-process table (the failure
+    /// policy's local share, or the local half's) holds it back: try
+    /// again.
     pub fn set_quota(&self, quota: Quota, carry: Carry) -> Result<(), ConfigError> {
-        if self.local.is_some() {
-            return Err(ConfigError::NeedsExact("a quota change"));
-        }
         let _changing = self.changing.lock().unwrap_or_else(PoisonError::into_inner);
         let current = **self.core.quota.load();
         let limit = ScriptLimit::new::<A>(&quota)?;
@@ -379,15 +386,35 @@ impl<A: Scripted> RedisLimiter<A> {
             .revision
             .checked_add(1)
             .ok_or(ConfigError::RevisionsExhausted)?;
-        self.fallback.set_quota(&quota, carry)?;
-        self.core.quota.store(Arc::new(Current {
+        self.fallback.accepts(&quota)?;
+        let next = Current {
             quota,
             stamp: Stamp {
                 limit,
                 revision,
                 carry: code,
             },
-        }));
+        };
+        if let Some(hybrid) = &self.local {
+            hybrid
+                .view
+                .set_quota(remote_quota(&limit)?, Some(next))
+                .map_err(ConfigError::Local)?;
+        }
+        if let Err(refused) = self.fallback.set_quota(&quota, carry) {
+            if let Some(hybrid) = &self.local {
+                // Undone by forgetting again: the local half is a cache
+                // (its lease units are dropped, under-admission only).
+                // Should that be refused too, its checks decide by the new
+                // quota and revision while the rest decides by the old:
+                // each a quota's decision, and the next change mends it.
+                let _ = hybrid
+                    .view
+                    .set_quota(remote_quota(&current.stamp.limit)?, Some(current));
+            }
+            return Err(refused);
+        }
+        self.core.quota.store(Arc::new(next));
         Ok(())
     }
 
@@ -436,14 +463,12 @@ impl<A: Scripted> RedisLimiter<A> {
     /// The stamp checks carrying `quota` write, with the limiter's
     /// revision and strategy.
     fn stamp_for(&self, quota: &Quota) -> Result<Stamp, Error> {
-        if self.local.is_some() {
-            return Err(Error::Quota(ConfigError::NeedsExact(
-                "a check carrying its quota",
-            )));
-        }
         let current = self.core.quota.load();
         let limit = ScriptLimit::new::<A>(quota).map_err(Error::Quota)?;
         same_window::<A>(&current, quota, &limit).map_err(CheckError::Layout)?;
+        if self.local.is_some() {
+            remote_quota(&limit).map_err(Error::Quota)?;
+        }
         Ok(Stamp {
             limit,
             ..current.stamp
@@ -475,63 +500,77 @@ impl<A: Scripted> RedisLimiter<A> {
                 .on_redis(key, cost, op, core.time.now(), &stamp, quota, carried)
                 .await;
         };
-        if let Some(quota) = carried {
-            // Refused: a limiter deciding locally knows one quota.
-            self.stamp_for(quota)?;
-        }
-        // A copy: the local path writes nothing another thread writes (a
-        // reference count would be such a write).
-        let current = **core.quota.load();
-        validate_cost(cost, current.stamp.limit.burst)?;
+        // A check carrying its quota: its script limit and remote quota.
+        let tier = match carried {
+            Some(quota) => {
+                let limit = ScriptLimit::new::<A>(quota).map_err(Error::Quota)?;
+                Some((*quota, limit, remote_quota(&limit).map_err(Error::Quota)?))
+            }
+            None => None,
+        };
+        // Whose quota decided, and the stamp it writes: the view's
+        // generation's (so a check racing a change sends the quota and
+        // revision its local decision was taken by), or the one carried.
+        let under = |payload: Option<Current>| {
+            let current = payload.unwrap_or_else(|| **core.quota.load());
+            match tier {
+                Some((quota, limit, _)) => (
+                    quota,
+                    Stamp {
+                        limit,
+                        ..current.stamp
+                    },
+                ),
+                None => (current.quota, current.stamp),
+            }
+        };
         if peek {
-            return match hybrid.view.peek(key, cost)? {
-                Some(decision) => Ok((by_quota(decision, current.quota), None)),
+            let local = match tier {
+                // A peek carrying its quota is Redis's.
+                Some(_) => None,
+                None => hybrid.view.peek(key, cost)?,
+            };
+            return match local {
+                Some((decision, payload)) => Ok((by_quota(decision, under(payload).0), None)),
                 None => {
-                    self.on_redis(
-                        key,
-                        cost,
-                        Op::Peek,
-                        core.time.now(),
-                        &current.stamp,
-                        current.quota,
-                        None,
-                    )
-                    .await
+                    let (quota, stamp) = under(None);
+                    validate_cost(cost, stamp.limit.burst)?;
+                    self.on_redis(key, cost, Op::Peek, core.time.now(), &stamp, quota, carried)
+                        .await
                 }
             };
         }
-        let ask = match hybrid.view.check(key, cost)? {
-            Local::Decided(decision) => {
+        let local = match tier {
+            Some((_, _, remote)) => hybrid.view.check_under(key, cost, remote)?,
+            None => hybrid.view.check(key, cost)?,
+        };
+        let ask = match local {
+            Local::Decided(decision, payload) => {
                 #[cfg(feature = "metrics")]
                 if let Some(metrics) = &self.metrics {
                     metrics.local();
                 }
-                return Ok((by_quota(decision, current.quota), None));
+                return Ok((by_quota(decision, under(payload).0), None));
             }
             Local::Ask(ask) => ask,
         };
+        let (quota, stamp) = under(ask.payload());
         // A client clock decides at the ask's reading (taken after the
         // view's decision, before the call).
         let now = core.time.at(ask.sent_ns());
         let redis_key = core.namespace.key(key);
         let request = *ask.request();
+        let remote = *ask.quota();
         let timer = CallTimer::start();
         let sent: Result<Vec<i64>, _> = evaluate(&core.connection, &core.script, |name, body| {
             let mut command = redis::cmd(name);
             command.arg(body).arg(1).arg(&redis_key);
-            lease_arguments(
-                &mut command,
-                &now,
-                &hybrid.quota,
-                &request,
-                core.grace_ms,
-                &current.stamp,
-            );
+            lease_arguments(&mut command, &now, &remote, &request, core.grace_ms, &stamp);
             command
         })
         .await;
         self.count(&sent, &timer);
-        let burst = current.stamp.limit.burst;
+        let burst = stamp.limit.burst;
         match sent {
             Ok(replies) => {
                 let reply = lease_reply(&replies, &request)?;
@@ -547,7 +586,7 @@ impl<A: Scripted> RedisLimiter<A> {
                 };
                 counts
                     .decision(burst, &now)
-                    .map(|decision| (by_quota(decision, current.quota), None))
+                    .map(|decision| (by_quota(decision, quota), None))
                     .ok_or_else(|| malformed(&replies))
             }
             Err(CallError::Unavailable(cause)) => {
@@ -560,7 +599,10 @@ impl<A: Scripted> RedisLimiter<A> {
                     // again. Dropping the ask drops them here.
                     drop(ask);
                 }
-                Ok((self.fall_back(key, cost, false, burst, None, cause)?, None))
+                Ok((
+                    self.fall_back(key, cost, false, burst, carried, cause)?,
+                    None,
+                ))
             }
             Err(failed) => Err(failed.into()),
         }
@@ -733,6 +775,12 @@ impl CallTimer {
 
 /// Marks `decision` as made by `quota` (by Redis, or from what Redis told
 /// this instance).
+/// The quota of `limit` as the local half decides it (GCRA's interval and
+/// burst).
+fn remote_quota(limit: &ScriptLimit) -> Result<RemoteQuota, ConfigError> {
+    RemoteQuota::new(limit.span_us, limit.burst).map_err(ConfigError::Local)
+}
+
 fn by_quota(decision: Decision, quota: Quota) -> Enforced {
     Enforced {
         decision,
@@ -788,7 +836,7 @@ impl<A: Scripted> std::fmt::Debug for RedisLimiter<A> {
                 "bound",
                 &self.local.as_ref().map_or_else(
                     || Mode::EXACT_BOUND.to_owned(),
-                    |local| local.mode.bound(&local.quota),
+                    |local| local.mode.bound(&self.core.quota.load().stamp.limit),
                 ),
             )
             .field("connection", &self.core.connection)

@@ -14,6 +14,8 @@ use tollgate::remote::{Leases, LocalView, RemoteClock, RemoteQuota};
 #[cfg(doc)]
 use crate::RedisLimiter;
 use crate::error::ConfigError;
+use crate::limiter::Current;
+use crate::script::ScriptLimit;
 
 /// How much a limiter decides locally. GCRA only (a denial writes nothing
 /// and other instances only move a key's arrival time later, which is what
@@ -82,8 +84,8 @@ impl Mode {
 
     /// Says what this mode promises for `quota`, in words (the limiter's
     /// `Debug` prints it).
-    pub(crate) fn bound(self, quota: &RemoteQuota) -> String {
-        let rate = format!("{} + ⌊W / {} µs⌋", quota.burst(), quota.interval_us());
+    pub(crate) fn bound(self, limit: &ScriptLimit) -> String {
+        let rate = format!("{} + ⌊W / {} µs⌋", limit.burst, limit.span_us);
         match self {
             Mode::Exact => Self::EXACT_BOUND.to_owned(),
             Mode::DenyCached => format!(
@@ -110,10 +112,10 @@ impl Mode {
 }
 
 /// A limiter's local half: the view (with the clock its instants come
-/// from), and what it was built for.
+/// from), each of its quotas with the limiter's quota and stamp attached,
+/// and the mode it was built for.
 pub(crate) struct Hybrid {
-    pub(crate) view: LocalView<Vec<u8>>,
-    pub(crate) quota: RemoteQuota,
+    pub(crate) view: LocalView<Vec<u8>, Option<Current>>,
     pub(crate) mode: Mode,
 }
 
@@ -124,6 +126,7 @@ impl Hybrid {
     pub(crate) fn new(
         mode: Mode,
         quota: RemoteQuota,
+        current: Current,
         clock: Arc<dyn Clock>,
         remote: RemoteClock,
         max_keys: NonZeroUsize,
@@ -133,9 +136,17 @@ impl Hybrid {
             Mode::Exact | Mode::DenyCached => None,
             Mode::Leased(leases) => Some(leases),
         };
-        let view = LocalView::new(quota, remote, clock, leases, max_keys, claim_timeout)
-            .map_err(ConfigError::Local)?;
-        Ok(Self { view, quota, mode })
+        let view = LocalView::with_payload(
+            quota,
+            Some(current),
+            remote,
+            clock,
+            leases,
+            max_keys,
+            claim_timeout,
+        )
+        .map_err(ConfigError::Local)?;
+        Ok(Self { view, mode })
     }
 }
 

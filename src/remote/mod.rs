@@ -230,4 +230,8 @@ pub enum RemoteError {
         "a lease call needs a cost of 1 to the burst, at most a burst wanted or given back, and an instant below 2^52 µs"
     )]
     BadRequest,
+    /// A view's table could not change its quota now
+    /// ([`ChangeError`](crate::store::ChangeError)); nothing changed.
+    #[error("the view's quota could not change: {0}")]
+    Change(#[source] crate::store::ChangeError),
 }

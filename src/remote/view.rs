@@ -34,23 +34,24 @@
 //! key cap rejects new keys (they are then asked without a claim), and so
 //! memory is bounded at every instant as in every store.
 
+use std::cell::Cell;
 use std::fmt;
-use std::num::NonZeroUsize;
+use std::num::{NonZeroU64, NonZeroUsize};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use super::offset::{Offset, RemoteClock};
 use super::word::{MAX_END_US, Miss, Outcome, Rules, Word};
 use super::{GiveBack, LeaseReply, LeaseRequest, Leases, MAX_SPAN_US, RemoteError, RemoteQuota};
-use crate::algorithm::{Algorithm, PackedAlgorithm, Verdict, validate_cost};
+use crate::algorithm::{Algorithm, Carry, CarryAt, PackedAlgorithm, Verdict, validate_cost};
 use crate::cell::{Atomic, CellFor, Preferred};
 use crate::clock::{Clock, MonotonicClock, saturating_nanos};
 use crate::decision::Decision;
-use crate::error::CheckError;
+use crate::error::{CheckError, LayoutError};
 use crate::quota::Quota;
 use crate::store::{
-    DefaultStore, Generation, Key, KeyCap, Lookup, Own, Store, StoreKind, WhenFull,
+    DefaultStore, Generation, Key, KeyCap, Lookup, Own, Store, StoreKind, Under, WhenFull,
 };
 use crate::sync::canary::{self, Canary};
 
@@ -58,7 +59,28 @@ use crate::sync::canary::{self, Canary};
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Knowledge(u64);
 
-/// The table's algorithm: the rules, and the clocks a decision reads.
+/// The clocks every generation of a view decides on: the local clock, and
+/// the offset that bounds the remote's reading at a local one.
+struct Clocks {
+    clock: Box<dyn Clock>,
+    offset: Offset,
+}
+
+impl Clocks {
+    /// An upper bound of the remote's instant now, ns; `None` before the
+    /// first round trip.
+    fn remote_now(&self) -> Option<u64> {
+        self.offset.remote_ns(self.clock.now_ns())
+    }
+}
+
+/// How many quotas other than its own a generation's checks may carry
+/// with local decisions; checks of any further quota are asked.
+pub(crate) const TIERS: usize = 16;
+
+/// The table's algorithm: the rules, the clocks a decision reads, what the
+/// view's user attached to the generation (`payload`), and the judges of
+/// the other quotas its checks carried.
 ///
 /// **A decision reads its instant after the cell loaded the key's word**
 /// (in `decide`), never before: knowledge is only ever acted on at an
@@ -74,21 +96,35 @@ pub(crate) struct Knowledge(u64);
 /// granted at (`Rules::granted_ns`): the table's floor is read before the
 /// word is loaded, so a lease a sibling installs in between is not under
 /// it, but the word itself always is.
-pub(crate) struct Judge {
+pub(crate) struct Judge<P> {
     rules: Rules,
-    clock: Box<dyn Clock>,
-    offset: Offset,
+    clocks: Arc<Clocks>,
+    payload: P,
+    /// The judges of other quotas, each made by the first check that
+    /// carries its quota, in the first free slot (empty in those judges).
+    tiers: Box<[OnceLock<Judge<P>>]>,
 }
 
-impl Judge {
-    /// An upper bound of the remote's instant now, ns; `None` before the
-    /// first round trip.
-    fn remote_now(&self) -> Option<u64> {
-        self.offset.remote_ns(self.clock.now_ns())
+impl<P: Copy> Judge<P> {
+    /// The judge of `quota` for checks of this generation: its own, or
+    /// one of the other quotas' (`None` when every slot holds another).
+    fn for_tier(&self, quota: RemoteQuota) -> Option<&Self> {
+        if self.rules.quota() == quota {
+            return Some(self);
+        }
+        self.tiers.iter().find_map(|slot| {
+            let judge = slot.get_or_init(|| Judge {
+                rules: self.rules.decided_by(quota),
+                clocks: Arc::clone(&self.clocks),
+                payload: self.payload,
+                tiers: Box::new([]),
+            });
+            (judge.rules.quota() == quota).then_some(judge)
+        })
     }
 }
 
-impl Algorithm for Judge {
+impl<P: Copy + Default + Send + Sync + 'static> Algorithm for Judge<P> {
     type State = Knowledge;
     type Admission = Knowledge;
 
@@ -96,22 +132,44 @@ impl Algorithm for Judge {
     /// on it (not used by the view, which builds its own).
     fn from_quota(quota: &Quota) -> Self {
         let interval_us = quota.emission_interval_ns().div_ceil(1_000);
+        let tolerance_us = interval_us * u64::from(quota.burst());
         Judge {
             rules: Rules {
                 interval_us,
                 burst: quota.burst(),
-                tolerance_us: interval_us * u64::from(quota.burst()),
+                tolerance_us,
+                lease_interval_us: interval_us,
+                lease_tolerance_us: tolerance_us,
                 slack_us: 0,
                 claim_us: 1_000_000,
                 max_units: 0,
             },
-            clock: Box::new(MonotonicClock::new()),
-            offset: Offset::new(RemoteClock::Local),
+            clocks: Arc::new(Clocks {
+                clock: Box::new(MonotonicClock::new()),
+                offset: Offset::new(RemoteClock::Local),
+            }),
+            payload: P::default(),
+            tiers: Box::new([]),
         }
     }
 
     fn capacity(&self) -> u32 {
         self.rules.burst
+    }
+
+    /// Every key's knowledge is forgotten: what the remote told of a key
+    /// stays true under any quota, but a change of quota is carried on the
+    /// remote too, which may move a key's arrival time back; and lease
+    /// units are of the quota that granted them.
+    fn carry(
+        &self,
+        to: &Self,
+        carry: Carry,
+        state: &Knowledge,
+        at: CarryAt,
+    ) -> Option<Knowledge> {
+        let _ = (to, carry, state, at);
+        Some(Knowledge::default())
     }
 
     #[inline]
@@ -123,6 +181,7 @@ impl Algorithm for Judge {
     ) -> Result<Verdict<Knowledge>, CheckError> {
         validate_cost(cost, self.rules.burst)?;
         let remote_ns = self
+            .clocks
             .remote_now()
             .map_or(now_ns, |fresh| fresh.max(now_ns))
             .max(self.rules.granted_ns(state.0));
@@ -153,7 +212,40 @@ impl Algorithm for Judge {
     }
 }
 
-impl PackedAlgorithm for Judge {
+/// A peek under the generation's own quota that notes the payload of the
+/// generation it was last chosen in: the one that decided.
+struct Noting<P> {
+    payload: Cell<Option<P>>,
+}
+
+impl<P: Copy + Default + Send + Sync + 'static> Under<Judge<P>> for Noting<P> {
+    type Chosen<'g> = &'g Judge<P>;
+
+    #[inline]
+    fn choose<'g>(&self, generation: &'g Generation<Judge<P>>) -> Result<&'g Judge<P>, CheckError> {
+        let judge = generation.algorithm();
+        self.payload.set(Some(judge.payload));
+        Ok(judge)
+    }
+}
+
+/// A check under a quota of its own: decided by its generation's judge of
+/// that quota ([`Judge::for_tier`]).
+struct Tier(RemoteQuota);
+
+impl<P: Copy + Default + Send + Sync + 'static> Under<Judge<P>> for Tier {
+    type Chosen<'g> = &'g Judge<P>;
+
+    #[inline]
+    fn choose<'g>(&self, generation: &'g Generation<Judge<P>>) -> Result<&'g Judge<P>, CheckError> {
+        generation
+            .algorithm()
+            .for_tier(self.0)
+            .ok_or(CheckError::Layout(LayoutError::Unsupported))
+    }
+}
+
+impl<P: Copy + Default + Send + Sync + 'static> PackedAlgorithm for Judge<P> {
     /// The word itself; never `u64::MAX` (see `word.rs`).
     #[inline]
     fn pack(&self, state: &Knowledge) -> u64 {
@@ -166,15 +258,15 @@ impl PackedAlgorithm for Judge {
     }
 }
 
-impl CellFor<Judge> for Preferred {
-    type Cell = Atomic<Judge>;
+impl<P: Copy + Default + Send + Sync + 'static> CellFor<Judge<P>> for Preferred {
+    type Cell = Atomic<Judge<P>>;
 }
 
-impl fmt::Debug for Judge {
+impl<P> fmt::Debug for Judge<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Judge")
             .field("rules", &self.rules)
-            .field("offset", &self.offset)
+            .field("offset", &self.clocks.offset)
             .finish_non_exhaustive()
     }
 }
@@ -255,7 +347,7 @@ impl Miss {
 /// let (mut tat_us, mut round_trips, mut admitted) = (None, 0, 0);
 /// for _ in 0..20 {
 ///     match view.check("alice", 1)? {
-///         Local::Decided(decision) => admitted += u32::from(decision.is_allowed()),
+///         Local::Decided(decision, ()) => admitted += u32::from(decision.is_allowed()),
 ///         Local::Ask(ask) => {
 ///             round_trips += 1;
 ///             let now_us = ask.sent_ns() / 1_000;
@@ -275,56 +367,76 @@ impl Miss {
 /// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
 /// ```
 #[doc(hidden)]
-pub struct LocalView<K: Key> {
-    /// The view's rules, clock and offset, and the algorithm its store
-    /// decides by (the store's one generation).
-    generation: Arc<Generation<Judge>>,
-    store: <DefaultStore as StoreKind<K, Judge>>::Store,
+pub struct LocalView<K: Key, P = ()>
+where
+    P: Copy + Default + Send + Sync + 'static,
+{
+    /// The clocks every generation decides on.
+    clocks: Arc<Clocks>,
+    /// What the rules of a new quota are made with.
+    leases: Option<Leases>,
+    claim_us: u64,
+    /// Held by [`set_quota`](LocalView::set_quota): one change at a time.
+    changing: Mutex<()>,
+    store: <DefaultStore as StoreKind<K, Judge<P>>>::Store,
 }
 
 /// The answer of [`LocalView::check`].
 #[doc(hidden)]
 #[derive(Debug)]
 #[must_use = "an ask must be sent to the remote, or dropped"]
-pub enum Local<'a, K: Key> {
+pub enum Local<'a, K: Key, P = ()>
+where
+    P: Copy + Default + Send + Sync + 'static,
+{
     /// A decision taken here: spent from the lease, or denied by what the
-    /// remote told.
-    Decided(Decision),
+    /// remote told; with the payload of the quota that took it.
+    Decided(Decision, P),
     /// A call the remote must answer before the check is decided.
-    Ask(Ask<'a, K>),
+    Ask(Ask<'a, K, P>),
 }
 
 /// A call to the remote that a check needs: send [`request`](Ask::request)
-/// (deciding at [`sent_ns`](Ask::sent_ns) when the remote decides on the
-/// local clock's readings), then [`complete`](Ask::complete) it with the
-/// reply. Dropping it (the call failed, or its future was dropped)
-/// releases the key's claim.
+/// under [`quota`](Ask::quota) (deciding at [`sent_ns`](Ask::sent_ns) when
+/// the remote decides on the local clock's readings), then
+/// [`complete`](Ask::complete) it with the reply. Dropping it (the call
+/// failed, or its future was dropped) releases the key's claim.
 #[doc(hidden)]
-pub struct Ask<'a, K: Key> {
-    view: &'a LocalView<K>,
+pub struct Ask<'a, K: Key, P = ()>
+where
+    P: Copy + Default + Send + Sync + 'static,
+{
+    view: &'a LocalView<K, P>,
     /// The key, the word it was claimed with and the word to put back if
-    /// the call is never sent, if this ask holds the key's claim.
-    claim: Option<(K, Knowledge, Knowledge)>,
+    /// the call is never sent, if this ask holds the key's claim; and the
+    /// number of the generation it was claimed in (only that generation's
+    /// word is ever written back).
+    claim: Option<(K, Knowledge, Knowledge, NonZeroU64)>,
     /// The size class of the lease asked for (kept in the key's word
     /// again when this ask ends).
     class: u32,
     request: LeaseRequest,
+    quota: RemoteQuota,
+    payload: P,
     sent_ns: u64,
 }
 
-impl<K: Key> LocalView<K> {
-    /// The view's rules, clock and offset.
-    #[inline]
-    fn judge(&self) -> &Judge {
-        self.generation.algorithm()
-    }
+/// What a check's generation tells an ask: the number of the generation,
+/// the rules it decided by, and their payload.
+#[derive(Clone, Copy)]
+struct Decided<P> {
+    number: NonZeroU64,
+    rules: Rules,
+    payload: P,
+}
 
+impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
     /// A view of the remote limiter `quota`, deciding on `remote` and
     /// reading local instants from `clock`: a deny cache, with `leases`
     /// when given; at most `max_keys` keys held (a new key beyond them is
     /// asked without a claim); a claim stands one to two `claim_timeout`s
     /// before another caller takes it over (twice the remote call's
-    /// timeout is right).
+    /// timeout is right). Its payload is `P`'s default.
     ///
     /// # Errors
     ///
@@ -338,40 +450,114 @@ impl<K: Key> LocalView<K> {
         max_keys: NonZeroUsize,
         claim_timeout: Duration,
     ) -> Result<Self, RemoteError> {
+        Self::with_payload(
+            quota,
+            P::default(),
+            remote,
+            clock,
+            leases,
+            max_keys,
+            claim_timeout,
+        )
+    }
+
+    /// [`new`](LocalView::new), with `payload` attached to `quota`: every
+    /// decision and ask of that quota hands it back (and after a
+    /// [`set_quota`](LocalView::set_quota), the new quota's payload).
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](LocalView::new).
+    pub fn with_payload(
+        quota: RemoteQuota,
+        payload: P,
+        remote: RemoteClock,
+        clock: impl Clock + 'static,
+        leases: Option<Leases>,
+        max_keys: NonZeroUsize,
+        claim_timeout: Duration,
+    ) -> Result<Self, RemoteError> {
+        let clocks = Arc::new(Clocks {
+            clock: Box::new(clock),
+            offset: Offset::new(remote),
+        });
+        let claim_us = saturating_nanos(claim_timeout)
+            .div_ceil(1_000)
+            .clamp(1, MAX_SPAN_US);
+        let judge = Self::judge_of(&clocks, leases, claim_us, quota, payload)?;
+        // No receipts.
+        let generation = Arc::new(Generation::new(judge).with_receipts(false));
+        Ok(Self {
+            store: DefaultStore::default()
+                .build(generation, Some(KeyCap::new(max_keys, WhenFull::Reject))),
+            clocks,
+            leases,
+            claim_us,
+            changing: Mutex::new(()),
+        })
+    }
+
+    /// The judge of a generation of `quota`.
+    fn judge_of(
+        clocks: &Arc<Clocks>,
+        leases: Option<Leases>,
+        claim_us: u64,
+        quota: RemoteQuota,
+        payload: P,
+    ) -> Result<Judge<P>, RemoteError> {
         let (max_units, slack) = leases.map_or((0, 0), |leases| (leases.max_units, leases.slack));
         let slack_us = quota
             .interval_us
             .checked_mul(u64::from(slack))
             .filter(|&slack_us| slack_us <= MAX_SPAN_US)
             .ok_or(RemoteError::SpanTooLong)?;
-        let rules = Rules {
-            interval_us: quota.interval_us,
-            burst: quota.burst,
-            tolerance_us: quota.tolerance_us(),
-            slack_us,
-            claim_us: saturating_nanos(claim_timeout)
-                .div_ceil(1_000)
-                .clamp(1, MAX_SPAN_US),
-            max_units,
-        };
-        let judge = Judge {
-            rules,
-            clock: Box::new(clock),
-            offset: Offset::new(remote),
-        };
-        // No receipts, and the rules never change.
-        let generation = Arc::new(Generation::new(judge).with_receipts(false));
-        Ok(Self {
-            store: DefaultStore::default().build(
-                Arc::clone(&generation),
-                Some(KeyCap::new(max_keys, WhenFull::Reject)),
-            ),
-            generation,
+        Ok(Judge {
+            rules: Rules {
+                interval_us: quota.interval_us,
+                burst: quota.burst,
+                tolerance_us: quota.tolerance_us(),
+                lease_interval_us: quota.interval_us,
+                lease_tolerance_us: quota.tolerance_us(),
+                slack_us,
+                claim_us,
+                max_units,
+            },
+            clocks: Arc::clone(clocks),
+            payload,
+            tiers: std::iter::repeat_with(OnceLock::new).take(TIERS).collect(),
         })
     }
 
-    /// Checks `cost` units for `key` now: decided here (spent from the
-    /// lease, or denied as the remote would), or an [`Ask`] to send.
+    /// Replaces the quota every later check decides by (and its payload):
+    /// every key's knowledge is forgotten, its lease units with it (they
+    /// are the old quota's; the remote keeps them as spent), and a reply to
+    /// an ask made before is not installed. Checks that begin after it
+    /// returns decide by `quota`.
+    ///
+    /// # Errors
+    ///
+    /// [`RemoteError::SpanTooLong`] as for [`new`](LocalView::new), and
+    /// [`RemoteError::Change`] when the table cannot change now (a check
+    /// stalled inside it): nothing changed.
+    pub fn set_quota(&self, quota: RemoteQuota, payload: P) -> Result<(), RemoteError> {
+        let _changing = self.changing.lock().unwrap_or_else(PoisonError::into_inner);
+        let judge = Self::judge_of(&self.clocks, self.leases, self.claim_us, quota, payload)?;
+        let now_ns = self.clocks.clock.now_ns();
+        self.store
+            .change(
+                Generation::new(judge).with_receipts(false),
+                Carry::Unchanged,
+                &|| CarryAt {
+                    now_ns,
+                    disorder_ns: 0,
+                },
+            )
+            .map_err(RemoteError::Change)
+    }
+
+    /// Checks `cost` units for `key` now under the view's quota: decided
+    /// here (spent from the lease, or denied as the remote would), or an
+    /// [`Ask`] to send.
     ///
     /// # Errors
     ///
@@ -388,31 +574,83 @@ impl<K: Key> LocalView<K> {
         &self,
         key: &Q,
         cost: u32,
-    ) -> Result<Local<'_, K>, CheckError> {
-        validate_cost(cost, self.judge().rules.burst)?;
+    ) -> Result<Local<'_, K, P>, CheckError> {
+        self.decide(key, cost, &Own)
+    }
+
+    /// [`check`](LocalView::check) under `quota` rather than the view's own:
+    /// denied here when what the remote told denies it under `quota`, else
+    /// asked (claiming the key for its floor, never for a lease: leases are
+    /// the view's own quota's, and such a check spends none of them). The
+    /// first [`TIERS`] quotas other than its own that checks carry are
+    /// decided here; checks of any further quota are always asked.
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](LocalView::check), against `quota`'s burst.
+    ///
+    /// # Panics
+    ///
+    /// As [`check`](LocalView::check).
+    #[inline]
+    pub fn check_under<Q: Lookup<K> + ?Sized>(
+        &self,
+        key: &Q,
+        cost: u32,
+        quota: RemoteQuota,
+    ) -> Result<Local<'_, K, P>, CheckError> {
+        validate_cost(cost, quota.burst)?;
+        match self.decide(key, cost, &Tier(quota)) {
+            // Every slot holds another quota: asked.
+            Err(CheckError::Layout(_)) => Ok(Local::Ask(self.unclaimed(cost, Some(quota)))),
+            decided => decided,
+        }
+    }
+
+    /// A check under `under`'s quota.
+    #[inline]
+    fn decide<Q: Lookup<K> + ?Sized, U: Under<Judge<P>>>(
+        &self,
+        key: &Q,
+        cost: u32,
+        under: &U,
+    ) -> Result<Local<'_, K, P>, CheckError> {
         let Some(recent_ns) = self.recent_ns() else {
             // Nothing is known before the first round trip: ask.
-            return Ok(Local::Ask(self.unclaimed(cost)));
+            return self.unclaimed_under(cost, under);
         };
-        let decision = match self.store.check(key, &Own, recent_ns, cost) {
-            Ok(decision) => decision,
-            // A key the table cannot hold now is asked without a claim.
-            Err(CheckError::StoreFull { .. } | CheckError::Reclaiming) => {
-                return Ok(Local::Ask(self.unclaimed(cost)));
-            }
-            Err(error) => return Err(error),
-        };
+        let (decision, decided) =
+            match self
+                .store
+                .check_then(key, under, recent_ns, cost, |generation, judge, decision| {
+                    (
+                        decision,
+                        Decided {
+                            number: generation.number(),
+                            rules: judge.rules,
+                            payload: judge.payload,
+                        },
+                    )
+                }) {
+                Ok(checked) => checked,
+                // A key the table cannot hold now is asked without a claim.
+                Err(CheckError::StoreFull { .. } | CheckError::Reclaiming) => {
+                    return self.unclaimed_under(cost, under);
+                }
+                Err(error) => return Err(error),
+            };
         Ok(match Miss::carried_by(&decision) {
-            None => Local::Decided(decision),
-            Some(Miss::Unclaimed) => Local::Ask(self.unclaimed(cost)),
+            None => Local::Decided(decision, decided.payload),
+            Some(Miss::Unclaimed) => Local::Ask(self.ask(None, cost, 0, 0, decided)),
             Some(Miss::Claim { word, class, back }) => {
-                Local::Ask(self.claimed(key, cost, word, class, back))
+                Local::Ask(self.claimed(key, cost, word, class, back, decided))
             }
         })
     }
 
     /// The decision [`check`](LocalView::check) would take here now,
-    /// consuming nothing; `None` when it would ask the remote.
+    /// consuming nothing, with its quota's payload; `None` when it would
+    /// ask the remote.
     ///
     /// # Errors
     ///
@@ -421,13 +659,18 @@ impl<K: Key> LocalView<K> {
         &self,
         key: &Q,
         cost: u32,
-    ) -> Result<Option<Decision>, CheckError> {
-        validate_cost(cost, self.judge().rules.burst)?;
+    ) -> Result<Option<(Decision, P)>, CheckError> {
         let Some(recent_ns) = self.recent_ns() else {
             return Ok(None);
         };
-        let decision = self.store.peek(key, &Own, recent_ns, cost)?;
-        Ok(Miss::carried_by(&decision).is_none().then_some(decision))
+        let noted = Noting {
+            payload: Cell::new(None),
+        };
+        let decision = self.store.peek(key, &noted, recent_ns, cost)?;
+        Ok(match (Miss::carried_by(&decision), noted.payload.get()) {
+            (None, Some(payload)) => Some((decision, payload)),
+            _ => None,
+        })
     }
 
     /// How many keys the view holds.
@@ -451,7 +694,7 @@ impl<K: Key> LocalView<K> {
     /// go with their word, units a decision could still have spent. That
     /// is under-admission only, never a decision Redis would not make.
     pub fn evict_idle(&self) -> usize {
-        self.judge()
+        self.clocks
             .remote_now()
             .map_or(0, |remote_ns| self.store.evict_idle(remote_ns))
     }
@@ -463,13 +706,13 @@ impl<K: Key> LocalView<K> {
     /// local decision is then taken at an older instant. Asks record their
     /// own reading.
     pub fn record_sent(&self, reading_ns: u64) {
-        self.judge().offset.sending(reading_ns);
+        self.clocks.offset.sending(reading_ns);
     }
 
     /// The most units a lease holds (zero: a deny cache only).
     #[must_use]
     pub fn max_lease_units(&self) -> u32 {
-        self.judge().rules.max_units
+        self.leases.map_or(0, |leases| leases.max_units)
     }
 
     /// The instant the table is given (its sweeps'), read without a clock:
@@ -477,22 +720,76 @@ impl<K: Key> LocalView<K> {
     /// any); `None` while the remote's clock is unknown. The decision reads
     /// its own instant (see [`Judge`]).
     fn recent_ns(&self) -> Option<u64> {
-        let offset = &self.judge().offset;
+        let offset = &self.clocks.offset;
         offset.recent_ns().or_else(|| offset.known().then_some(0))
     }
 
-    /// A miss asked without the key's claim: a plain check, which teaches
-    /// the clocks' offset.
-    fn unclaimed(&self, cost: u32) -> Ask<'_, K> {
+    /// A check asked without the key's claim under `under`'s quota, of the
+    /// generation new checks decide by.
+    fn unclaimed_under<U: Under<Judge<P>>>(
+        &self,
+        cost: u32,
+        under: &U,
+    ) -> Result<Local<'_, K, P>, CheckError> {
+        // Rare (before the first round trip, or a key the table cannot
+        // hold): the generation's lock is taken.
+        let generation = self.store.generation();
+        match under.choose(&generation) {
+            Ok(judge) => {
+                validate_cost(cost, judge.rules.burst)?;
+                let decided = Decided {
+                    number: generation.number(),
+                    rules: judge.rules,
+                    payload: judge.payload,
+                };
+                Ok(Local::Ask(self.ask(None, cost, 0, 0, decided)))
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// A check of `quota` (or of the view's own) asked without a claim, of
+    /// the generation new checks decide by.
+    fn unclaimed(&self, cost: u32, quota: Option<RemoteQuota>) -> Ask<'_, K, P> {
+        let generation = self.store.generation();
+        let own = generation.algorithm();
+        let rules = quota.map_or(own.rules, |quota| own.rules.decided_by(quota));
+        self.ask(
+            None,
+            cost,
+            0,
+            0,
+            Decided {
+                number: generation.number(),
+                rules,
+                payload: own.payload,
+            },
+        )
+    }
+
+    /// An ask of `cost` units under `decided`'s rules, holding `claim`
+    /// when given, for a lease of size `class` (of `want` units beyond
+    /// the cost), giving back `give_back`.
+    fn ask(
+        &self,
+        claim: Option<(K, Knowledge, Knowledge)>,
+        cost: u32,
+        class: u32,
+        want: u32,
+        decided: Decided<P>,
+    ) -> Ask<'_, K, P> {
         Ask {
             view: self,
-            claim: None,
-            class: 0,
+            claim: claim.map(|(key, claimed, replaced)| (key, claimed, replaced, decided.number)),
+            class,
             request: LeaseRequest {
                 cost,
-                want: 0,
+                want,
                 give_back: None,
             },
+            quota: decided.rules.quota(),
+            payload: decided.payload,
+            // Read after the claim: the ask is sent no earlier.
             sent_ns: self.sending(),
         }
     }
@@ -501,13 +798,14 @@ impl<K: Key> LocalView<K> {
     /// local clock the remote decides on it: no check may then decide at
     /// an older instant).
     fn sending(&self) -> u64 {
-        let sent_ns = self.judge().clock.now_ns();
+        let sent_ns = self.clocks.clock.now_ns();
         self.record_sent(sent_ns);
         sent_ns
     }
 
     /// The ask of the check that claimed `key` with the word `claimed`,
-    /// giving back `back` units, for a lease of size `class`.
+    /// giving back `back` units, for a lease of size `class`, in the
+    /// generation `decided`.
     fn claimed<Q: Lookup<K> + ?Sized>(
         &self,
         key: &Q,
@@ -515,11 +813,12 @@ impl<K: Key> LocalView<K> {
         claimed: u64,
         class: u32,
         back: u32,
-    ) -> Ask<'_, K> {
-        let rules = &self.judge().rules;
+        decided: Decided<P>,
+    ) -> Ask<'_, K, P> {
+        let rules = &decided.rules;
         // The lease the claim replaced: its units at the top slots up to
         // its end, which the claim's floor left out.
-        let end_us = Word::unpack(claimed).end_us + u64::from(back) * rules.interval_us;
+        let end_us = Word::unpack(claimed).end_us + u64::from(back) * rules.lease_interval_us;
         let replaced = Word {
             end_us,
             units: back,
@@ -535,30 +834,50 @@ impl<K: Key> LocalView<K> {
         } else {
             rules.want(class).min(rules.burst - cost)
         };
-        Ask {
-            view: self,
-            claim: Some((
+        let mut ask = self.ask(
+            Some((
                 key.to_owned(),
                 Knowledge(claimed),
                 Knowledge(replaced.pack()),
             )),
+            cost,
             class,
-            request: LeaseRequest {
-                cost,
-                want,
-                give_back: (units > 0).then_some(GiveBack { end_us, units }),
-            },
-            // Read after the claim: the ask is sent no earlier.
-            sent_ns: self.sending(),
-        }
+            want,
+            decided,
+        );
+        ask.request.give_back = (units > 0).then_some(GiveBack { end_us, units });
+        ask
+    }
+
+    /// Writes `new` as `key`'s word if it holds `current` in the generation
+    /// numbered `number`; returns whether it did.
+    fn exchange(&self, key: &K, number: NonZeroU64, current: Knowledge, new: Knowledge) -> bool {
+        let any_generation = canary::planted(Canary::ReplyAcrossChange);
+        self.store.update(key, |generation, state| {
+            ((any_generation || generation.number() == number) && *state == current).then_some(new)
+        })
     }
 }
 
-impl<K: Key> Ask<'_, K> {
+impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
     /// Returns the request to send.
     #[must_use]
     pub fn request(&self) -> &LeaseRequest {
         &self.request
+    }
+
+    /// Returns the quota to send the request under: the quota of the check
+    /// (the view's, as its generation was when the check decided, or the
+    /// one the check carried).
+    #[must_use]
+    pub fn quota(&self) -> &RemoteQuota {
+        &self.quota
+    }
+
+    /// Returns the payload of the view's quota when the check decided.
+    #[must_use]
+    pub fn payload(&self) -> P {
+        self.payload
     }
 
     /// A local reading taken before the call is sent: the instant to send
@@ -578,13 +897,14 @@ impl<K: Key> Ask<'_, K> {
     /// Installs what the remote's `reply` teaches: the clocks' offset, and
     /// for a claim, the key's new floor and lease. Returns whether a lease
     /// or floor was installed (not when another caller took the claim over
-    /// after it went stale: the reply's units are then unspent).
+    /// after it went stale, nor after a change of quota: the reply's units
+    /// are then unspent).
     pub fn complete(mut self, reply: &LeaseReply) -> bool {
         let view = self.view;
-        view.judge()
+        view.clocks
             .offset
-            .observe(reply.now_us, self.sent_ns, view.judge().clock.now_ns());
-        let Some((key, claimed, _)) = self.claim.take() else {
+            .observe(reply.now_us, self.sent_ns, view.clocks.clock.now_ns());
+        let Some((key, claimed, _, number)) = self.claim.take() else {
             return false;
         };
         let installed = Word {
@@ -597,31 +917,30 @@ impl<K: Key> Ask<'_, K> {
             },
             tag: self.class,
         };
-        view.store
-            .compare_exchange(&key, &claimed, &Knowledge(installed.pack()))
+        view.exchange(&key, number, claimed, Knowledge(installed.pack()))
     }
 
     /// Ends an ask whose call was never sent (the caller knows it: a
     /// circuit breaker kept it back): the key's word is put back as the
     /// claim found it, its lease's units included, since nothing of them
     /// reached the remote. Returns whether it was (not when another caller
-    /// took the claim over meanwhile). A call that may have been sent
-    /// (a timeout, a connection lost) must be dropped instead: its units
-    /// may have been given back.
+    /// took the claim over meanwhile, nor after a change of quota). A call
+    /// that may have been sent (a timeout, a connection lost) must be
+    /// dropped instead: its units may have been given back.
     pub fn not_sent(mut self) -> bool {
-        let Some((key, claimed, replaced)) = self.claim.take() else {
+        let Some((key, claimed, replaced, number)) = self.claim.take() else {
             return false;
         };
-        self.view.store.compare_exchange(&key, &claimed, &replaced)
+        self.view.exchange(&key, number, claimed, replaced)
     }
 }
 
-impl<K: Key> Drop for Ask<'_, K> {
+impl<K: Key, P: Copy + Default + Send + Sync + 'static> Drop for Ask<'_, K, P> {
     /// Releases an uncompleted claim: keeps its floor, drops its units (the
     /// remote may have taken them back). A panic in the key's `Hash` or
     /// `Eq` here is caught: the claim then stands until it is stale.
     fn drop(&mut self) {
-        let Some((key, claimed, _)) = self.claim.take() else {
+        let Some((key, claimed, _, number)) = self.claim.take() else {
             return;
         };
         let view = self.view;
@@ -631,16 +950,16 @@ impl<K: Key> Drop for Ask<'_, K> {
             ..Word::unpack(claimed.0)
         };
         drop(catch_unwind(AssertUnwindSafe(|| {
-            view.store
-                .compare_exchange(&key, &claimed, &Knowledge(released.pack()))
+            view.exchange(&key, number, claimed, Knowledge(released.pack()))
         })));
         drop(catch_unwind(AssertUnwindSafe(move || drop(key))));
     }
 }
 
-impl<K: Key> fmt::Debug for LocalView<K> {
+impl<K: Key, P: Copy + Default + Send + Sync + 'static> fmt::Debug for LocalView<K, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rules = &self.judge().rules;
+        let generation = self.store.generation();
+        let rules = &generation.algorithm().rules;
         f.debug_struct("LocalView")
             .field("interval_us", &rules.interval_us)
             .field("burst", &rules.burst)
@@ -651,10 +970,11 @@ impl<K: Key> fmt::Debug for LocalView<K> {
     }
 }
 
-impl<K: Key> fmt::Debug for Ask<'_, K> {
+impl<K: Key, P: Copy + Default + Send + Sync + 'static> fmt::Debug for Ask<'_, K, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Ask")
             .field("request", &self.request)
+            .field("quota", &self.quota)
             .field("sent_ns", &self.sent_ns)
             .field("claim", &self.claim.is_some())
             .finish_non_exhaustive()

@@ -33,6 +33,7 @@
 //! `end` never exceeds [`MAX_END_US`], so no word is `u64::MAX`, the value
 //! the atomic cell reserves for a retired cell.
 
+use super::RemoteQuota;
 use crate::algorithm::to_u32;
 use crate::decision::Decision;
 
@@ -101,17 +102,29 @@ impl Word {
 }
 
 /// The constants a decision needs, in remote microseconds.
+///
+/// A check decides by its quota (`interval_us`, `burst`, `tolerance_us`):
+/// the view's own, or one a check carries. Lease units belong to the
+/// view's own quota, which granted them (`lease_interval_us`,
+/// `lease_tolerance_us`): a check of another quota spends none of them and
+/// claims no word that holds some (`max_units` is zero in its rules), but
+/// its floor is read with their interval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Rules {
     pub(crate) interval_us: u64,
     pub(crate) burst: u32,
     pub(crate) tolerance_us: u64,
+    /// The interval of the lease units' slots: the own quota's.
+    pub(crate) lease_interval_us: u64,
+    /// The tolerance of the quota that granted the lease units.
+    pub(crate) lease_tolerance_us: u64,
     /// How long past its slot's deadline a lease unit may still be spent
     /// (`slack × interval`); zero keeps the remote limiter's bound exactly.
     pub(crate) slack_us: u64,
     /// How long a claim stands before another caller may take it over.
     pub(crate) claim_us: u64,
-    /// The most units a lease asks for; zero: no leases (the deny cache).
+    /// The most units a lease asks for; zero: no leases (the deny cache),
+    /// or a check of a quota other than the view's own.
     pub(crate) max_units: u32,
 }
 
@@ -139,25 +152,48 @@ pub(crate) enum Miss {
 }
 
 impl Rules {
+    /// The quota these rules decide by.
+    pub(crate) fn quota(&self) -> RemoteQuota {
+        RemoteQuota {
+            interval_us: self.interval_us,
+            burst: self.burst,
+        }
+    }
+
+    /// These rules for checks of `quota`: decided by it, spending no lease
+    /// unit and asking for none.
+    pub(crate) fn decided_by(&self, quota: RemoteQuota) -> Self {
+        Self {
+            interval_us: quota.interval_us,
+            burst: quota.burst,
+            tolerance_us: quota.tolerance_us(),
+            max_units: 0,
+            ..*self
+        }
+    }
+
     /// Units of `word` that a spend at `now_us` may still use: the lease's
     /// top `units` slots, each until its slot less one interval (plus the
     /// slack). A unit at slot `s` serves while `now + interval <= s +
     /// slack`, so the count is `min(units, ⌊(end + slack − now) / interval⌋)`.
+    /// None for a check of another quota than the lease's (`max_units` of
+    /// zero).
     #[inline]
     pub(crate) fn usable(&self, word: Word, now_us: u64) -> u32 {
-        if word.units == CLAIMED || word.units == 0 {
+        if word.units == CLAIMED || word.units == 0 || self.max_units == 0 {
             return 0;
         }
+        let interval_us = self.lease_interval_us;
         let mut slack_us = self.slack_us;
         if crate::sync::canary::planted(crate::sync::canary::Canary::LeaseOneLate) {
-            slack_us += self.interval_us;
+            slack_us += interval_us;
         }
         let horizon_us = (word.end_us + slack_us).saturating_sub(now_us);
         // A lease far from its deadlines (a drained key's) needs no division.
-        if horizon_us >= u64::from(word.units) * self.interval_us {
+        if horizon_us >= u64::from(word.units) * interval_us {
             word.units
         } else {
-            to_u32(horizon_us / self.interval_us)
+            to_u32(horizon_us / interval_us)
         }
     }
 
@@ -175,7 +211,7 @@ impl Rules {
             return 0;
         }
         word.end_us
-            .saturating_sub(self.tolerance_us)
+            .saturating_sub(self.lease_tolerance_us)
             .saturating_mul(1_000)
     }
 
@@ -189,6 +225,7 @@ impl Rules {
         let usable = self.usable(word, now_us);
         if crate::sync::canary::planted(crate::sync::canary::Canary::LeaseNeverExpires)
             && word.units != CLAIMED
+            && self.max_units > 0
             && word.units >= cost
         {
             return self.spend(word, word.units, reading_ns, cost);
@@ -201,7 +238,7 @@ impl Rules {
         // back one for one), so a cost it already exceeds is denied there.
         // Not counting this node's own units: asked for, it would give them
         // back, and the remote would decide without them.
-        let floor_us = word.floor_us(self.interval_us);
+        let floor_us = word.floor_us(self.lease_interval_us);
         let debt_us = floor_us.saturating_sub(now_us);
         let mut max_debt_us = self.tolerance_us - u64::from(cost) * self.interval_us;
         if crate::sync::canary::planted(crate::sync::canary::Canary::DenyCacheOutlives) {
@@ -226,6 +263,15 @@ impl Rules {
             ));
         }
         if word.units == CLAIMED && self.stands(word.tag, now_us) {
+            return Outcome::Ask(Miss::Unclaimed);
+        }
+        if self.max_units == 0
+            && word.units != CLAIMED
+            && word.units != 0
+            && !crate::sync::canary::planted(crate::sync::canary::Canary::TierClaimsLease)
+        {
+            // A check of another quota than the lease's: a claim would give
+            // the units back at its own interval, not theirs.
             return Outcome::Ask(Miss::Unclaimed);
         }
         let (claimed, class) = self.claim(word, usable, now_us);
@@ -264,6 +310,9 @@ impl Rules {
         let class = if word.units == CLAIMED {
             // A stale claim taken over: its class is lost with its ask.
             0
+        } else if self.max_units == 0 {
+            // No lease asked for: the next lease's size stays as it was.
+            word.tag
         } else if word.units == 0 {
             (word.tag + 1).min(MAX_TAG)
         } else if usable < word.units {
@@ -276,7 +325,7 @@ impl Rules {
         // after them, and the TAT is higher still), the floor without them
         // is a lower bound of the TAT.
         let claimed = Word {
-            end_us: word.floor_us(self.interval_us),
+            end_us: word.floor_us(self.lease_interval_us),
             units: CLAIMED,
             tag: self.epoch(now_us),
         };
@@ -321,6 +370,8 @@ mod tests {
             interval_us,
             burst,
             tolerance_us: interval_us * u64::from(burst),
+            lease_interval_us: interval_us,
+            lease_tolerance_us: interval_us * u64::from(burst),
             slack_us: 0,
             claim_us: 1_000_000,
             max_units,

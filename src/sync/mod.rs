@@ -252,6 +252,14 @@ pub mod canary {
         /// A claim gives back one unit more than its lease has left: one
         /// already spent (`crate::remote`).
         GiveBackSpent,
+        /// A check carrying another quota than the view's claims a word
+        /// that holds lease units (`crate::remote`): its call gives them
+        /// back at its own interval, not the one they were granted at.
+        TierClaimsLease,
+        /// An ask's reply is installed whatever generation the key's word
+        /// is in (`crate::remote`): a lease granted under the quota before
+        /// a change is spent by the rules of the one after.
+        ReplyAcrossChange,
         /// The clocks' offset is read without checking that no writer
         /// overtook the read (`crate::remote`'s `Offset`): a torn pair.
         OffsetTornRead,

@@ -266,6 +266,14 @@ impl<A: Scripted> Builder<A> {
         if self.mode != Mode::Exact && A::CODE != Gcra::CODE {
             return Err(ConfigError::ModeNeedsGcra);
         }
+        let current = Current {
+            quota: self.quota,
+            stamp: Stamp {
+                limit,
+                revision: self.revision,
+                carry,
+            },
+        };
         let local = if self.mode == Mode::Exact {
             None
         } else {
@@ -280,6 +288,7 @@ impl<A: Scripted> Builder<A> {
             Some(Arc::new(Hybrid::new(
                 self.mode,
                 RemoteQuota::new(limit.span_us, limit.burst).map_err(ConfigError::Local)?,
+                current,
                 clock,
                 remote,
                 self.local_keys,
@@ -305,14 +314,7 @@ impl<A: Scripted> Builder<A> {
             core: Core {
                 connection,
                 namespace,
-                quota: ArcSwap::from_pointee(Current {
-                    quota: self.quota,
-                    stamp: Stamp {
-                        limit,
-                        revision: self.revision,
-                        carry,
-                    },
-                }),
+                quota: ArcSwap::from_pointee(current),
                 time,
                 grace_ms: u64::try_from(grace.as_nanos().div_ceil(1_000_000))
                     .unwrap_or(u64::MAX)
