@@ -242,7 +242,10 @@ const CLIENT_STEPS_BACK: &[Plan] = &[(
 /// * node 1: a tier unit (claiming the key for its floor, with no lease),
 ///   then a unit.
 const TIERS: &[Plan] = &[
-    (0, &[Check(1, Complete), Tier(1, Complete), Check(2, Complete)]),
+    (
+        0,
+        &[Check(1, Complete), Tier(1, Complete), Check(2, Complete)],
+    ),
     (0, &[Tier(1, Complete), Tier(1, Complete)]),
     (1, &[Tier(1, Complete), Check(1, Complete)]),
 ];
@@ -266,7 +269,10 @@ const TIERS_ALONE: &[Plan] = &[(
 /// the quota they were made by, and not installed after it), thread B
 /// changes the quota and checks by the new one; node 1 checks by the old.
 const CHANGE: &[Plan] = &[
-    (0, &[Check(1, Complete), Check(1, Complete), Check(1, Complete)]),
+    (
+        0,
+        &[Check(1, Complete), Check(1, Complete), Check(1, Complete)],
+    ),
     (0, &[Change, Check(1, Complete), Check(2, Complete)]),
     (1, &[Check(1, Complete), Check(1, Complete)]),
 ];
@@ -392,12 +398,11 @@ impl Node {
             }
             Local::Decided(_, (interval_us, burst)) => {
                 if let Some(tats) = held {
-                    let quota = carried
-                        .unwrap_or_else(|| RemoteQuota::new(interval_us, burst).unwrap());
+                    let quota =
+                        carried.unwrap_or_else(|| RemoteQuota::new(interval_us, burst).unwrap());
                     let tat_us = tats.get(&key).copied().unwrap_or(0);
                     let debt_us = tat_us.saturating_sub(at_us);
-                    let max_debt_us =
-                        quota.tolerance_us() - u64::from(cost) * quota.interval_us();
+                    let max_debt_us = quota.tolerance_us() - u64::from(cost) * quota.interval_us();
                     assert!(
                         debt_us > max_debt_us,
                         "a denial the remote would not make: {cost} at {at_us} µs, TAT {tat_us} µs"
@@ -459,7 +464,10 @@ impl World {
                 return;
             }
             tat_us.insert(KEY, stored.expect("an admission stores its TAT"));
-            self.admitted.lock().unwrap().push((real_us, self.quota.interval_us()));
+            self.admitted
+                .lock()
+                .unwrap()
+                .push((real_us, self.quota.interval_us()));
         }
     }
 }

@@ -36,13 +36,19 @@ struct Remote {
 
 impl Remote {
     fn answer(&mut self, key: &str, now_ns: u64, request: &LeaseRequest) -> LeaseReply {
-        let (reply, stored) = lease(
-            self.tats.get(key).copied(),
-            now_ns / 1_000,
-            &quota(),
-            request,
-        )
-        .unwrap();
+        self.answer_under(key, now_ns, &quota(), request)
+    }
+
+    /// The answer under `quota` (the one an ask carries).
+    fn answer_under(
+        &mut self,
+        key: &str,
+        now_ns: u64,
+        quota: &RemoteQuota,
+        request: &LeaseRequest,
+    ) -> LeaseReply {
+        let (reply, stored) =
+            lease(self.tats.get(key).copied(), now_ns / 1_000, quota, request).unwrap();
         if let Some(stored) = stored {
             self.tats.insert(key.to_owned(), stored);
         }
@@ -153,6 +159,100 @@ fn a_claim_stands_until_stale_and_is_then_taken_over() {
         panic!("asked")
     };
     assert!(taken.is_claim(), "a stale claim is taken over");
+}
+
+/// A change of quota forgets every key: a claim in flight across it is
+/// not installed, even when the key, claimed again after the change, holds
+/// the very same word (a fresh key's claims at one epoch are alike), and
+/// the new claim's reply is.
+#[test]
+fn a_reply_to_an_ask_made_before_a_change_is_not_installed() {
+    let node = leased(16);
+    let mut remote = Remote::default();
+    node.check(&mut remote, "warm", 1, T0);
+    let Local::Ask(before) = node.at(T0).check("k", 1).unwrap() else {
+        panic!("a new key is asked");
+    };
+    assert!(before.is_claim());
+    let slower = RemoteQuota::new(20_000, 5).unwrap();
+    node.view.set_quota(slower, ()).unwrap();
+    let Local::Ask(after) = node.at(T0).check("k", 1).unwrap() else {
+        panic!("forgotten: asked again");
+    };
+    assert!(after.is_claim(), "the change dropped the old claim");
+    assert_eq!((*before.quota(), *after.quota()), (quota(), slower));
+    let old = remote.answer_under("k", before.sent_ns(), before.quota(), before.request());
+    assert!(old.allowed && old.granted > 0);
+    assert!(
+        !before.complete(&old),
+        "the old quota's lease is not installed"
+    );
+    let new = remote.answer_under("k", after.sent_ns(), after.quota(), after.request());
+    assert!(after.complete(&new));
+    // The key's units are the new lease's: spent under the new quota, up
+    // to its grant, and no more.
+    let mut spent = 0;
+    while let Local::Decided(decision, ()) = node.at(T0).check("k", 1).unwrap() {
+        assert!(decision.is_allowed());
+        spent += 1;
+    }
+    assert_eq!(spent, new.granted);
+}
+
+/// A check carrying another quota is denied here by what the remote
+/// taught, by its own quota's tolerance, and never spends the view's
+/// lease: with a lease held, it asks without a claim.
+#[test]
+fn a_check_of_another_quota_decides_by_it_and_leaves_the_lease() {
+    let node = leased(16);
+    let mut remote = Remote::default();
+    node.check(&mut remote, "warm", 1, T0);
+    // 100 a second (10 ms), bursts of 10: a first check leases.
+    assert_eq!(node.check(&mut remote, "k", 1, T0), (true, true));
+    let tat_us = remote.tats["k"];
+    let units = (tat_us - T0 / 1_000) / 10_000 - 1;
+    assert_eq!(units, 4, "half of the 9 free beside the check");
+    // Another quota, 20 ms and bursts of 5 (a tolerance of 100 ms too):
+    // asked without a claim, decided by the remote under it.
+    let slower = RemoteQuota::new(20_000, 5).unwrap();
+    let mut asked = 0;
+    loop {
+        let Local::Ask(ask) = node.at(T0).check_under("k", 1, slower).unwrap() else {
+            break;
+        };
+        assert!(!ask.is_claim(), "the word holds the view's lease");
+        assert_eq!(*ask.quota(), slower);
+        let reply = remote.answer_under("k", ask.sent_ns(), ask.quota(), ask.request());
+        assert!(!ask.complete(&reply), "a plain check installs nothing");
+        asked += 1;
+        if !reply.allowed {
+            break;
+        }
+    }
+    // The lease's own units still serve the view's quota.
+    let mut spent = 0_u64;
+    while let Local::Decided(decision, ()) = node.at(T0).check("k", 1).unwrap() {
+        assert!(decision.is_allowed());
+        spent += 1;
+    }
+    assert_eq!(spent, units);
+    // Admitted on the remote under the slower quota: of the 100 ms, the
+    // view's quota took 50 (a unit and its lease of 4), 2 × 20 fit.
+    assert_eq!(asked, 3);
+    // The view's quota has 10 ms left: its next check (the lease spent)
+    // asks, and takes them; the floor then denies either quota here.
+    assert_eq!(node.check(&mut remote, "k", 1, T0), (true, true));
+    assert_eq!(node.check(&mut remote, "k", 1, T0), (false, false));
+    let Local::Decided(denied, ()) = node.at(T0).check_under("k", 1, slower).unwrap() else {
+        panic!("denied here");
+    };
+    // 100 ms owed; 80 at most for a unit of 20 ms: 20 ms to wait, from
+    // the view's bound of the remote's instant (a microsecond above its
+    // reading, for the remote's whole microseconds).
+    assert_eq!(
+        (denied.is_allowed(), denied.limit(), denied.retry_after()),
+        (false, 5, Duration::from_micros(19_999))
+    );
 }
 
 #[test]

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 use tollgate::algorithm::{Carry, Gcra, validate_cost};
-use tollgate::remote::{Local, RemoteQuota};
+use tollgate::remote::{Ask, Local, RemoteQuota};
 use tollgate::store::ChangeError;
 use tollgate::{CheckError, Decision, LayoutError, Quota};
 
@@ -487,7 +487,6 @@ impl<A: Scripted> RedisLimiter<A> {
         carried: Option<&Quota>,
     ) -> Result<(Enforced, Option<RedisReceipt>), Error> {
         let core = &self.core;
-        let peek = op == Op::Peek;
         let Some(hybrid) = &self.local else {
             let (quota, stamp) = if let Some(quota) = carried {
                 (*quota, self.stamp_for(quota)?)
@@ -524,37 +523,54 @@ impl<A: Scripted> RedisLimiter<A> {
                 None => (current.quota, current.stamp),
             }
         };
-        if peek {
-            let local = match tier {
-                // A peek carrying its quota is Redis's.
-                Some(_) => None,
-                None => hybrid.view.peek(key, cost)?,
+        if op == Op::Peek {
+            // A peek carrying its quota is Redis's.
+            let local = if tier.is_some() {
+                None
+            } else {
+                hybrid.view.peek(key, cost)?
             };
-            return match local {
-                Some((decision, payload)) => Ok((by_quota(decision, under(payload).0), None)),
-                None => {
-                    let (quota, stamp) = under(None);
-                    validate_cost(cost, stamp.limit.burst)?;
-                    self.on_redis(key, cost, Op::Peek, core.time.now(), &stamp, quota, carried)
-                        .await
-                }
-            };
+            if let Some((decision, payload)) = local {
+                return Ok((by_quota(decision, under(payload).0), None));
+            }
+            let (quota, stamp) = under(None);
+            validate_cost(cost, stamp.limit.burst)?;
+            return self
+                .on_redis(key, cost, Op::Peek, core.time.now(), &stamp, quota, carried)
+                .await;
         }
         let local = match tier {
             Some((_, _, remote)) => hybrid.view.check_under(key, cost, remote)?,
             None => hybrid.view.check(key, cost)?,
         };
-        let ask = match local {
+        match local {
             Local::Decided(decision, payload) => {
                 #[cfg(feature = "metrics")]
                 if let Some(metrics) = &self.metrics {
                     metrics.local();
                 }
-                return Ok((by_quota(decision, under(payload).0), None));
+                Ok((by_quota(decision, under(payload).0), None))
             }
-            Local::Ask(ask) => ask,
-        };
-        let (quota, stamp) = under(ask.payload());
+            Local::Ask(ask) => {
+                let (quota, stamp) = under(ask.payload());
+                self.ask(ask, key, cost, carried, quota, &stamp).await
+            }
+        }
+    }
+
+    /// Sends the local half's `ask` (mode "4") under `stamp`, the quota
+    /// `quota`'s, and installs its reply: a check of `cost` units for
+    /// `key`, carrying `carried` if it does.
+    async fn ask(
+        &self,
+        ask: Ask<'_, Vec<u8>, Option<Current>>,
+        key: &[u8],
+        cost: u32,
+        carried: Option<&Quota>,
+        quota: Quota,
+        stamp: &Stamp,
+    ) -> Result<(Enforced, Option<RedisReceipt>), Error> {
+        let core = &self.core;
         // A client clock decides at the ask's reading (taken after the
         // view's decision, before the call).
         let now = core.time.at(ask.sent_ns());
@@ -565,7 +581,7 @@ impl<A: Scripted> RedisLimiter<A> {
         let sent: Result<Vec<i64>, _> = evaluate(&core.connection, &core.script, |name, body| {
             let mut command = redis::cmd(name);
             command.arg(body).arg(1).arg(&redis_key);
-            lease_arguments(&mut command, &now, &remote, &request, core.grace_ms, &stamp);
+            lease_arguments(&mut command, &now, &remote, &request, core.grace_ms, stamp);
             command
         })
         .await;

@@ -301,25 +301,208 @@ fn a_reservation_waiting_across_a_change_keeps_its_slot() {
     assert_eq!(drain(&target, &limiter, "k"), (1, Duration::from_secs(5)));
 }
 
-/// A limiter deciding locally knows one quota: it refuses to change or to
-/// check by another.
-#[test]
-fn a_limiter_deciding_locally_refuses_other_quotas() {
-    let target = Target::start(Kind::Standalone);
-    let limiter = RedisLimiter::builder("local", Quota::per_minute(10).unwrap())
-        .mode(Mode::DenyCached)
-        .build(target.connection.clone())
+/// One step of a service's traffic, for [`replay`].
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// A check of the key, by the limiter's quota.
+    Check(&'static str),
+    /// A check of the key carrying the quota.
+    With(&'static str, Quota),
+    /// A change of the limiter's quota.
+    Change(Quota, Carry),
+    /// The shared clock moves to this many seconds.
+    At(u64),
+}
+
+/// Runs `steps` on `limiter`; returns each check's decision (whether
+/// admitted, its wait, its limit and what remains).
+fn replay(
+    target: &Target,
+    limiter: &RedisLimiter,
+    clock: &ManualClock,
+    steps: &[Step],
+) -> Vec<(bool, Duration, u32, u32)> {
+    let mut decisions = Vec::new();
+    for &step in steps {
+        let decision = match step {
+            Step::Check(key) => target.runtime.block_on(limiter.check(key)),
+            Step::With(key, quota) => target.runtime.block_on(limiter.check_with(key, &quota)),
+            Step::Change(quota, carry) => {
+                limiter.set_quota(quota, carry).unwrap();
+                continue;
+            }
+            Step::At(seconds) => {
+                at(clock, seconds);
+                continue;
+            }
+        }
         .unwrap();
-    let other = Quota::per_minute(20).unwrap();
-    assert!(matches!(
-        limiter.set_quota(other, Carry::AsIs),
-        Err(ConfigError::NeedsExact(_))
-    ));
-    assert!(matches!(
-        target.runtime.block_on(limiter.check_with("k", &other)),
-        Err(Error::Quota(ConfigError::NeedsExact(_)))
-    ));
-    assert_eq!(limiter.quota(), Quota::per_minute(10).unwrap());
+        decisions.push((
+            decision.is_allowed(),
+            decision.retry_after(),
+            decision.limit(),
+            decision.remaining(),
+        ));
+    }
+    decisions
+}
+
+/// The deny cache admits exactly what Redis alone admits, with checks
+/// carrying their quotas and across a change: a service replayed on an
+/// exact limiter and on a deny-cached one (each on keys of its own) takes
+/// the same decisions, every field of them, and the deny cache asks Redis
+/// less: a tier key's denials after the first are its own, and after the
+/// change a key's first check asks again (its knowledge forgotten, the key
+/// carried on Redis).
+fn the_deny_cache_decides_as_redis_with_tiers_and_a_change(kind: Kind) {
+    let target = Target::start(kind);
+    let clock = ManualClock::new();
+    at(&clock, 0);
+    let free = Quota::per_minute(3).unwrap();
+    let pro = Quota::per_minute(6).unwrap();
+    let raised = Quota::per_minute(6).unwrap();
+    let mut steps = vec![];
+    steps.extend([Step::With("pro", pro); 8]);
+    steps.extend([Step::Check("free"); 5]);
+    steps.extend([Step::At(5), Step::With("pro", pro), Step::Check("free")]);
+    steps.push(Step::Change(raised, Carry::AsIs));
+    steps.extend([Step::Check("free"); 3]);
+    steps.extend([Step::With("pro", pro); 2]);
+    steps.extend([Step::At(15), Step::Check("free"), Step::Check("free")]);
+    let build = |name: &str, mode: Mode| {
+        let connection = target.runtime.block_on(target.reconnect());
+        RedisLimiter::builder(name, free)
+            .clock(clock.clone())
+            .mode(mode)
+            .build(connection)
+            .unwrap()
+    };
+    let exact = build("exact", Mode::Exact);
+    let cached = build("cached", Mode::DenyCached);
+    let decided = replay(&target, &exact, &clock, &steps);
+    at(&clock, 0);
+    assert_eq!(replay(&target, &cached, &clock, &steps), decided);
+    let (s, ms) = (Duration::from_secs, Duration::from_millis);
+    assert_eq!(
+        decided,
+        [
+            // pro: 6 admitted, then denied 10 s.
+            vec![(true, s(0), 6, 5), (true, s(0), 6, 4), (true, s(0), 6, 3)],
+            vec![(true, s(0), 6, 2), (true, s(0), 6, 1), (true, s(0), 6, 0)],
+            vec![(false, s(10), 6, 0), (false, s(10), 6, 0)],
+            // free: 3 admitted, then denied 20 s.
+            vec![(true, s(0), 3, 2), (true, s(0), 3, 1), (true, s(0), 3, 0)],
+            vec![(false, s(20), 3, 0), (false, s(20), 3, 0)],
+            // At 5 s.
+            vec![(false, s(5), 6, 0), (false, s(15), 3, 0)],
+            // Raised to 6 as is, 5 s in: free owed 55 s of 60, a quarter
+            // unit free, kept as is: 57.5 s owed of the new 60, so 7.5 s
+            // to wait (pro is not carried: its stamp is its own quota's).
+            vec![(false, ms(7_500), 6, 0), (false, ms(7_500), 6, 0)],
+            vec![(false, ms(7_500), 6, 0)],
+            vec![(false, s(5), 6, 0), (false, s(5), 6, 0)],
+            // At 15 s: one refilled, owing 57.5 s again.
+            vec![(true, s(0), 6, 0), (false, ms(7_500), 6, 0)],
+        ]
+        .concat()
+    );
+    let checks = u64::try_from(decided.len()).unwrap();
+    assert_eq!(exact.remote_calls(), checks);
+    // Local denials (an admission's reply teaches the key's arrival time
+    // too): pro's 7th, 8th and 9th (at 5 s); free's 4th, 5th and 6th (at
+    // 5 s); after the change (which forgot both keys), every denial after
+    // each key's first check, and the one after the admission at 15 s.
+    assert_eq!(cached.remote_calls(), checks - 10);
+}
+
+#[test]
+fn the_deny_cache_decides_as_redis_with_tiers_and_a_change_standalone() {
+    the_deny_cache_decides_as_redis_with_tiers_and_a_change(Kind::Standalone);
+}
+
+#[test]
+fn the_deny_cache_decides_as_redis_with_tiers_and_a_change_on_a_cluster() {
+    the_deny_cache_decides_as_redis_with_tiers_and_a_change(Kind::Cluster);
+}
+
+/// Leases with checks of another quota on the same key, on a frozen clock:
+/// those checks never spend the lease (they ask Redis, which decides them
+/// on the same arrival time), the lease's units are spent here, and the
+/// key admits what Redis alone admits under the two quotas. A change then
+/// drops a lease's unspent units (Redis counted them spent): the key admits
+/// that many fewer than an exact limiter does.
+#[test]
+fn leases_serve_their_own_quota_and_are_dropped_at_a_change() {
+    let target = Target::start(Kind::Standalone);
+    let clock = ManualClock::new();
+    at(&clock, 0);
+    // 10 a minute: 6 s intervals, a burst of 10; pro: 3 s, 20.
+    let own = Quota::per_minute(10).unwrap();
+    let pro = Quota::per_minute(20).unwrap();
+    let build = |name: &str, mode: Mode| {
+        let connection = target.runtime.block_on(target.reconnect());
+        RedisLimiter::builder(name, own)
+            .clock(clock.clone())
+            .mode(mode)
+            .build(connection)
+            .unwrap()
+    };
+    let leased = build("leased", Mode::Leased(tollgate::remote::Leases::new()));
+    let check = |key: &str| target.runtime.block_on(leased.check(key)).unwrap();
+    let with = |key: &str| {
+        target
+            .runtime
+            .block_on(leased.check_with(key, &pro))
+            .unwrap()
+    };
+
+    // The first check leases 4 units beside its own (half of the 9 free,
+    // as the script grants): Redis's arrival time is 5 units on, 30 s.
+    assert!(check("k").is_allowed());
+    assert_eq!(leased.remote_calls(), 1);
+    // Pro checks ask Redis (the key's word holds the lease): 10 admitted
+    // at 3 s each, from 30 s to 60 s; the 11th denied.
+    for admitted in 0..10 {
+        assert!(with("k").is_allowed(), "pro check {admitted}");
+    }
+    assert!(!with("k").is_allowed());
+    assert_eq!(leased.remote_calls(), 12);
+    // The lease's 4 units are spent here; the 5th check asks, and is
+    // denied; after it, denials are local, pro's too.
+    for spent in 0..4 {
+        assert!(check("k").is_allowed(), "lease unit {spent}");
+    }
+    assert_eq!(leased.remote_calls(), 12);
+    let denied = check("k");
+    assert_eq!(
+        (denied.is_allowed(), denied.retry_after()),
+        (false, Duration::from_secs(6))
+    );
+    assert_eq!(leased.remote_calls(), 13);
+    assert!(!check("k").is_allowed());
+    let denied = with("k");
+    assert_eq!(
+        (denied.is_allowed(), denied.retry_after()),
+        (false, Duration::from_secs(3))
+    );
+    assert_eq!(leased.remote_calls(), 13);
+
+    // A change. Key c: 3 admitted (one on Redis, leasing 4, then two of
+    // them spent), so Redis counts 5 used: as is, 5 stay free of 20.
+    let exact = build("exact", Mode::Exact);
+    for limiter in [&leased, &exact] {
+        admit(&target, limiter, "c", 3);
+    }
+    assert_eq!(leased.remote_calls(), 14);
+    let raised = Quota::per_minute(20).unwrap();
+    leased.set_quota(raised, Carry::AsIs).unwrap();
+    exact.set_quota(raised, Carry::AsIs).unwrap();
+    assert_eq!((leased.quota(), leased.revision()), (raised, 1));
+    // The lease's 2 units are gone: 5 admitted, where the exact limiter
+    // (which counted 3 used) admits 7; each waits one new interval.
+    assert_eq!(drain(&target, &leased, "c"), (5, Duration::from_secs(3)));
+    assert_eq!(drain(&target, &exact, "c"), (7, Duration::from_secs(3)));
+    assert_eq!(the_stamp(&target, &leased, "c"), "1 3000000 20");
 }
 
 /// A busy sliding log carried over: 9 000 units live at distinct

@@ -161,13 +161,7 @@ impl<P: Copy + Default + Send + Sync + 'static> Algorithm for Judge<P> {
     /// stays true under any quota, but a change of quota is carried on the
     /// remote too, which may move a key's arrival time back; and lease
     /// units are of the quota that granted them.
-    fn carry(
-        &self,
-        to: &Self,
-        carry: Carry,
-        state: &Knowledge,
-        at: CarryAt,
-    ) -> Option<Knowledge> {
+    fn carry(&self, to: &Self, carry: Carry, state: &Knowledge, at: CarryAt) -> Option<Knowledge> {
         let _ = (to, carry, state, at);
         Some(Knowledge::default())
     }
@@ -619,26 +613,29 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
             // Nothing is known before the first round trip: ask.
             return self.unclaimed_under(cost, under);
         };
-        let (decision, decided) =
-            match self
-                .store
-                .check_then(key, under, recent_ns, cost, |generation, judge, decision| {
-                    (
-                        decision,
-                        Decided {
-                            number: generation.number(),
-                            rules: judge.rules,
-                            payload: judge.payload,
-                        },
-                    )
-                }) {
-                Ok(checked) => checked,
-                // A key the table cannot hold now is asked without a claim.
-                Err(CheckError::StoreFull { .. } | CheckError::Reclaiming) => {
-                    return self.unclaimed_under(cost, under);
-                }
-                Err(error) => return Err(error),
-            };
+        let (decision, decided) = match self.store.check_then(
+            key,
+            under,
+            recent_ns,
+            cost,
+            |generation, judge, decision| {
+                (
+                    decision,
+                    Decided {
+                        number: generation.number(),
+                        rules: judge.rules,
+                        payload: judge.payload,
+                    },
+                )
+            },
+        ) {
+            Ok(checked) => checked,
+            // A key the table cannot hold now is asked without a claim.
+            Err(CheckError::StoreFull { .. } | CheckError::Reclaiming) => {
+                return self.unclaimed_under(cost, under);
+            }
+            Err(error) => return Err(error),
+        };
         Ok(match Miss::carried_by(&decision) {
             None => Local::Decided(decision, decided.payload),
             Some(Miss::Unclaimed) => Local::Ask(self.ask(None, cost, 0, 0, decided)),
