@@ -254,7 +254,7 @@ pub fn run(binary: &Path, budget: &Budget, pin: impl Fn(u32) -> bool) {
     }
     println!();
 
-    metrics_cost(&url, budget.pairs);
+    local_costs(&url, budget.pairs);
 
     println!("### Redis dies\n");
     println!(
@@ -349,56 +349,101 @@ fn cost(hammers: &mut [Hammer], mode: &str, judged: &mut Vec<(String, bool)>) ->
     )
 }
 
-/// Local checks of a deny-cached limiter on a drained key, counted for
-/// metrics (`Builder::metrics`) against the same uncounted, in this
-/// process: interleaved pairs of rounds, at one thread and at two (each
-/// thread its own key, so that only the counting could share a line).
-fn metrics_cost(url: &str, pairs: usize) {
-    use std::sync::Barrier;
-    use std::time::Instant;
+/// Checks a thread makes in a round of [`local_pairs`].
+const LOCAL_CHECKS: u32 = 20_000;
 
+/// Local checks of deny-cached limiters on drained keys, in this process:
+/// counted for metrics (`Builder::metrics`) against the same uncounted,
+/// and a check carrying its quota against one of the limiter's own.
+fn local_costs(url: &str, pairs: usize) {
     use tollgate::Quota;
     use tollgate_redis::{Connection, Mode, RedisLimiter};
 
-    const CHECKS: u32 = 20_000;
-    println!(
-        "### Counting for metrics on the local path\n\nA deny-cached limiter on drained keys \
-         (each check denied by the local half, no round trip), built with and without \
-         `Builder::metrics`, in the lab's process: {pairs} interleaved pairs of rounds of \
-         {CHECKS} checks a thread (a round's time is its slowest thread's). Per check, the \
-         median; the ratio, the median of the paired ratios and its 95 % interval.\n"
-    );
-    println!("| threads | uncounted | counted | counted / uncounted |");
-    println!("|---:|---:|---:|---:|");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a runtime");
     let quota = Quota::per_hour(1).expect("a quota");
+    let tier = Quota::per_hour(2).expect("a quota");
     let limiters = runtime.block_on(async {
         let mut limiters = Vec::new();
         for counted in [false, true] {
             let connection = Connection::open(url).await.expect("connecting");
-            let mut builder = RedisLimiter::builder(format!("lab-metrics-{counted}"), quota)
+            let mut builder = RedisLimiter::builder(format!("lab-local-{counted}"), quota)
                 .mode(Mode::DenyCached);
             if counted {
                 builder = builder.metrics();
             }
             let limiter = builder.build(connection).expect("a limiter");
-            // Each thread's key drained, and its denial learnt.
+            // Each thread's keys drained, and their denials learnt: by the
+            // limiter's quota, and by the tier's.
             for key in ["a", "b"] {
                 while limiter.check(key).await.expect("a check").is_allowed() {}
                 let _ = limiter.check(key).await.expect("a check");
+            }
+            for key in ["tier-a", "tier-b"] {
+                let check = || limiter.check_with(key, &tier);
+                while check().await.expect("a check").is_allowed() {}
+                let _ = check().await.expect("a check");
             }
             limiters.push(limiter);
         }
         limiters
     });
+    println!(
+        "### Counting for metrics on the local path\n\nA deny-cached limiter on drained keys \
+         (each check denied by the local half, no round trip), built with and without \
+         `Builder::metrics`, in the lab's process: {pairs} interleaved pairs of rounds of \
+         {LOCAL_CHECKS} checks a thread (a round's time is its slowest thread's). Per check, \
+         the median; the ratio, the median of the paired ratios and its 95 % interval.\n"
+    );
+    println!("| threads | uncounted | counted | counted / uncounted |");
+    println!("|---:|---:|---:|---:|");
+    let own = |limiter| Subject {
+        limiter,
+        keys: ["a", "b"],
+        carried: None,
+    };
+    local_pairs(pairs, own(&limiters[0]), own(&limiters[1]));
+    println!(
+        "### A check carrying its quota on the local path\n\nThe uncounted limiter above: its \
+         own quota's drained keys, and keys drained by checks carrying another quota \
+         (`check_with`), each denied locally; as above.\n"
+    );
+    println!("| threads | own quota | carried quota | carried / own |");
+    println!("|---:|---:|---:|---:|");
+    local_pairs(
+        pairs,
+        own(&limiters[0]),
+        Subject {
+            limiter: &limiters[0],
+            keys: ["tier-a", "tier-b"],
+            carried: Some(tier),
+        },
+    );
+}
+
+/// What a round of [`local_pairs`] checks: a limiter, each thread's key,
+/// and the quota the checks carry (or the limiter's own).
+struct Subject<'a> {
+    limiter: &'a tollgate_redis::RedisLimiter,
+    keys: [&'static str; 2],
+    carried: Option<tollgate::Quota>,
+}
+
+/// Interleaved pairs of rounds of `base` and `subject` (each a drained
+/// key a thread, every check denied), at one thread and at two; prints a
+/// row a thread count: each one's median time per check and the median of
+/// the paired ratios with its 95 % interval.
+fn local_pairs(pairs: usize, base: Subject<'_>, subject: Subject<'_>) {
+    use std::sync::Barrier;
+    use std::time::Instant;
+
     for threads in [1_usize, 2] {
-        let round = |limiter: &RedisLimiter| {
+        let round = |subject: &Subject<'_>| {
             let start = Barrier::new(threads);
             let elapsed: Vec<f64> = std::thread::scope(|scope| {
-                let handles: Vec<_> = ["a", "b"][..threads]
+                let handles: Vec<_> = subject.keys[..threads]
                     .iter()
                     .map(|key| {
                         let start = &start;
@@ -409,8 +454,12 @@ fn metrics_cost(url: &str, pairs: usize) {
                             start.wait();
                             let began = Instant::now();
                             runtime.block_on(async {
-                                for _ in 0..CHECKS {
-                                    let decision = limiter.check(*key).await.expect("a check");
+                                for _ in 0..LOCAL_CHECKS {
+                                    let decision = match &subject.carried {
+                                        Some(quota) => subject.limiter.check_with(*key, quota).await,
+                                        None => subject.limiter.check(*key).await,
+                                    }
+                                    .expect("a check");
                                     assert!(!decision.is_allowed(), "drained");
                                 }
                             });
@@ -423,24 +472,24 @@ fn metrics_cost(url: &str, pairs: usize) {
                     .map(|handle| handle.join().expect("a round"))
                     .collect()
             });
-            elapsed.iter().copied().fold(0.0, f64::max) * 1e9 / f64::from(CHECKS)
+            elapsed.iter().copied().fold(0.0, f64::max) * 1e9 / f64::from(LOCAL_CHECKS)
         };
-        let (mut plain, mut counted) = (Vec::new(), Vec::new());
+        let (mut based, mut subjected) = (Vec::new(), Vec::new());
         for pair in 0..pairs.max(1) {
             // Alternate which goes first.
             if pair % 2 == 0 {
-                plain.push(round(&limiters[0]));
-                counted.push(round(&limiters[1]));
+                based.push(round(&base));
+                subjected.push(round(&subject));
             } else {
-                counted.push(round(&limiters[1]));
-                plain.push(round(&limiters[0]));
+                subjected.push(round(&subject));
+                based.push(round(&base));
             }
         }
-        let mut ratios: Vec<f64> = counted.iter().zip(&plain).map(|(c, p)| c / p).collect();
+        let mut ratios: Vec<f64> = subjected.iter().zip(&based).map(|(s, b)| s / b).collect();
         println!(
             "| {threads} | {:.1} ns | {:.1} ns | **{}** |",
-            crate::stats::median(&mut plain),
-            crate::stats::median(&mut counted),
+            crate::stats::median(&mut based),
+            crate::stats::median(&mut subjected),
             crate::stats::median_ci(&mut ratios).show(3),
         );
     }
