@@ -369,8 +369,8 @@ fn local_costs(url: &str, pairs: usize) {
         let mut limiters = Vec::new();
         for counted in [false, true] {
             let connection = Connection::open(url).await.expect("connecting");
-            let mut builder = RedisLimiter::builder(format!("lab-local-{counted}"), quota)
-                .mode(Mode::DenyCached);
+            let mut builder =
+                RedisLimiter::builder(format!("lab-local-{counted}"), quota).mode(Mode::DenyCached);
             if counted {
                 builder = builder.metrics();
             }
@@ -456,7 +456,9 @@ fn local_pairs(pairs: usize, base: Subject<'_>, subject: Subject<'_>) {
                             runtime.block_on(async {
                                 for _ in 0..LOCAL_CHECKS {
                                     let decision = match &subject.carried {
-                                        Some(quota) => subject.limiter.check_with(*key, quota).await,
+                                        Some(quota) => {
+                                            subject.limiter.check_with(*key, quota).await
+                                        }
                                         None => subject.limiter.check(*key).await,
                                     }
                                     .expect("a check");

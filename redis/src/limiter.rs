@@ -188,7 +188,11 @@ impl<A: Scripted> RedisLimiter<A> {
     /// stamped by an earlier revision is first carried over to `quota` by
     /// the limiter's strategy, as [`set_quota`](RedisLimiter::set_quota)
     /// says), and written stamped with `quota`. Every instance may check one
-    /// key under different quotas; each decision is its quota's.
+    /// key under different quotas; each decision is its quota's. A limiter
+    /// deciding locally ([`Mode`]) denies such a check locally as Redis
+    /// would by `quota`, and never spends its leases on it; the first 16
+    /// quotas other than its own get local decisions, any further quota is
+    /// decided by Redis on every check.
     ///
     /// ```no_run
     /// use tollgate::Quota;

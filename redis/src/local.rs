@@ -48,11 +48,14 @@ pub enum Mode {
     /// instance already denies is denied here, as Redis would at that
     /// instant. Admissions are Redis's, so the limiter admits exactly what
     /// Redis alone admits; a drained hot key costs Redis about one call per
-    /// instance per refilled unit instead of one per check. (One exception,
-    /// never an admission: when units are given back on a key, a cancelled
+    /// instance per refilled unit instead of one per check. A check
+    /// carrying its own quota ([`check_with`](RedisLimiter::check_with)) is
+    /// denied by that quota's numbers, as Redis would. (Exceptions, never
+    /// an admission: when units are given back on a key, a cancelled
     /// [reservation](RedisLimiter::reserve_n) or another instance's lease,
     /// a denial cached before can outlast Redis's by at most those units'
-    /// intervals.)
+    /// intervals; and when another instance carries a key to a changed
+    /// quota, by at most a tolerance.)
     DenyCached,
     /// Denials cached, and leases: a check that asks Redis also takes up to
     /// a lease's units of the key's budget, spent here by later checks
@@ -61,6 +64,12 @@ pub enum Mode {
     /// with no slack, never more than Redis alone. Units a lease holds when
     /// its instance stops asking, or that expire unspent, are admitted by
     /// no one: under-admission, at most the units of the leases held.
+    /// Leases serve the limiter's own quota: a check carrying another
+    /// ([`check_with`](RedisLimiter::check_with)) spends none, is denied
+    /// locally as the deny cache would, and otherwise asks Redis. A quota
+    /// change ([`set_quota`](RedisLimiter::set_quota)) drops the leases
+    /// held; a window near a key's change may also admit the units other
+    /// instances, still on the old quota, held on it (see `set_quota`).
     Leased(Leases),
 }
 
