@@ -371,9 +371,10 @@ impl Node {
     fn request(&self, key: u64, cost: u32, reply: Reply, carried: Option<RemoteQuota>) {
         let world = &self.world;
         let held = self.check_denials.then(|| world.tat_us.lock().unwrap());
+        let decided = |decision, payload: &(u64, u32)| (decision, *payload);
         let local = match carried {
-            Some(quota) => self.view.check_under(&key, cost, quota),
-            None => self.view.check(&key, cost),
+            Some(quota) => self.view.check_under_then(&key, cost, quota, decided),
+            None => self.view.check_then(&key, cost, decided),
         }
         .unwrap();
         // The view's last reading (taken after it loaded the key's word,
@@ -388,7 +389,7 @@ impl Node {
             (real_ns - world.remote_back_ns.load(Ordering::SeqCst)) / 1_000
         };
         match local {
-            Local::Decided(decision, (interval_us, _)) if decision.is_allowed() => {
+            Local::Decided((decision, (interval_us, _))) if decision.is_allowed() => {
                 drop(held);
                 assert!(carried.is_none(), "a lease spent by another quota");
                 if key == KEY {
@@ -396,7 +397,7 @@ impl Node {
                     world.admitted.lock().unwrap().push((real_us, took_us));
                 }
             }
-            Local::Decided(_, (interval_us, burst)) => {
+            Local::Decided((_, (interval_us, burst))) => {
                 if let Some(tats) = held {
                     let quota =
                         carried.unwrap_or_else(|| RemoteQuota::new(interval_us, burst).unwrap());

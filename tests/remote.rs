@@ -89,7 +89,7 @@ impl Node<String> {
     /// `remote`; whether it was admitted and whether it took a round trip.
     fn check(&self, remote: &mut Remote, key: &str, cost: u32, now_ns: u64) -> (bool, bool) {
         match self.at(now_ns).check(key, cost).unwrap() {
-            Local::Decided(decision, ()) => (decision.is_allowed(), false),
+            Local::Decided(decision) => (decision.is_allowed(), false),
             Local::Ask(ask) => {
                 let reply = remote.answer(key, ask.sent_ns(), ask.request());
                 ask.complete(&reply);
@@ -192,7 +192,7 @@ fn a_reply_to_an_ask_made_before_a_change_is_not_installed() {
     // The key's units are the new lease's: spent under the new quota, up
     // to its grant, and no more.
     let mut spent = 0;
-    while let Local::Decided(decision, ()) = node.at(T0).check("k", 1).unwrap() {
+    while let Local::Decided(decision) = node.at(T0).check("k", 1).unwrap() {
         assert!(decision.is_allowed());
         spent += 1;
     }
@@ -217,7 +217,11 @@ fn a_check_of_another_quota_decides_by_it_and_leaves_the_lease() {
     let slower = RemoteQuota::new(20_000, 5).unwrap();
     let mut asked = 0;
     loop {
-        let Local::Ask(ask) = node.at(T0).check_under("k", 1, slower).unwrap() else {
+        let Local::Ask(ask) = node
+            .at(T0)
+            .check_under_then("k", 1, slower, |decision, ()| decision)
+            .unwrap()
+        else {
             break;
         };
         assert!(!ask.is_claim(), "the word holds the view's lease");
@@ -231,7 +235,7 @@ fn a_check_of_another_quota_decides_by_it_and_leaves_the_lease() {
     }
     // The lease's own units still serve the view's quota.
     let mut spent = 0_u64;
-    while let Local::Decided(decision, ()) = node.at(T0).check("k", 1).unwrap() {
+    while let Local::Decided(decision) = node.at(T0).check("k", 1).unwrap() {
         assert!(decision.is_allowed());
         spent += 1;
     }
@@ -243,7 +247,11 @@ fn a_check_of_another_quota_decides_by_it_and_leaves_the_lease() {
     // asks, and takes them; the floor then denies either quota here.
     assert_eq!(node.check(&mut remote, "k", 1, T0), (true, true));
     assert_eq!(node.check(&mut remote, "k", 1, T0), (false, false));
-    let Local::Decided(denied, ()) = node.at(T0).check_under("k", 1, slower).unwrap() else {
+    let Local::Decided(denied) = node
+        .at(T0)
+        .check_under_then("k", 1, slower, |decision, ()| decision)
+        .unwrap()
+    else {
         panic!("denied here");
     };
     // 100 ms owed; 80 at most for a unit of 20 ms: 20 ms to wait, from
@@ -471,7 +479,7 @@ fn a_reading_older_than_a_lease_never_spends_it() {
     ask.complete(&reply);
     // The stale thread's check: its clock reads T0 inside the view.
     clock.once.store(true, Ordering::Relaxed);
-    let Local::Decided(spent, ()) = view.check("k", 1).unwrap() else {
+    let Local::Decided(spent) = view.check("k", 1).unwrap() else {
         panic!("spent from the lease")
     };
     assert!(spent.is_allowed());
@@ -563,7 +571,7 @@ fn a_lease_installed_after_the_floor_is_read_is_not_spent_at_an_older_reading() 
             };
             PREEMPTION.with(|slot| *slot.borrow_mut() = Some(Box::new(move || sibling(ask))));
         }
-        let Local::Decided(spent, ()) = view.check(&Preempted("k"), 1).unwrap() else {
+        let Local::Decided(spent) = view.check(&Preempted("k"), 1).unwrap() else {
             panic!("spent from the lease (whole call: {whole_call})")
         };
         assert!(spent.is_allowed());
@@ -625,7 +633,7 @@ fn a_cluster_s_masters_keep_their_deadlines_on_their_own_clocks() {
         let mut check = |key: &'static str, now_ns: u64, admitted: &mut Vec<u64>| {
             clock.set(Duration::from_nanos(now_ns));
             let allowed = match view.check(key, 1).unwrap() {
-                Local::Decided(decision, ()) => decision.is_allowed(),
+                Local::Decided(decision) => decision.is_allowed(),
                 Local::Ask(ask) => {
                     let reply = ask_redis(key, ask.sent_ns(), ask.request());
                     ask.complete(&reply);
@@ -687,7 +695,7 @@ fn a_denial_counts_its_own_units_once() {
     assert_eq!(node.check(&mut remote, "k", 1, T0), (true, true));
     // 10 units cannot fit: without this node's 4 the key owes one
     // interval, so 9 are free, the 4 included.
-    let Local::Decided(denied, ()) = node.at(T0).check("k", 10).unwrap() else {
+    let Local::Decided(denied) = node.at(T0).check("k", 10).unwrap() else {
         panic!("denied here")
     };
     assert!(!denied.is_allowed());
@@ -734,7 +742,7 @@ fn after_a_step_back(remote_clock: RemoteClock) -> (u32, u32) {
         .check(key, 1)
         .unwrap()
     {
-        Local::Decided(decision, ()) => decision.is_allowed(),
+        Local::Decided(decision) => decision.is_allowed(),
         Local::Ask(ask) => {
             let reply = remote.answer(key, deciding_ns(ask.sent_ns(), real_ns), ask.request());
             ask.complete(&reply);

@@ -254,7 +254,13 @@ pub fn run(binary: &Path, budget: &Budget, pin: impl Fn(u32) -> bool) {
     }
     println!();
 
-    local_costs(&url, budget.pairs);
+    // The local path's rounds run on both CPUs (Redis idle meanwhile): its
+    // two-thread rows measure two threads at once, not one CPU shared.
+    let spread = lab_on("0,1");
+    local_costs(&url, budget.pairs, spread);
+    if pinned {
+        lab_on("0");
+    }
 
     println!("### Redis dies\n");
     println!(
@@ -355,7 +361,7 @@ const LOCAL_CHECKS: u32 = 20_000;
 /// Local checks of deny-cached limiters on drained keys, in this process:
 /// counted for metrics (`Builder::metrics`) against the same uncounted,
 /// and a check carrying its quota against one of the limiter's own.
-fn local_costs(url: &str, pairs: usize) {
+fn local_costs(url: &str, pairs: usize, spread: bool) {
     use tollgate::Quota;
     use tollgate_redis::{Connection, Mode, RedisLimiter};
 
@@ -393,9 +399,14 @@ fn local_costs(url: &str, pairs: usize) {
     println!(
         "### Counting for metrics on the local path\n\nA deny-cached limiter on drained keys \
          (each check denied by the local half, no round trip), built with and without \
-         `Builder::metrics`, in the lab's process: {pairs} interleaved pairs of rounds of \
+         `Builder::metrics`, in the lab's process{}: {pairs} interleaved pairs of rounds of \
          {LOCAL_CHECKS} checks a thread (a round's time is its slowest thread's). Per check, \
-         the median; the ratio, the median of the paired ratios and its 95 % interval.\n"
+         the median; the ratio, the median of the paired ratios and its 95 % interval.\n",
+        if spread {
+            ", its threads on both CPUs"
+        } else {
+            ""
+        }
     );
     println!("| threads | uncounted | counted | counted / uncounted |");
     println!("|---:|---:|---:|---:|");
@@ -421,6 +432,16 @@ fn local_costs(url: &str, pairs: usize) {
             carried: Some(tier),
         },
     );
+}
+
+/// Sets every thread of this process on `cpus` (`taskset`'s list);
+/// whether it could.
+fn lab_on(cpus: &str) -> bool {
+    std::process::Command::new("taskset")
+        .args(["-a", "-p", "-c", cpus, &std::process::id().to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
 }
 
 /// What a round of [`local_pairs`] checks: a limiter, each thread's key,

@@ -543,17 +543,28 @@ impl<A: Scripted> RedisLimiter<A> {
                 .on_redis(key, cost, Op::Peek, core.time.now(), &stamp, quota, carried)
                 .await;
         }
+        // A local decision is made into its answer inside the table: only
+        // that comes back (the hot path's copies stay small).
+        let decided = |decision: Decision, payload: &Option<Current>| match tier {
+            Some((quota, ..)) => by_quota(decision, quota),
+            None => by_quota(
+                decision,
+                payload
+                    .as_ref()
+                    .map_or_else(|| core.quota.load().quota, |current| current.quota),
+            ),
+        };
         let local = match tier {
-            Some((_, _, remote)) => hybrid.view.check_under(key, cost, remote)?,
-            None => hybrid.view.check(key, cost)?,
+            Some((_, _, remote)) => hybrid.view.check_under_then(key, cost, remote, decided)?,
+            None => hybrid.view.check_then(key, cost, decided)?,
         };
         match local {
-            Local::Decided(decision, payload) => {
+            Local::Decided(enforced) => {
                 #[cfg(feature = "metrics")]
                 if let Some(metrics) = &self.metrics {
                     metrics.local();
                 }
-                Ok((by_quota(decision, under(payload).0), None))
+                Ok((enforced, None))
             }
             Local::Ask(ask) => {
                 let (quota, stamp) = under(ask.payload());

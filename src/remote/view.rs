@@ -341,7 +341,7 @@ impl Miss {
 /// let (mut tat_us, mut round_trips, mut admitted) = (None, 0, 0);
 /// for _ in 0..20 {
 ///     match view.check("alice", 1)? {
-///         Local::Decided(decision, ()) => admitted += u32::from(decision.is_allowed()),
+///         Local::Decided(decision) => admitted += u32::from(decision.is_allowed()),
 ///         Local::Ask(ask) => {
 ///             round_trips += 1;
 ///             let now_us = ask.sent_ns() / 1_000;
@@ -375,17 +375,20 @@ where
     store: <DefaultStore as StoreKind<K, Judge<P>>>::Store,
 }
 
-/// The answer of [`LocalView::check`].
+/// The answer of [`LocalView::check`] (`R`: the decision) and of
+/// [`LocalView::check_then`] (`R`: what its closure made of the decision
+/// and its quota's payload). Small: a local decision, the hot path, is
+/// returned through it.
 #[doc(hidden)]
 #[derive(Debug)]
 #[must_use = "an ask must be sent to the remote, or dropped"]
-pub enum Local<'a, K: Key, P = ()>
+pub enum Local<'a, K: Key, P = (), R = Decision>
 where
     P: Copy + Default + Send + Sync + 'static,
 {
     /// A decision taken here: spent from the lease, or denied by what the
-    /// remote told; with the payload of the quota that took it.
-    Decided(Decision, P),
+    /// remote told.
+    Decided(R),
     /// A call the remote must answer before the check is decided.
     Ask(Ask<'a, K, P>),
 }
@@ -401,6 +404,13 @@ where
     P: Copy + Default + Send + Sync + 'static,
 {
     view: &'a LocalView<K, P>,
+    /// Boxed: an ask is followed by a round trip, and a check's answer
+    /// stays small.
+    asked: Box<Asked<K, P>>,
+}
+
+/// An ask's own part.
+struct Asked<K, P> {
     /// The key, the word it was claimed with and the word to put back if
     /// the call is never sent, if this ask holds the key's claim; and the
     /// number of the generation it was claimed in (only that generation's
@@ -422,6 +432,14 @@ struct Decided<P> {
     number: NonZeroU64,
     rules: Rules,
     payload: P,
+}
+
+/// What a check's table returns: a decision taken here (what the caller's
+/// closure made of it), or a miss with its generation's part (boxed: the
+/// hot path returns the first).
+enum Finished<P, R> {
+    Decided(R),
+    Missed(Miss, Box<Decided<P>>),
 }
 
 impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
@@ -569,15 +587,36 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
         key: &Q,
         cost: u32,
     ) -> Result<Local<'_, K, P>, CheckError> {
-        self.decide(key, cost, &Own)
+        self.check_then(key, cost, |decision, _| decision)
     }
 
-    /// [`check`](LocalView::check) under `quota` rather than the view's own:
-    /// denied here when what the remote told denies it under `quota`, else
-    /// asked (claiming the key for its floor, never for a lease: leases are
-    /// the view's own quota's, and such a check spends none of them). The
-    /// first [`TIERS`] quotas other than its own that checks carry are
-    /// decided here; checks of any further quota are always asked.
+    /// [`check`](LocalView::check), a decision taken here handed to
+    /// `decided` with the payload of the quota that took it.
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](LocalView::check).
+    ///
+    /// # Panics
+    ///
+    /// As [`check`](LocalView::check), and if `decided` panics.
+    #[inline]
+    pub fn check_then<Q: Lookup<K> + ?Sized, R>(
+        &self,
+        key: &Q,
+        cost: u32,
+        decided: impl Fn(Decision, &P) -> R,
+    ) -> Result<Local<'_, K, P, R>, CheckError> {
+        self.decide(key, cost, &Own, decided)
+    }
+
+    /// [`check_then`](LocalView::check_then) under `quota` rather than the
+    /// view's own: denied here when what the remote told denies it under
+    /// `quota`, else asked (claiming the key for its floor, never for a
+    /// lease: leases are the view's own quota's, and such a check spends
+    /// none of them). The first [`TIERS`] quotas other than its own that
+    /// checks carry are decided here; checks of any further quota are
+    /// always asked.
     ///
     /// # Errors
     ///
@@ -585,16 +624,17 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
     ///
     /// # Panics
     ///
-    /// As [`check`](LocalView::check).
+    /// As [`check_then`](LocalView::check_then).
     #[inline]
-    pub fn check_under<Q: Lookup<K> + ?Sized>(
+    pub fn check_under_then<Q: Lookup<K> + ?Sized, R>(
         &self,
         key: &Q,
         cost: u32,
         quota: RemoteQuota,
-    ) -> Result<Local<'_, K, P>, CheckError> {
+        decided: impl Fn(Decision, &P) -> R,
+    ) -> Result<Local<'_, K, P, R>, CheckError> {
         validate_cost(cost, quota.burst)?;
-        match self.decide(key, cost, &Tier(quota)) {
+        match self.decide(key, cost, &Tier(quota), decided) {
             // Every slot holds another quota: asked.
             Err(CheckError::Layout(_)) => Ok(Local::Ask(self.unclaimed(cost, Some(quota)))),
             decided => decided,
@@ -603,44 +643,48 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
 
     /// A check under `under`'s quota.
     #[inline]
-    fn decide<Q: Lookup<K> + ?Sized, U: Under<Judge<P>>>(
+    fn decide<Q: Lookup<K> + ?Sized, U: Under<Judge<P>>, R>(
         &self,
         key: &Q,
         cost: u32,
         under: &U,
-    ) -> Result<Local<'_, K, P>, CheckError> {
+        decided: impl Fn(Decision, &P) -> R,
+    ) -> Result<Local<'_, K, P, R>, CheckError> {
         let Some(recent_ns) = self.recent_ns() else {
             // Nothing is known before the first round trip: ask.
             return self.unclaimed_under(cost, under);
         };
-        let (decision, decided) = match self.store.check_then(
+        let finished = match self.store.check_then(
             key,
             under,
             recent_ns,
             cost,
-            |generation, judge, decision| {
-                (
-                    decision,
-                    Decided {
+            |generation, judge, decision| match Miss::carried_by(&decision) {
+                None => Finished::Decided(decided(decision, &judge.payload)),
+                Some(miss) => Finished::Missed(
+                    miss,
+                    Box::new(Decided {
                         number: generation.number(),
                         rules: judge.rules,
                         payload: judge.payload,
-                    },
-                )
+                    }),
+                ),
             },
         ) {
-            Ok(checked) => checked,
+            Ok(finished) => finished,
             // A key the table cannot hold now is asked without a claim.
             Err(CheckError::StoreFull { .. } | CheckError::Reclaiming) => {
                 return self.unclaimed_under(cost, under);
             }
             Err(error) => return Err(error),
         };
-        Ok(match Miss::carried_by(&decision) {
-            None => Local::Decided(decision, decided.payload),
-            Some(Miss::Unclaimed) => Local::Ask(self.ask(None, cost, 0, 0, decided)),
-            Some(Miss::Claim { word, class, back }) => {
-                Local::Ask(self.claimed(key, cost, word, class, back, decided))
+        Ok(match finished {
+            Finished::Decided(decided) => Local::Decided(decided),
+            Finished::Missed(Miss::Unclaimed, decided) => {
+                Local::Ask(self.ask(None, cost, 0, 0, *decided))
+            }
+            Finished::Missed(Miss::Claim { word, class, back }, decided) => {
+                Local::Ask(self.claimed(key, cost, word, class, back, *decided))
             }
         })
     }
@@ -723,11 +767,11 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
 
     /// A check asked without the key's claim under `under`'s quota, of the
     /// generation new checks decide by.
-    fn unclaimed_under<U: Under<Judge<P>>>(
+    fn unclaimed_under<U: Under<Judge<P>>, R>(
         &self,
         cost: u32,
         under: &U,
-    ) -> Result<Local<'_, K, P>, CheckError> {
+    ) -> Result<Local<'_, K, P, R>, CheckError> {
         // Rare (before the first round trip, or a key the table cannot
         // hold): the generation's lock is taken.
         let generation = self.store.generation();
@@ -777,17 +821,20 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
     ) -> Ask<'_, K, P> {
         Ask {
             view: self,
-            claim: claim.map(|(key, claimed, replaced)| (key, claimed, replaced, decided.number)),
-            class,
-            request: LeaseRequest {
-                cost,
-                want,
-                give_back: None,
-            },
-            quota: decided.rules.quota(),
-            payload: decided.payload,
-            // Read after the claim: the ask is sent no earlier.
-            sent_ns: self.sending(),
+            asked: Box::new(Asked {
+                claim: claim
+                    .map(|(key, claimed, replaced)| (key, claimed, replaced, decided.number)),
+                class,
+                request: LeaseRequest {
+                    cost,
+                    want,
+                    give_back: None,
+                },
+                quota: decided.rules.quota(),
+                payload: decided.payload,
+                // Read after the claim: the ask is sent no earlier.
+                sent_ns: self.sending(),
+            }),
         }
     }
 
@@ -842,7 +889,7 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
             want,
             decided,
         );
-        ask.request.give_back = (units > 0).then_some(GiveBack { end_us, units });
+        ask.asked.request.give_back = (units > 0).then_some(GiveBack { end_us, units });
         ask
     }
 
@@ -860,7 +907,7 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
     /// Returns the request to send.
     #[must_use]
     pub fn request(&self) -> &LeaseRequest {
-        &self.request
+        &self.asked.request
     }
 
     /// Returns the quota to send the request under: the quota of the check
@@ -868,27 +915,27 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
     /// one the check carried).
     #[must_use]
     pub fn quota(&self) -> &RemoteQuota {
-        &self.quota
+        &self.asked.quota
     }
 
     /// Returns the payload of the view's quota when the check decided.
     #[must_use]
     pub fn payload(&self) -> P {
-        self.payload
+        self.asked.payload
     }
 
     /// A local reading taken before the call is sent: the instant to send
     /// the remote when it decides on the local clock's readings.
     #[must_use]
     pub fn sent_ns(&self) -> u64 {
-        self.sent_ns
+        self.asked.sent_ns
     }
 
     /// Whether this ask holds the key's claim (its reply installs a lease
     /// or a floor); others are plain checks.
     #[must_use]
     pub fn is_claim(&self) -> bool {
-        self.claim.is_some()
+        self.asked.claim.is_some()
     }
 
     /// Installs what the remote's `reply` teaches: the clocks' offset, and
@@ -896,23 +943,25 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
     /// or floor was installed (not when another caller took the claim over
     /// after it went stale, nor after a change of quota: the reply's units
     /// are then unspent).
+    // Callers may well not care: the reply's decision stands either way.
+    #[allow(clippy::must_use_candidate)]
     pub fn complete(mut self, reply: &LeaseReply) -> bool {
         let view = self.view;
         view.clocks
             .offset
-            .observe(reply.now_us, self.sent_ns, view.clocks.clock.now_ns());
-        let Some((key, claimed, _, number)) = self.claim.take() else {
+            .observe(reply.now_us, self.asked.sent_ns, view.clocks.clock.now_ns());
+        let Some((key, claimed, _, number)) = self.asked.claim.take() else {
             return false;
         };
         let installed = Word {
             end_us: reply.end_us,
             units: if reply.allowed && reply.end_us <= MAX_END_US {
                 // Never more than asked, whatever the reply says.
-                reply.granted.min(self.request.want)
+                reply.granted.min(self.asked.request.want)
             } else {
                 0
             },
-            tag: self.class,
+            tag: self.asked.class,
         };
         view.exchange(&key, number, claimed, Knowledge(installed.pack()))
     }
@@ -924,8 +973,9 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
     /// took the claim over meanwhile, nor after a change of quota). A call
     /// that may have been sent (a timeout, a connection lost) must be
     /// dropped instead: its units may have been given back.
+    #[allow(clippy::must_use_candidate)]
     pub fn not_sent(mut self) -> bool {
-        let Some((key, claimed, replaced, number)) = self.claim.take() else {
+        let Some((key, claimed, replaced, number)) = self.asked.claim.take() else {
             return false;
         };
         self.view.exchange(&key, number, claimed, replaced)
@@ -937,13 +987,13 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Drop for Ask<'_, K, P> {
     /// remote may have taken them back). A panic in the key's `Hash` or
     /// `Eq` here is caught: the claim then stands until it is stale.
     fn drop(&mut self) {
-        let Some((key, claimed, _, number)) = self.claim.take() else {
+        let Some((key, claimed, _, number)) = self.asked.claim.take() else {
             return;
         };
         let view = self.view;
         let released = Word {
             units: 0,
-            tag: self.class,
+            tag: self.asked.class,
             ..Word::unpack(claimed.0)
         };
         drop(catch_unwind(AssertUnwindSafe(|| {
@@ -970,10 +1020,10 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> fmt::Debug for LocalView
 impl<K: Key, P: Copy + Default + Send + Sync + 'static> fmt::Debug for Ask<'_, K, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Ask")
-            .field("request", &self.request)
-            .field("quota", &self.quota)
-            .field("sent_ns", &self.sent_ns)
-            .field("claim", &self.claim.is_some())
+            .field("request", &self.asked.request)
+            .field("quota", &self.asked.quota)
+            .field("sent_ns", &self.asked.sent_ns)
+            .field("claim", &self.asked.claim.is_some())
             .finish_non_exhaustive()
     }
 }
