@@ -68,10 +68,10 @@ const BURST: u32 = 4;
 /// The quota some checks carry: a slower one, whose tolerance (60 µs) is
 /// the largest.
 const TIER: (u64, u32) = (20, 3);
-/// The quota a node changes to: a slower one, of the same tolerance (a
-/// unit of the old quota's lease spent under it counts twice the time the
-/// remote booked for it).
-const CHANGED: (u64, u32) = (20, 2);
+/// The quotas a node changes to: a slower one and a faster one, of the
+/// same tolerance as its own.
+const SLOWER: (u64, u32) = (20, 2);
+const FASTER: (u64, u32) = (5, 8);
 /// The remote clock starts here (ns); nodes' clocks lag it by their own
 /// offsets, so each node learns a different offset.
 const START_NS: u64 = 1_000_000;
@@ -95,6 +95,7 @@ const QUOTAS: &[(&str, &[Plan])] = &[
     ("tiers", TIERS),
     ("tiers, one node", TIERS_ALONE),
     ("a change", CHANGE),
+    ("a change to a faster quota", CHANGE_FASTER),
 ];
 
 /// Runs the model with each of `workloads` and each of its two clocks,
@@ -140,12 +141,15 @@ enum Step {
     ClientBack,
     /// A check of this many units carrying the quota [`TIER`].
     Tier(u32, Reply),
-    /// The node changes its quota to [`CHANGED`].
-    Change,
+    /// The node changes its quota to this interval (µs) and burst.
+    Change(u64, u32),
 }
 
 use Reply::{Abandon, Complete};
 use Step::{Change, Check, ClientBack, Drain, RemoteBack, Teach, Tick, Tier};
+
+const _: () = assert!(SLOWER.0 * SLOWER.1 as u64 == INTERVAL_US * BURST as u64);
+const _: () = assert!(FASTER.0 * FASTER.1 as u64 == INTERVAL_US * BURST as u64);
 
 /// The key [`Step::Teach`] checks.
 const TEACH: u64 = 2;
@@ -273,7 +277,32 @@ const CHANGE: &[Plan] = &[
         0,
         &[Check(1, Complete), Check(1, Complete), Check(1, Complete)],
     ),
-    (0, &[Change, Check(1, Complete), Check(2, Complete)]),
+    (
+        0,
+        &[
+            Change(SLOWER.0, SLOWER.1),
+            Check(1, Complete),
+            Check(2, Complete),
+        ],
+    ),
+    (1, &[Check(1, Complete), Check(1, Complete)]),
+];
+
+/// [`CHANGE`] to a faster quota (leases of more units, at shorter
+/// intervals).
+const CHANGE_FASTER: &[Plan] = &[
+    (
+        0,
+        &[Check(1, Complete), Check(1, Complete), Check(1, Complete)],
+    ),
+    (
+        0,
+        &[
+            Change(FASTER.0, FASTER.1),
+            Check(1, Complete),
+            Check(2, Complete),
+        ],
+    ),
     (1, &[Check(1, Complete), Check(1, Complete)]),
 ];
 
@@ -499,7 +528,6 @@ fn assert_window_bound(admitted: &mut [(u64, u64)], max_tolerance_us: u64) {
 fn model(plans: &'static [Plan], leases: Option<Leases>, canary: Option<Canary>, step_us: u64) {
     plant(canary);
     let tier = RemoteQuota::new(TIER.0, TIER.1).unwrap();
-    let changed = RemoteQuota::new(CHANGED.0, CHANGED.1).unwrap();
     let quota = RemoteQuota::new(INTERVAL_US, BURST).unwrap();
     let tiers = plans
         .iter()
@@ -509,7 +537,8 @@ fn model(plans: &'static [Plan], leases: Option<Leases>, canary: Option<Canary>,
         max_tolerance_us: if tiers {
             tier.tolerance_us()
         } else {
-            quota.tolerance_us().max(changed.tolerance_us())
+            // The quotas changed to have the same.
+            quota.tolerance_us()
         },
         clock_ns: AtomicU64::new(START_NS),
         remote_back_ns: AtomicU64::new(0),
@@ -561,7 +590,13 @@ fn model(plans: &'static [Plan], leases: Option<Leases>, canary: Option<Canary>,
                     match step {
                         Check(cost, reply) => node.request(KEY, cost, reply, None),
                         Tier(cost, reply) => node.request(KEY, cost, reply, Some(tier)),
-                        Change => node.view.set_quota(changed, CHANGED).unwrap(),
+                        Change(interval_us, burst) => node
+                            .view
+                            .set_quota(
+                                RemoteQuota::new(interval_us, burst).unwrap(),
+                                (interval_us, burst),
+                            )
+                            .unwrap(),
                         Tick => {
                             node.world
                                 .clock_ns

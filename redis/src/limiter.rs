@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 use tollgate::algorithm::{Carry, Gcra, validate_cost};
-use tollgate::remote::{Ask, Local, RemoteQuota};
+use tollgate::remote::{Ask, Local, RemoteError, RemoteQuota};
 use tollgate::store::ChangeError;
 use tollgate::{CheckError, Decision, LayoutError, Quota};
 
@@ -190,7 +190,8 @@ impl<A: Scripted> RedisLimiter<A> {
     /// says), and written stamped with `quota`. Every instance may check one
     /// key under different quotas; each decision is its quota's. A limiter
     /// deciding locally ([`Mode`]) denies such a check locally as Redis
-    /// would by `quota`, and never spends its leases on it; the first 16
+    /// would by `quota`, and never spends its leases on it (a `quota` equal
+    /// to the limiter's own is checked as its own); the first 16
     /// quotas other than its own get local decisions, any further quota is
     /// decided by Redis on every check.
     ///
@@ -348,7 +349,9 @@ impl<A: Scripted> RedisLimiter<A> {
     /// A limiter deciding locally ([`Mode`] other than `Exact`) forgets what
     /// it knew of every key: a key's next check asks Redis (which carries
     /// it), and the units of the leases it held are dropped (Redis counts
-    /// them spent: under-admission only). An instance still on the old
+    /// them spent: under-admission only). It does so whatever the quota,
+    /// so call this when the quota changes, not on every reload of an
+    /// unchanged configuration. An instance still on the old
     /// revision spends its leases' units until their deadlines: a window
     /// starting within a tolerance of a key's carry may admit, beyond the
     /// bound, the units such instances held on the key (see note 14).
@@ -369,16 +372,20 @@ impl<A: Scripted> RedisLimiter<A> {
     ///
     /// # Errors
     ///
-    /// Nothing changes on an error: [`ConfigError::QuotaTooLarge`] for a
+    /// Nothing changes on an error (but for the failure policy's share,
+    /// below): [`ConfigError::QuotaTooLarge`] for a
     /// quota the script cannot hold, [`ConfigError::Change`] for a window
     /// algorithm and a quota of another window, or a strategy the script
     /// does not implement, [`ConfigError::ShareTooSmall`] (and the other
     /// errors of [`Builder::build`]) for the failure policy's local share,
     /// [`ConfigError::RevisionsExhausted`] after 2^32 − 1 revisions, and,
-    /// rarely, [`ConfigError::Change`] with [`ChangeError::Reclaiming`]
-    /// while a check stalled inside an in-process table (the failure
-    /// policy's local share, or the local half's) holds it back: try
-    /// again.
+    /// for a limiter deciding locally, [`ConfigError::Local`] for leases
+    /// whose slack is too long at the new interval and, rarely,
+    /// [`ConfigError::Change`] with [`ChangeError::Reclaiming`] while a
+    /// check stalled inside the local half's table holds it back: try
+    /// again. The share's own change refuses nothing once the share is
+    /// accepted; should it, its error is returned, the limiter's quota
+    /// changed all the same and the share still on the old one.
     pub fn set_quota(&self, quota: Quota, carry: Carry) -> Result<(), ConfigError> {
         let _changing = self.changing.lock().unwrap_or_else(PoisonError::into_inner);
         let current = **self.core.quota.load();
@@ -400,26 +407,23 @@ impl<A: Scripted> RedisLimiter<A> {
             },
         };
         if let Some(hybrid) = &self.local {
+            // First, since it alone can still refuse (a check stalled in
+            // its table): nothing has changed then.
             hybrid
                 .view
                 .set_quota(remote_quota(&limit)?, Some(next))
-                .map_err(ConfigError::Local)?;
+                .map_err(|refused| match refused {
+                    RemoteError::Change(change) => ConfigError::Change(change),
+                    other => ConfigError::Local(other),
+                })?;
         }
-        if let Err(refused) = self.fallback.set_quota(&quota, carry) {
-            if let Some(hybrid) = &self.local {
-                // Undone by forgetting again: the local half is a cache
-                // (its lease units are dropped, under-admission only).
-                // Should that be refused too, its checks decide by the new
-                // quota and revision while the rest decides by the old:
-                // each a quota's decision, and the next change mends it.
-                let _ = hybrid
-                    .view
-                    .set_quota(remote_quota(&current.stamp.limit)?, Some(current));
-            }
-            return Err(refused);
-        }
+        // The share was accepted above; its change refuses nothing then (a
+        // mutex store, a strategy it implements). Should it refuse all the
+        // same, the limiter's quota still changes with its local half (a
+        // revision is never reused) and the share keeps the old quota.
+        let shared = self.fallback.set_quota(&quota, carry);
         self.core.quota.store(Arc::new(next));
-        Ok(())
+        shared
     }
 
     /// Returns the quota every key is held to.

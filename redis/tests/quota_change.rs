@@ -360,7 +360,7 @@ fn the_deny_cache_decides_as_redis_with_tiers_and_a_change(kind: Kind) {
     at(&clock, 0);
     let free = Quota::per_minute(3).unwrap();
     let pro = Quota::per_minute(6).unwrap();
-    let raised = Quota::per_minute(6).unwrap();
+    let raised = Quota::per_minute(4).unwrap();
     let mut steps = vec![];
     steps.extend([Step::With("pro", pro); 8]);
     steps.extend([Step::Check("free"); 5]);
@@ -368,7 +368,7 @@ fn the_deny_cache_decides_as_redis_with_tiers_and_a_change(kind: Kind) {
     steps.push(Step::Change(raised, Carry::AsIs));
     steps.extend([Step::Check("free"); 3]);
     steps.extend([Step::With("pro", pro); 2]);
-    steps.extend([Step::At(15), Step::Check("free"), Step::Check("free")]);
+    steps.extend([Step::At(20), Step::Check("free"), Step::Check("free")]);
     let build = |name: &str, mode: Mode| {
         let connection = target.runtime.block_on(target.reconnect());
         RedisLimiter::builder(name, free)
@@ -395,14 +395,15 @@ fn the_deny_cache_decides_as_redis_with_tiers_and_a_change(kind: Kind) {
             vec![(false, s(20), 3, 0), (false, s(20), 3, 0)],
             // At 5 s.
             vec![(false, s(5), 6, 0), (false, s(15), 3, 0)],
-            // Raised to 6 as is, 5 s in: free owed 55 s of 60, a quarter
-            // unit free, kept as is: 57.5 s owed of the new 60, so 7.5 s
-            // to wait (pro is not carried: its stamp is its own quota's).
-            vec![(false, ms(7_500), 6, 0), (false, ms(7_500), 6, 0)],
-            vec![(false, ms(7_500), 6, 0)],
+            // Raised to 4 (15 s intervals) as is, 5 s in: free owed 55 s of
+            // 60, a quarter unit free, kept as is: 56.25 s owed of the new
+            // 60, so 11.25 s to wait. Pro, a tier, is not carried (its
+            // stamp is its own quota's): still 5 s.
+            vec![(false, ms(11_250), 4, 0), (false, ms(11_250), 4, 0)],
+            vec![(false, ms(11_250), 4, 0)],
             vec![(false, s(5), 6, 0), (false, s(5), 6, 0)],
-            // At 15 s: one refilled, owing 57.5 s again.
-            vec![(true, s(0), 6, 0), (false, ms(7_500), 6, 0)],
+            // At 20 s: one refilled, owing 56.25 s again.
+            vec![(true, s(0), 4, 0), (false, ms(11_250), 4, 0)],
         ]
         .concat()
     );
@@ -411,7 +412,7 @@ fn the_deny_cache_decides_as_redis_with_tiers_and_a_change(kind: Kind) {
     // Local denials (an admission's reply teaches the key's arrival time
     // too): pro's 7th, 8th and 9th (at 5 s); free's 4th, 5th and 6th (at
     // 5 s); after the change (which forgot both keys), every denial after
-    // each key's first check, and the one after the admission at 15 s.
+    // each key's first check, and the one after the admission at 20 s.
     assert_eq!(cached.remote_calls(), checks - 10);
 }
 

@@ -38,7 +38,7 @@ use std::cell::Cell;
 use std::fmt;
 use std::num::{NonZeroU64, NonZeroUsize};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, TryLockError};
 use std::time::Duration;
 
 use super::offset::{Offset, RemoteClock};
@@ -103,24 +103,45 @@ pub(crate) struct Judge<P> {
     /// The judges of other quotas, each made by the first check that
     /// carries its quota, in the first free slot (empty in those judges).
     tiers: Box<[OnceLock<Judge<P>>]>,
+    /// Held, by `try_lock` only, by the check making a judge: no check
+    /// waits on another's making one (a check runs inside the table's read
+    /// section, where a wait would hold reclamation back); one that finds
+    /// a judge being made asks the remote instead.
+    making: Mutex<()>,
 }
 
 impl<P: Copy> Judge<P> {
     /// The judge of `quota` for checks of this generation: its own, or
-    /// one of the other quotas' (`None` when every slot holds another).
+    /// one of the other quotas' (`None` when every slot holds another, or
+    /// while another check makes one).
     fn for_tier(&self, quota: RemoteQuota) -> Option<&Self> {
         if self.rules.quota() == quota {
             return Some(self);
         }
-        self.tiers.iter().find_map(|slot| {
-            let judge = slot.get_or_init(|| Judge {
-                rules: self.rules.decided_by(quota),
-                clocks: Arc::clone(&self.clocks),
-                payload: self.payload,
-                tiers: Box::new([]),
-            });
-            (judge.rules.quota() == quota).then_some(judge)
-        })
+        for slot in &self.tiers {
+            let judge = if let Some(judge) = slot.get() {
+                judge
+            } else {
+                let _making = match self.making.try_lock() {
+                    Ok(making) => making,
+                    Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                    Err(TryLockError::WouldBlock) => return None,
+                };
+                // No other check initializes a slot without the lock: this
+                // never waits.
+                slot.get_or_init(|| Judge {
+                    rules: self.rules.decided_by(quota),
+                    clocks: Arc::clone(&self.clocks),
+                    payload: self.payload,
+                    tiers: Box::new([]),
+                    making: Mutex::new(()),
+                })
+            };
+            if judge.rules.quota() == quota {
+                return Some(judge);
+            }
+        }
+        None
     }
 }
 
@@ -150,6 +171,7 @@ impl<P: Copy + Default + Send + Sync + 'static> Algorithm for Judge<P> {
             }),
             payload: P::default(),
             tiers: Box::new([]),
+            making: Mutex::new(()),
         }
     }
 
@@ -206,36 +228,58 @@ impl<P: Copy + Default + Send + Sync + 'static> Algorithm for Judge<P> {
     }
 }
 
-/// A peek under the generation's own quota that notes the payload of the
-/// generation it was last chosen in: the one that decided.
-struct Noting<P> {
-    payload: Cell<Option<P>>,
+/// A peek under `under`, noting the quota and payload of the judge it was
+/// last chosen: the generation's that decided.
+struct Noted<'u, U, P> {
+    under: &'u U,
+    noted: Cell<Option<(RemoteQuota, P)>>,
 }
 
-impl<P: Copy + Default + Send + Sync + 'static> Under<Judge<P>> for Noting<P> {
-    type Chosen<'g> = &'g Judge<P>;
+impl<'u, U, P> Noted<'u, U, P> {
+    fn new(under: &'u U) -> Self {
+        Self {
+            under,
+            noted: Cell::new(None),
+        }
+    }
+}
+
+impl<U, P> Under<Judge<P>> for Noted<'_, U, P>
+where
+    U: Under<Judge<P>>,
+    P: Copy + Default + Send + Sync + 'static,
+{
+    type Chosen<'g> = U::Chosen<'g>;
 
     #[inline]
-    fn choose<'g>(&self, generation: &'g Generation<Judge<P>>) -> Result<&'g Judge<P>, CheckError> {
-        let judge = generation.algorithm();
-        self.payload.set(Some(judge.payload));
+    fn choose<'g>(
+        &self,
+        generation: &'g Generation<Judge<P>>,
+    ) -> Result<U::Chosen<'g>, CheckError> {
+        let judge = self.under.choose(generation)?;
+        self.noted.set(Some((judge.rules.quota(), judge.payload)));
         Ok(judge)
     }
 }
 
 /// A check under a quota of its own: decided by its generation's judge of
-/// that quota ([`Judge::for_tier`]).
-struct Tier(RemoteQuota);
+/// that quota ([`Judge::for_tier`]). Without one, it notes the
+/// generation's payload, for the ask that the check becomes.
+struct Tier<P> {
+    quota: RemoteQuota,
+    unjudged: Cell<Option<P>>,
+}
 
-impl<P: Copy + Default + Send + Sync + 'static> Under<Judge<P>> for Tier {
+impl<P: Copy + Default + Send + Sync + 'static> Under<Judge<P>> for Tier<P> {
     type Chosen<'g> = &'g Judge<P>;
 
     #[inline]
     fn choose<'g>(&self, generation: &'g Generation<Judge<P>>) -> Result<&'g Judge<P>, CheckError> {
-        generation
-            .algorithm()
-            .for_tier(self.0)
-            .ok_or(CheckError::Layout(LayoutError::Unsupported))
+        let own = generation.algorithm();
+        own.for_tier(self.quota).ok_or_else(|| {
+            self.unjudged.set(Some(own.payload));
+            CheckError::Layout(LayoutError::Unsupported)
+        })
     }
 }
 
@@ -537,6 +581,7 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
             clocks: Arc::clone(clocks),
             payload,
             tiers: std::iter::repeat_with(OnceLock::new).take(TIERS).collect(),
+            making: Mutex::new(()),
         })
     }
 
@@ -591,7 +636,9 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
     }
 
     /// [`check`](LocalView::check), a decision taken here handed to
-    /// `decided` with the payload of the quota that took it.
+    /// `decided` with the payload of the generation that took it (the
+    /// payload of the view's quota then: a check under another quota,
+    /// [`check_under_then`](LocalView::check_under_then), gets it too).
     ///
     /// # Errors
     ///
@@ -634,9 +681,20 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
         decided: impl Fn(Decision, &P) -> R,
     ) -> Result<Local<'_, K, P, R>, CheckError> {
         validate_cost(cost, quota.burst)?;
-        match self.decide(key, cost, &Tier(quota), decided) {
-            // Every slot holds another quota: asked.
-            Err(CheckError::Layout(_)) => Ok(Local::Ask(self.unclaimed(cost, Some(quota)))),
+        let tier = Tier {
+            quota,
+            unjudged: Cell::new(None),
+        };
+        match self.decide(key, cost, &tier, decided) {
+            // No judge of its quota (every slot holds another, or one is
+            // being made): asked, under the payload the check found.
+            Err(CheckError::Layout(_)) => {
+                let payload = tier
+                    .unjudged
+                    .get()
+                    .unwrap_or_else(|| self.store.generation().algorithm().payload);
+                Ok(Local::Ask(self.ask(None, cost, 0, 0, quota, payload)))
+            }
             decided => decided,
         }
     }
@@ -681,7 +739,7 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
         Ok(match finished {
             Finished::Decided(decided) => Local::Decided(decided),
             Finished::Missed(Miss::Unclaimed, decided) => {
-                Local::Ask(self.ask(None, cost, 0, 0, *decided))
+                Local::Ask(self.ask(None, cost, 0, 0, decided.rules.quota(), decided.payload))
             }
             Finished::Missed(Miss::Claim { word, class, back }, decided) => {
                 Local::Ask(self.claimed(key, cost, word, class, back, *decided))
@@ -704,12 +762,10 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
         let Some(recent_ns) = self.recent_ns() else {
             return Ok(None);
         };
-        let noted = Noting {
-            payload: Cell::new(None),
-        };
+        let noted = Noted::new(&Own);
         let decision = self.store.peek(key, &noted, recent_ns, cost)?;
-        Ok(match (Miss::carried_by(&decision), noted.payload.get()) {
-            (None, Some(payload)) => Some((decision, payload)),
+        Ok(match (Miss::carried_by(&decision), noted.noted.get()) {
+            (None, Some((_, payload))) => Some((decision, payload)),
             _ => None,
         })
     }
@@ -772,66 +828,44 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
         cost: u32,
         under: &U,
     ) -> Result<Local<'_, K, P, R>, CheckError> {
-        // Rare (before the first round trip, or a key the table cannot
-        // hold): the generation's lock is taken.
+        // Before the first round trip, or a key the table cannot hold:
+        // the generation's lock is taken.
         let generation = self.store.generation();
         match under.choose(&generation) {
             Ok(judge) => {
                 validate_cost(cost, judge.rules.burst)?;
-                let decided = Decided {
-                    number: generation.number(),
-                    rules: judge.rules,
-                    payload: judge.payload,
-                };
-                Ok(Local::Ask(self.ask(None, cost, 0, 0, decided)))
+                let (quota, payload) = (judge.rules.quota(), judge.payload);
+                Ok(Local::Ask(self.ask(None, cost, 0, 0, quota, payload)))
             }
             Err(error) => Err(error),
         }
     }
 
-    /// A check of `quota` (or of the view's own) asked without a claim, of
-    /// the generation new checks decide by.
-    fn unclaimed(&self, cost: u32, quota: Option<RemoteQuota>) -> Ask<'_, K, P> {
-        let generation = self.store.generation();
-        let own = generation.algorithm();
-        let rules = quota.map_or(own.rules, |quota| own.rules.decided_by(quota));
-        self.ask(
-            None,
-            cost,
-            0,
-            0,
-            Decided {
-                number: generation.number(),
-                rules,
-                payload: own.payload,
-            },
-        )
-    }
-
-    /// An ask of `cost` units under `decided`'s rules, holding `claim`
+    /// An ask of `cost` units under `quota` (with its generation's
+    /// `payload`), holding `claim` (made in the generation it numbers)
     /// when given, for a lease of size `class` (of `want` units beyond
-    /// the cost), giving back `give_back`.
+    /// the cost).
     fn ask(
         &self,
-        claim: Option<(K, Knowledge, Knowledge)>,
+        claim: Option<(K, Knowledge, Knowledge, NonZeroU64)>,
         cost: u32,
         class: u32,
         want: u32,
-        decided: Decided<P>,
+        quota: RemoteQuota,
+        payload: P,
     ) -> Ask<'_, K, P> {
         Ask {
             view: self,
             asked: Box::new(Asked {
-                claim: claim
-                    .map(|(key, claimed, replaced)| (key, claimed, replaced, decided.number)),
+                claim,
                 class,
                 request: LeaseRequest {
                     cost,
                     want,
                     give_back: None,
                 },
-                quota: decided.rules.quota(),
-                payload: decided.payload,
+                quota,
+                payload,
                 // Read after the claim: the ask is sent no earlier.
                 sent_ns: self.sending(),
             }),
@@ -883,11 +917,13 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
                 key.to_owned(),
                 Knowledge(claimed),
                 Knowledge(replaced.pack()),
+                decided.number,
             )),
             cost,
             class,
             want,
-            decided,
+            rules.quota(),
+            decided.payload,
         );
         ask.asked.request.give_back = (units > 0).then_some(GiveBack { end_us, units });
         ask
