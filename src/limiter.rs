@@ -454,7 +454,9 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     ///
     /// A receipt of another limiter (or made by hand) gives back nothing.
     /// One of this limiter's used with another key would take that key's
-    /// units: a receipt belongs to its key.
+    /// units: a receipt belongs to its key (and to the key as it was: one
+    /// whose `Hash` or `Eq` changed since gives the units to whichever key
+    /// it now equals).
     ///
     /// Between the admission and its refund, other checks of the key see
     /// it charged: they may be denied where they would not have been
@@ -530,7 +532,11 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     /// carried unchanged.)
     ///
     /// It takes each shard's lock in turn and rebuilds the shard (the
-    /// lock-free store) or rewrites its states: a pass over every key.
+    /// lock-free store) or rewrites its states: a pass over every key. On
+    /// the lock-free store, retiring a locked cell (the token bucket's and
+    /// the sliding log's) takes the cell's own lock, so a thread stalled
+    /// inside such a key's check, or a refund's clock reading that blocks,
+    /// holds the change, and the shard's new keys, until it goes on.
     /// [`quota`](RateLimiter::quota) answers the old quota until it
     /// returns.
     ///

@@ -232,11 +232,21 @@ impl Counts {
             self.evicted.load(Ordering::Relaxed),
         ];
         // Held while the recorder is told, so that two publications of one
-        // limiter hand it each count once.
-        let mut published = self
+        // limiter hand it each count once; the totals are recorded as
+        // published before the recorder runs, so that one that panics
+        // loses a publication rather than handing the next one it again.
+        let mut held = self
             .published
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        let keys = keys.map(|keys| keys as u64);
+        let published = std::mem::replace(
+            &mut *held,
+            Published {
+                totals,
+                keys: keys.unwrap_or(0),
+            },
+        );
         let name = &self.name;
         let since = |index: usize| totals[index].wrapping_sub(published.totals[index]);
         for (outcome, checks, units) in [("admitted", 0, 1), ("denied", 2, 3)] {
@@ -250,7 +260,6 @@ impl Counts {
                 .increment(since(index));
         }
         counter!("tollgate_evictions_total", "limiter" => name.clone()).increment(since(6));
-        let keys = keys.map(|keys| keys as u64);
         if let Some(keys) = keys {
             let stored = gauge!("tollgate_keys", "limiter" => name.clone());
             #[allow(clippy::cast_precision_loss)] // a gauge is an f64
@@ -260,10 +269,6 @@ impl Counts {
                 stored.decrement((published.keys - keys) as f64);
             }
         }
-        *published = Published {
-            totals,
-            keys: keys.unwrap_or(0),
-        };
     }
 }
 
@@ -276,9 +281,15 @@ impl Drop for Counts {
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
         if published.keys > 0 {
-            #[allow(clippy::cast_precision_loss)] // a gauge is an f64
-            gauge!("tollgate_keys", "limiter" => self.name.clone())
-                .decrement(published.keys as f64);
+            // A recorder's panic stops here: the limiter may be dropped
+            // while another panic unwinds, where a second would abort.
+            let (name, keys) = (&self.name, published.keys);
+            drop(std::panic::catch_unwind(std::panic::AssertUnwindSafe(
+                || {
+                    #[allow(clippy::cast_precision_loss)] // a gauge is an f64
+                    gauge!("tollgate_keys", "limiter" => name.clone()).decrement(keys as f64);
+                },
+            )));
         }
     }
 }

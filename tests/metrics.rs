@@ -9,7 +9,8 @@ mod contention;
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -184,4 +185,53 @@ fn a_limiter_without_a_name_counts_nothing() {
     let captured = Captured::default();
     metrics::with_local_recorder(&captured, || limiter.publish_metrics());
     assert!(captured.0.lock().unwrap().is_empty());
+}
+
+/// A recorder that panics part-way through a publication loses it rather
+/// than handing the next publication its counts again: `Captured`, whose first registration of `tollgate_evictions_total`
+/// panics (a recorder whose registry is momentarily full, a bug, ...).
+#[derive(Default)]
+struct FailsOnce {
+    captured: Captured,
+    failed: AtomicBool,
+}
+
+impl Recorder for FailsOnce {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, meta: &Metadata<'_>) -> Counter {
+        if key.name() == "tollgate_evictions_total" && !self.failed.swap(true, Ordering::SeqCst) {
+            panic!("recorder failure");
+        }
+        self.captured.register_counter(key, meta)
+    }
+    fn register_gauge(&self, key: &Key, meta: &Metadata<'_>) -> Gauge {
+        self.captured.register_gauge(key, meta)
+    }
+    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::noop()
+    }
+}
+
+#[test]
+fn a_recorder_panic_does_not_double_count_the_next_publication() {
+    let limiter = Builder::new(Quota::per_hour(100).unwrap())
+        .clock(ManualClock::new())
+        .metrics("flaky")
+        .build::<u64>();
+    assert!(limiter.check(&1).unwrap().is_allowed());
+    let recorder = FailsOnce::default();
+    metrics::with_local_recorder(&recorder, || {
+        let first = catch_unwind(AssertUnwindSafe(|| limiter.publish_metrics()));
+        assert!(first.is_err());
+        limiter.publish_metrics();
+    });
+    // One check was admitted (the code before handed it over twice).
+    assert_eq!(
+        recorder
+            .captured
+            .counter("tollgate_checks_total{limiter=flaky,outcome=admitted}"),
+        1
+    );
 }

@@ -867,3 +867,167 @@ fn a_panicking_shard_does_not_stop_compaction_of_the_others() {
     assert_eq!(limiter.evict_idle(), 0);
     assert_eq!(FRAGILE_LIVE.get(), 1);
 }
+
+/// A quota change whose clock panics after the per-key store retired its
+/// cells, and one whose replaced states' `Drop` panics on a mutex store:
+/// each leaves every key live and under one generation.
+mod changes {
+    use std::cell::Cell;
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    use tollgate::algorithm::{Algorithm, Carry, CarryAt, Gcra, GcraState, Verdict};
+    use tollgate::cell::{CellFor, Locked, Preferred};
+    use tollgate::clock::{Clock, ManualClock};
+    use tollgate::store::{GlobalMutex, PerKey};
+    use tollgate::{Builder, CheckError, LayoutError, Quota};
+
+    /// A manual clock whose `n`-th reading from now on panics.
+    struct Flaky {
+        inner: ManualClock,
+        readings: AtomicU64,
+        panic_at: AtomicU64,
+    }
+
+    impl Clock for Flaky {
+        fn now_ns(&self) -> u64 {
+            let n = self.readings.fetch_add(1, Ordering::SeqCst);
+            if n == self.panic_at.load(Ordering::SeqCst) {
+                panic!("clock source unavailable");
+            }
+            self.inner.now_ns()
+        }
+        fn ordered(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_clock_panicking_mid_change_leaves_per_key_cells_live() {
+        let clock = Arc::new(Flaky {
+            inner: ManualClock::new(),
+            readings: AtomicU64::new(0),
+            panic_at: AtomicU64::new(u64::MAX),
+        });
+        let limiter = Arc::new(
+            Builder::new(Quota::per_minute(10).unwrap())
+                .clock(Arc::clone(&clock))
+                .store(PerKey::new())
+                .build::<String>(),
+        );
+        assert!(limiter.check("alice").unwrap().is_allowed());
+        // set_quota reads the clock in `check_carries` (1st) and again once
+        // every cell is retired (2nd): panic on the 2nd.
+        let next = clock.readings.load(Ordering::SeqCst) + 1;
+        clock.panic_at.store(next, Ordering::SeqCst);
+        let changed = catch_unwind(AssertUnwindSafe(|| {
+            limiter.set_quota(Quota::per_minute(20).unwrap(), Carry::AsIs)
+        }));
+        assert!(changed.is_err(), "the clock's panic reaches the caller");
+        clock.panic_at.store(u64::MAX, Ordering::SeqCst);
+
+        // "alice" is under exactly one generation (the old: the change did not
+        // happen) and is decided; before the fix every cell stayed retired
+        // and linked, and the check looped for ever.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let checker = Arc::clone(&limiter);
+        std::thread::spawn(move || {
+            let _ = tx.send(checker.check("alice").map(|d| d.is_allowed()));
+        });
+        let decided = rx.recv_timeout(Duration::from_secs(2));
+        assert!(decided.is_ok(), "a check of a stored key never returns");
+        // And a second change goes through (it found retired cells before).
+        assert!(
+            limiter
+                .set_quota(Quota::per_minute(20).unwrap(), Carry::AsIs)
+                .is_ok()
+        );
+    }
+
+    thread_local! {
+        static ARMED: Cell<bool> = const { Cell::new(false) };
+    }
+
+    #[derive(Debug)]
+    struct Fragile(Gcra);
+
+    #[derive(Debug, Default)]
+    struct FragileState(GcraState);
+
+    impl Drop for FragileState {
+        fn drop(&mut self) {
+            // Only a used state (the one key's): the fresh states the change
+            // makes and drops first (`check_carries`) pass.
+            if ARMED.get() && self.0.tat_ns() > 0 {
+                ARMED.set(false); // once: a second would abort the test binary
+                panic!("state drop");
+            }
+        }
+    }
+
+    impl Algorithm for Fragile {
+        type State = FragileState;
+        type Admission = GcraState;
+        fn from_quota(quota: &Quota) -> Self {
+            Self(Gcra::from_quota(quota))
+        }
+        fn for_quota(&self, quota: &Quota) -> Result<Self, LayoutError> {
+            self.0.for_quota(quota).map(Self)
+        }
+        fn carry(
+            &self,
+            to: &Self,
+            carry: Carry,
+            state: &FragileState,
+            at: CarryAt,
+        ) -> Option<FragileState> {
+            self.0.carry(&to.0, carry, &state.0, at).map(FragileState)
+        }
+        fn capacity(&self) -> u32 {
+            self.0.capacity()
+        }
+        fn decide(
+            &self,
+            state: &FragileState,
+            now_ns: u64,
+            cost: u32,
+        ) -> Result<Verdict<GcraState>, CheckError> {
+            self.0.decide(&state.0, now_ns, cost)
+        }
+        fn admit(&self, state: &mut FragileState, admission: GcraState) {
+            self.0.admit(&mut state.0, admission);
+        }
+        fn is_idle(&self, state: &FragileState, now_ns: u64) -> bool {
+            self.0.is_idle(&state.0, now_ns)
+        }
+        fn rest_ns(&self) -> u64 {
+            self.0.rest_ns()
+        }
+    }
+
+    impl CellFor<Fragile> for Preferred {
+        type Cell = Locked<Fragile>;
+    }
+
+    #[test]
+    fn a_replaced_state_s_drop_does_not_reach_set_quota() {
+        let limiter = Builder::new(Quota::per_minute(10).unwrap())
+            .algorithm::<Fragile>()
+            .clock(ManualClock::new())
+            .store(GlobalMutex)
+            .build::<u64>();
+        // Admitted at 0: its TAT is one interval, above 0.
+        assert!(limiter.check(&1).unwrap().is_allowed());
+        ARMED.set(true);
+        let changed = catch_unwind(AssertUnwindSafe(|| {
+            limiter.set_quota(Quota::per_minute(20).unwrap(), Carry::AsIs)
+        }));
+        ARMED.set(false);
+        // Before the fix: the panic reached the caller, and quota() stayed 10
+        // a minute although the one shard was converted.
+        assert!(matches!(changed, Ok(Ok(()))));
+        assert_eq!(limiter.quota(), Quota::per_minute(20).unwrap());
+    }
+}

@@ -313,14 +313,9 @@ fn checked<A: Scripted>(
     carried: Option<Result<Quota, ConfigError>>,
 ) -> Option<(Decision, Quota)> {
     let (decision, quota) = match carried {
-        None => (
-            if peek {
-                local.peek(key)
-            } else {
-                local.check_n(key, cost)
-            },
-            local.quota(),
-        ),
+        // The quota that decided, across a change of the share.
+        None if !peek => return local.check_n_quoted(key, cost, None).ok(),
+        None => (local.peek(key), local.quota()),
         Some(share) => {
             let share = share.ok()?;
             (

@@ -95,10 +95,14 @@ impl Metrics {
             opened,
             closed,
         ];
-        let mut published = self
-            .published
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        // Recorded as published before the recorder runs (see `Counts::publish`).
+        let published = std::mem::replace(
+            &mut *self
+                .published
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+            totals,
+        );
         let since = |index: usize| totals[index].wrapping_sub(published[index]);
         let name = &self.name;
         counter!("tollgate_redis_local_decisions_total", "limiter" => name.clone())
@@ -119,7 +123,6 @@ impl Metrics {
         } else {
             0.0
         });
-        *published = totals;
     }
 }
 

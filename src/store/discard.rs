@@ -110,6 +110,15 @@ pub(super) fn drop_pair<K, V>(key: K, value: V) -> Option<Box<dyn Any + Send>> {
     key.err().or(value.err())
 }
 
+/// Drops `items` one at a time, each under its own `catch_unwind`, and
+/// discards their panics: what a change replaced (the store is consistent
+/// and the change done; no caller the panic belongs to).
+pub(super) fn discard_each<T>(items: Vec<T>) {
+    for item in items {
+        drop(catch_unwind(AssertUnwindSafe(move || drop(item))));
+    }
+}
+
 /// Resumes the first panic a store caught while dropping its keys, once
 /// every key is dropped: it reaches whoever dropped the store. Unless a panic
 /// is unwinding already: a second would abort, so this one is discarded.

@@ -83,7 +83,7 @@ use std::fmt::Debug;
 use std::hash::Hash;
 use std::num::NonZeroUsize;
 
-use self::discard::{Discard, Discarded, drop_pair, resume_first_panic};
+use self::discard::{Discard, Discarded, discard_each, drop_pair, resume_first_panic};
 #[cfg(not(feature = "shuttle"))]
 pub use lock_free::LockFree;
 pub use mutex::{GlobalMutex, Sharded};
@@ -117,7 +117,11 @@ use crate::quota::Quota;
 ///
 /// As for any `HashMap` key, a key whose `Hash` or `Eq` changes while it is
 /// stored (through interior mutability) is a logic error: the decisions for
-/// it are unspecified, but never unsound, and other keys are unaffected.
+/// it are unspecified, but never unsound, and other keys' checks are
+/// unaffected. One exception: a receipt given back
+/// ([`RateLimiter::refund`](crate::RateLimiter::refund)) through such a key
+/// gives its units to whichever key it now equals, as a receipt given back
+/// with another key does.
 pub trait Key: Hash + Eq + Clone + Send + Sync + 'static {}
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> Key for K {}

@@ -15,7 +15,7 @@ use super::kit::{
 };
 use super::{
     ChangeError, Discard, Discarded, Generation, Key, KeyCap, Lookup, Store, StoreKind, Under,
-    default_shards, drop_pair, resume_first_panic, shard_index,
+    default_shards, discard_each, drop_pair, resume_first_panic, shard_index,
 };
 use crate::algorithm::{Algorithm, Carry, CarryAt};
 use crate::decision::Decision;
@@ -425,9 +425,10 @@ impl<K: Key, A: Algorithm> Store<K, A> for MutexStore<K, A> {
                 .map(|(state, carried)| std::mem::replace(state, carried))
                 .collect();
             *generation = Arc::clone(&to);
-            // The replaced states' `Drop` (user code) after the lock.
+            // The replaced states' `Drop` (user code) after the lock, each
+            // on its own: a panic there changes nothing.
             drop(guard);
-            drop(replaced);
+            discard_each(replaced);
         }
         *lock(&self.current) = to;
         Ok(())

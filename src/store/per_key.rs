@@ -13,7 +13,7 @@ use super::kit::{
 };
 use super::mutex::{Entry, Table};
 use super::{
-    ChangeError, Discarded, Generation, Key, KeyCap, Lookup, Store, StoreKind, Under,
+    ChangeError, Discarded, Generation, Key, KeyCap, Lookup, Store, StoreKind, Under, discard_each,
     resume_first_panic,
 };
 use crate::algorithm::{Algorithm, Carry, CarryAt};
@@ -344,11 +344,11 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
             })
             .collect();
         // Every cell is retired: the states are frozen, and the instant and
-        // the strategy are read now. The algorithm's code: a panic keeps
-        // every moved state in its generation.
-        let carry = carry_for(generation, &to, carry);
-        let at = at();
+        // the strategy are read now. The clock's and the algorithm's code: a
+        // panic keeps every moved state in its generation.
         let carried = catch_unwind(AssertUnwindSafe(|| {
+            let carry = carry_for(generation, &to, carry);
+            let at = at();
             moved
                 .iter()
                 .map(|cell| {
@@ -376,7 +376,8 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
         }
         *generation = to;
         drop(in_table);
-        drop(replaced);
+        // Each on its own: a panic in a state's `Drop` changes nothing.
+        discard_each(replaced);
         Ok(())
     }
 
