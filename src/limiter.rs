@@ -859,6 +859,64 @@ impl<A: Algorithm, C: Clock, P: CellFor<A>> DirectLimiter<A, C, P> {
     pub fn quota(&self) -> &Quota {
         &self.quota
     }
+
+    /// Replaces the quota, the budget's state carried over by `carry`, as
+    /// [`RateLimiter::set_quota`] carries each key's.
+    ///
+    /// It takes `&mut self`: a direct limiter is one cell, and its checks
+    /// reach it with no indirection a change could swap, so a change needs
+    /// the limiter to itself (no check, reservation or receipt can be in
+    /// flight). A limiter shared between threads changes through a keyed
+    /// limiter instead, keyed by `()`, whose `set_quota` takes `&self`.
+    /// Receipts made before the change give nothing back after it.
+    ///
+    /// ```
+    /// use tollgate::algorithm::Carry;
+    /// use tollgate::clock::ManualClock;
+    /// use tollgate::{Builder, Quota};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut limiter = Builder::new(Quota::per_minute(3)?)
+    ///     .clock(ManualClock::new())
+    ///     .build_direct();
+    /// assert!(limiter.check()?.is_allowed());
+    /// // One of 3 used, 2 free; as is, 2 stay free, now of 6.
+    /// limiter.set_quota(Quota::per_minute(6)?, Carry::AsIs)?;
+    /// assert_eq!(limiter.quota().burst(), 6);
+    /// assert!(limiter.check()?.is_allowed());
+    /// assert!(limiter.check()?.is_allowed());
+    /// assert!(!limiter.check()?.is_allowed());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ChangeError::Layout`] for a quota the state cannot be read by (the
+    /// window algorithms keep their burst window) and
+    /// [`ChangeError::Unsupported`] for an algorithm that does not carry
+    /// states. Nothing changes on error.
+    ///
+    /// # Panics
+    ///
+    /// If the clock, or the algorithm's code while carrying the state,
+    /// panics (never the crate's algorithms); nothing has changed then.
+    pub fn set_quota(&mut self, quota: Quota, carry: Carry) -> Result<(), ChangeError> {
+        let algorithm = self.algorithm.for_quota(&quota)?;
+        let at = CarryAt {
+            now_ns: self.clock.now_ns(),
+            disorder_ns: self.clock.disorder_ns(),
+        };
+        let cell = self
+            .cell
+            .carried(&self.algorithm, &algorithm, carry, at)
+            .ok_or(ChangeError::Unsupported)?;
+        self.cell = cell;
+        self.algorithm = algorithm;
+        self.quota = quota;
+        self.issuer = crate::sync::next_issuer();
+        Ok(())
+    }
 }
 
 impl<A: Algorithm, C: Clock, P: CellFor<A>> fmt::Debug for DirectLimiter<A, C, P> {

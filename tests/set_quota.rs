@@ -13,6 +13,7 @@ use tollgate::algorithm::{
     Algorithm, Carry, FixedWindow, Gcra, Refund, SlidingWindowCounter, SlidingWindowLog,
     TokenBucket,
 };
+use tollgate::cell::{CellFor, Preferred};
 use tollgate::clock::ManualClock;
 use tollgate::store::{ChangeError, GlobalMutex, LockFree, PerKey, Sharded, StoreKind};
 use tollgate::{Builder, LayoutError, Quota, RateLimiter};
@@ -68,15 +69,41 @@ fn after_change<A: Algorithm, S: StoreKind<String, A>>(
     (drain(&limiter, "used"), drain(&limiter, "fresh"))
 }
 
-/// Every strategy on every store, for one algorithm: `raised` and `cut`
-/// are what "used" can take after 10 → 20 and 10 → 5, as (as is,
-/// proportional, unchanged).
+/// What a direct limiter of 10 a minute that took 4 units can take after
+/// a change to `to` by `carry`.
+fn after_direct_change<A: Algorithm>(to: u32, carry: Carry) -> u32
+where
+    Preferred: CellFor<A>,
+{
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(3_600));
+    let mut limiter = Builder::new(per_minute(10))
+        .algorithm::<A>()
+        .clock(clock)
+        .build_direct();
+    for _ in 0..4 {
+        assert!(limiter.check().unwrap().is_allowed());
+    }
+    limiter.set_quota(per_minute(to), carry).unwrap();
+    assert_eq!(*limiter.quota(), per_minute(to));
+    let mut admitted = 0;
+    while limiter.check().unwrap().is_allowed() {
+        admitted += 1;
+        assert!(admitted <= 1_000, "a limiter that never denies");
+    }
+    admitted
+}
+
+/// Every strategy on every store, and on a direct limiter, for one
+/// algorithm: `raised` and `cut` are what "used" can take after 10 → 20
+/// and 10 → 5, as (as is, proportional, unchanged).
 fn strategies<A: Algorithm>(raised: [u32; 3], cut: [u32; 3])
 where
     LockFree: StoreKind<String, A>,
     PerKey: StoreKind<String, A>,
     Sharded: StoreKind<String, A>,
     GlobalMutex: StoreKind<String, A>,
+    Preferred: CellFor<A>,
 {
     let carries = [Carry::AsIs, Carry::Proportional, Carry::Unchanged];
     for (index, carry) in carries.into_iter().enumerate() {
@@ -95,6 +122,12 @@ where
                     std::any::type_name::<A>()
                 );
             }
+            assert_eq!(
+                after_direct_change::<A>(to, carry),
+                expected,
+                "{} → {to} by {carry:?}, direct",
+                std::any::type_name::<A>()
+            );
         }
     }
 }
@@ -312,6 +345,40 @@ fn receipts_do_not_cross_a_change() {
     assert_eq!(limiter.refund("used", receipt.unwrap()), Refund::Nothing);
     // 5 of 10 used, as is: 5 left.
     assert_eq!(drain(&limiter, "used"), 5);
+}
+
+/// A direct limiter's receipts do not cross its change either, and its
+/// window algorithms keep their window.
+#[test]
+fn a_direct_limiter_s_receipts_and_window_stay_with_their_quota() {
+    let mut limiter = Builder::new(per_minute(10))
+        .clock(ManualClock::new())
+        .build_direct();
+    let (decision, receipt) = limiter.check_n_receipt(1).unwrap();
+    assert!(decision.is_allowed());
+    limiter.set_quota(per_minute(20), Carry::AsIs).unwrap();
+    assert_eq!(limiter.refund(receipt.unwrap()), Refund::Nothing);
+    // 1 of 10 used, as is: 9 left of 20.
+    let mut admitted = 0;
+    while limiter.check().unwrap().is_allowed() {
+        admitted += 1;
+    }
+    assert_eq!(admitted, 9);
+
+    let mut windowed = Builder::new(per_minute(10))
+        .algorithm::<FixedWindow>()
+        .clock(ManualClock::new())
+        .build_direct();
+    assert!(windowed.check().unwrap().is_allowed());
+    assert_eq!(
+        windowed.set_quota(Quota::per_second(10).unwrap(), Carry::AsIs),
+        Err(ChangeError::Layout(LayoutError::WindowDiffers {
+            limiter: Duration::from_secs(60),
+            quota: Duration::from_secs(1),
+        }))
+    );
+    assert_eq!(*windowed.quota(), per_minute(10));
+    assert_eq!(windowed.peek().unwrap().remaining(), 8);
 }
 
 /// A window algorithm keeps its window: another is refused, and nothing
