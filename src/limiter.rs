@@ -533,10 +533,12 @@ impl<K: Key, A: Algorithm, C: Clock, S: StoreKind<K, A>> RateLimiter<K, A, C, S>
     ///
     /// It takes each shard's lock in turn and rebuilds the shard (the
     /// lock-free store) or rewrites its states: a pass over every key. On
-    /// the lock-free store, retiring a locked cell (the token bucket's and
-    /// the sliding log's) takes the cell's own lock, so a thread stalled
-    /// inside such a key's check, or a refund's clock reading that blocks,
-    /// holds the change, and the shard's new keys, until it goes on.
+    /// the lock-free and per-key stores, retiring a locked cell (the token
+    /// bucket's and the sliding log's) takes the cell's own lock, so a
+    /// thread stalled inside such a key's check, or a refund's clock
+    /// reading that blocks, holds the change until it goes on, and with it
+    /// the shard's new keys (the lock-free store) or every key's lookup
+    /// (the per-key store, whose one table lock the change holds).
     /// [`quota`](RateLimiter::quota) answers the old quota until it
     /// returns.
     ///
@@ -865,10 +867,10 @@ impl<A: Algorithm, C: Clock, P: CellFor<A>> DirectLimiter<A, C, P> {
     ///
     /// It takes `&mut self`: a direct limiter is one cell, and its checks
     /// reach it with no indirection a change could swap, so a change needs
-    /// the limiter to itself (no check, reservation or receipt can be in
-    /// flight). A limiter shared between threads changes through a keyed
-    /// limiter instead, keyed by `()`, whose `set_quota` takes `&self`.
-    /// Receipts made before the change give nothing back after it.
+    /// the limiter to itself (no check or reservation can be in flight). A
+    /// limiter shared between threads changes through a keyed limiter
+    /// instead, keyed by `()`, whose `set_quota` takes `&self`. Receipts
+    /// made before the change give nothing back after it.
     ///
     /// ```
     /// use tollgate::algorithm::Carry;
@@ -900,7 +902,9 @@ impl<A: Algorithm, C: Clock, P: CellFor<A>> DirectLimiter<A, C, P> {
     /// # Panics
     ///
     /// If the clock, or the algorithm's code while carrying the state,
-    /// panics (never the crate's algorithms); nothing has changed then.
+    /// panics (never the crate's algorithms); nothing has changed then. A
+    /// panic in the old state's or algorithm's `Drop` is caught: the change
+    /// is made.
     pub fn set_quota(&mut self, quota: Quota, carry: Carry) -> Result<(), ChangeError> {
         let algorithm = self.algorithm.for_quota(&quota)?;
         let at = CarryAt {
@@ -911,10 +915,17 @@ impl<A: Algorithm, C: Clock, P: CellFor<A>> DirectLimiter<A, C, P> {
             .cell
             .carried(&self.algorithm, &algorithm, carry, at)
             .ok_or(ChangeError::Unsupported)?;
-        self.cell = cell;
-        self.algorithm = algorithm;
+        let old = (
+            std::mem::replace(&mut self.cell, cell),
+            std::mem::replace(&mut self.algorithm, algorithm),
+        );
         self.quota = quota;
         self.issuer = crate::sync::next_issuer();
+        // The old state's and algorithm's `Drop` once the change is whole:
+        // a panic there changes nothing.
+        drop(std::panic::catch_unwind(std::panic::AssertUnwindSafe(
+            move || drop(old),
+        )));
         Ok(())
     }
 }

@@ -219,6 +219,16 @@ impl Counts {
     /// and the change in `keys` stored (`None`: a store whose keys are not
     /// known here, as Redis's; no gauge).
     pub fn publish(&self, keys: Option<usize>) {
+        // Held while the totals are read and the recorder is told, so that
+        // two publications of one limiter hand it each count once, in
+        // order. The counters' totals are recorded as published before the
+        // recorder runs (one that panics loses a publication rather than
+        // handing the next one it again); the keys once the gauge has
+        // moved by them (it moves by differences: one lost would stay).
+        let mut held = self
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let sum = |field| self.sum(field);
         let admitted = sum(|slot| &slot.admitted);
         let denied = sum(|slot| &slot.denied);
@@ -231,24 +241,9 @@ impl Counts {
             self.refused_reclaiming.load(Ordering::Relaxed),
             self.evicted.load(Ordering::Relaxed),
         ];
-        // Held while the recorder is told, so that two publications of one
-        // limiter hand it each count once; the totals are recorded as
-        // published before the recorder runs, so that one that panics
-        // loses a publication rather than handing the next one it again.
-        let mut held = self
-            .published
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let keys = keys.map(|keys| keys as u64);
-        let published = std::mem::replace(
-            &mut *held,
-            Published {
-                totals,
-                keys: keys.unwrap_or(0),
-            },
-        );
+        let previous = std::mem::replace(&mut held.totals, totals);
         let name = &self.name;
-        let since = |index: usize| totals[index].wrapping_sub(published.totals[index]);
+        let since = |index: usize| totals[index].wrapping_sub(previous[index]);
         for (outcome, checks, units) in [("admitted", 0, 1), ("denied", 2, 3)] {
             counter!("tollgate_checks_total", "limiter" => name.clone(), "outcome" => outcome)
                 .increment(since(checks));
@@ -260,15 +255,19 @@ impl Counts {
                 .increment(since(index));
         }
         counter!("tollgate_evictions_total", "limiter" => name.clone()).increment(since(6));
-        if let Some(keys) = keys {
-            let stored = gauge!("tollgate_keys", "limiter" => name.clone());
-            #[allow(clippy::cast_precision_loss)] // a gauge is an f64
-            if keys > published.keys {
-                stored.increment((keys - published.keys) as f64);
-            } else {
-                stored.decrement((published.keys - keys) as f64);
+        held.keys = match keys.map(|keys| keys as u64) {
+            Some(keys) => {
+                let stored = gauge!("tollgate_keys", "limiter" => name.clone());
+                #[allow(clippy::cast_precision_loss)] // a gauge is an f64
+                if keys > held.keys {
+                    stored.increment((keys - held.keys) as f64);
+                } else {
+                    stored.decrement((held.keys - keys) as f64);
+                }
+                keys
             }
-        }
+            None => 0,
+        };
     }
 }
 

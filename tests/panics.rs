@@ -881,8 +881,8 @@ mod changes {
     use tollgate::algorithm::{Algorithm, Carry, CarryAt, Gcra, GcraState, Verdict};
     use tollgate::cell::{CellFor, Locked, Preferred};
     use tollgate::clock::{Clock, ManualClock};
-    use tollgate::store::{GlobalMutex, PerKey};
-    use tollgate::{Builder, CheckError, LayoutError, Quota};
+    use tollgate::store::{GlobalMutex, LockFree, PerKey, StoreKind};
+    use tollgate::{Builder, CheckError, LayoutError, Quota, RateLimiter};
 
     /// A manual clock whose `n`-th reading from now on panics.
     struct Flaky {
@@ -1029,5 +1029,94 @@ mod changes {
         // a minute although the one shard was converted.
         assert!(matches!(changed, Ok(Ok(()))));
         assert_eq!(limiter.quota(), Quota::per_minute(20).unwrap());
+    }
+
+    fn drain<C: Clock, S: StoreKind<u64, Fragile>>(
+        limiter: &RateLimiter<u64, Fragile, C, S>,
+        key: u64,
+    ) -> u32 {
+        let mut admitted = 0;
+        while limiter.check(&key).unwrap().is_allowed() {
+            admitted += 1;
+            assert!(admitted <= 1_000);
+        }
+        admitted
+    }
+
+    /// 10 a minute, key 1 took one unit at 0 (9 free), then a change to 20 as
+    /// is (9 stay free) whose old state's `Drop` panics.
+    fn changed_with_a_panicking_drop<S: StoreKind<u64, Fragile>>(
+        store: S,
+    ) -> (RateLimiter<u64, Fragile, ManualClock, S>, bool) {
+        let limiter = Builder::new(Quota::per_minute(10).unwrap())
+            .algorithm::<Fragile>()
+            .clock(ManualClock::new())
+            .store(store)
+            .build::<u64>();
+        assert!(limiter.check(&1).unwrap().is_allowed());
+        ARMED.set(true);
+        let changed = catch_unwind(AssertUnwindSafe(|| {
+            limiter.set_quota(Quota::per_minute(20).unwrap(), Carry::AsIs)
+        }));
+        ARMED.set(false);
+        (limiter, matches!(changed, Ok(Ok(()))))
+    }
+
+    /// Per-key: the old states are in the cells `retire_into_new` returned,
+    /// which the code before dropped at the end of `change` with no catch,
+    /// after the change: the panic reached `set_quota`, and `quota()` stayed 10
+    /// while every key (and every new key) was under 20.
+    #[test]
+    fn per_key_old_state_drop_panic_does_not_reach_set_quota() {
+        let (limiter, ok) = changed_with_a_panicking_drop(PerKey::new());
+        let quota = limiter.quota();
+        // Consistency, whatever happened: a fresh key gets quota().burst().
+        assert_eq!(drain(&limiter, 2), quota.burst(), "quota() says {quota:?}");
+        assert!(ok, "the replaced state's panic reached set_quota");
+    }
+
+    /// Lock-free: the code before dropped each moved cell as it installed the
+    /// carried one, inside the phase-3 catch: a panic at key i left keys
+    /// 0..=i carried to 20 but the table in the old generation (read by the old
+    /// GCRA: 4 free instead of 9), and reached `set_quota`.
+    #[test]
+    fn lock_free_old_state_drop_panic_leaves_no_half_carried_key() {
+        let (limiter, ok) = changed_with_a_panicking_drop(LockFree::default());
+        let quota = limiter.quota();
+        // 9 free under either quota (as is); a state carried to 20 read by the
+        // 10-a-minute GCRA (33 s of debt at 6 s a unit) gives 4.
+        assert_eq!(drain(&limiter, 1), 9, "quota() says {quota:?}");
+        assert!(ok, "the replaced state's panic reached set_quota");
+    }
+
+    /// Direct: the code before assigned the carried cell over the old one; the
+    /// old `Drop` panicked and the assignment still completed on unwinding, so
+    /// the carried cell was read by the old algorithm, under the old quota and
+    /// issuer.
+    #[test]
+    fn direct_old_state_drop_panic_changes_all_or_nothing() {
+        let mut limiter = Builder::new(Quota::per_minute(10).unwrap())
+            .algorithm::<Fragile>()
+            .clock(ManualClock::new())
+            .build_direct();
+        assert!(limiter.check().unwrap().is_allowed());
+        ARMED.set(true);
+        let changed = catch_unwind(AssertUnwindSafe(|| {
+            limiter.set_quota(Quota::per_minute(20).unwrap(), Carry::AsIs)
+        }));
+        ARMED.set(false);
+        let quota = *limiter.quota();
+        let mut admitted = 0;
+        while limiter.check().unwrap().is_allowed() {
+            admitted += 1;
+            assert!(admitted <= 1_000);
+        }
+        // 9 free of 10 (nothing changed) or of 20 (changed); 4 before the fix.
+        assert_eq!(
+            admitted,
+            9,
+            "quota() says {quota:?}, returned {:?}",
+            changed.is_ok()
+        );
     }
 }

@@ -79,6 +79,12 @@ impl Metrics {
     /// script calls so far, and the `breaker`'s state.
     pub(crate) fn publish(&self, calls: u64, breaker: &Breaker) {
         self.checks.publish(None);
+        // Held while the totals are read and the recorder is told (see
+        // `Counts::publish`); recorded as published before it runs.
+        let mut held = self
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let (open, opened, closed) = breaker.state();
         let errors = self
             .errors
@@ -95,14 +101,7 @@ impl Metrics {
             opened,
             closed,
         ];
-        // Recorded as published before the recorder runs (see `Counts::publish`).
-        let published = std::mem::replace(
-            &mut *self
-                .published
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-            totals,
-        );
+        let published = std::mem::replace(&mut *held, totals);
         let since = |index: usize| totals[index].wrapping_sub(published[index]);
         let name = &self.name;
         counter!("tollgate_redis_local_decisions_total", "limiter" => name.clone())

@@ -357,9 +357,10 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
                 })
                 .collect::<Vec<C>>()
         }));
-        let (cells, in_generation, panic) = match carried {
-            Ok(carried) => (carried, StdArc::clone(&to), None),
-            Err(panic) => (moved, StdArc::clone(generation), Some(panic)),
+        // On success the old states stay in `moved`, dropped below.
+        let (cells, old, in_generation, panic) = match carried {
+            Ok(carried) => (carried, moved, StdArc::clone(&to), None),
+            Err(panic) => (moved, Vec::new(), StdArc::clone(generation), Some(panic)),
         };
         let replaced: Vec<Arc<Keyed<A, C>>> = table
             .values_mut()
@@ -376,7 +377,9 @@ impl<K: Key, A: Algorithm, C: Cell<A>> Store<K, A> for PerKeyStore<K, A, C> {
         }
         *generation = to;
         drop(in_table);
-        // Each on its own: a panic in a state's `Drop` changes nothing.
+        // The old states (moved out of the retired cells), each on its own:
+        // a panic in a state's `Drop` changes nothing.
+        discard_each(old);
         discard_each(replaced);
         Ok(())
     }

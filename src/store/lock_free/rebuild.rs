@@ -32,7 +32,7 @@ use crate::algorithm::{Algorithm, Carry, CarryAt};
 use crate::cell::Cell;
 use crate::error::CheckError;
 use crate::store::kit::{carry_for, rested_at};
-use crate::store::{Discarded, Key};
+use crate::store::{Discarded, Key, discard_each};
 use crate::sync::canary::{self, Canary};
 use crate::sync::{Ordering, lock};
 
@@ -334,9 +334,15 @@ impl<A: Algorithm> Conversion<'_, A> {
                     .expect(CARRIES_EVERY_STATE)
             })
             .collect();
-        for (&index, cell) in moves.iter().zip(carried) {
-            table.set_value(index, cell);
-        }
+        let replaced: Vec<C> = moves
+            .iter()
+            .zip(carried)
+            .map(|(&index, cell)| table.replace_value(index, cell))
+            .collect();
         table.set_meta(Arc::clone(self.to));
+        // The old states' `Drop` (user code) once every key is carried and
+        // the table is the new generation's, each on its own: a panic there
+        // changes nothing.
+        discard_each(replaced);
     }
 }

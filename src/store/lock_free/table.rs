@@ -400,6 +400,17 @@ impl<K, V, M> RawTable<K, V, M> {
         });
     }
 
+    /// Replaces the value of a written slot in a table not yet published (so
+    /// `&mut self`), returning the old value.
+    pub(crate) fn replace_value(&mut self, index: usize, value: V) -> V {
+        debug_assert!(self.control[index].load(Ordering::Relaxed) != EMPTY);
+        self.slots[index].with_mut(|slot| {
+            // SAFETY: the slot was written (its control byte is not EMPTY),
+            // and `&mut self` excludes every other access.
+            std::mem::replace(unsafe { &mut (*slot).assume_init_mut().1 }, value)
+        })
+    }
+
     /// Marks a live slot evicted; its cell must be retired first. Writers'
     /// lock held.
     pub(crate) fn mark_deleted(&self, index: usize) {
