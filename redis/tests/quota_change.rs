@@ -22,7 +22,7 @@ use tollgate::algorithm::{Carry, FixedWindow, Gcra};
 use tollgate::clock::ManualClock;
 use tollgate::store::ChangeError;
 use tollgate::{CheckError, LayoutError, Quota};
-use tollgate_redis::{ConfigError, Error, Mode, RedisLimiter, Scripted};
+use tollgate_redis::{ConfigError, Error, Mode, RedisLimiter, Scripted, check_all};
 
 use support::target::{Kind, Target};
 
@@ -299,6 +299,51 @@ fn a_reservation_waiting_across_a_change_keeps_its_slot() {
     });
     at(&clock, 15);
     assert_eq!(drain(&target, &limiter, "k"), (1, Duration::from_secs(5)));
+}
+
+/// `check_all` takes a limit's quota per request (`request_with`): a pro
+/// key on a free limiter, beside a global limit, all or nothing.
+#[test]
+fn check_all_takes_a_tier_per_request() {
+    let target = Target::start(Kind::Standalone);
+    let clock = ManualClock::new();
+    at(&clock, 0);
+    let build = |name: &str, quota: Quota| {
+        RedisLimiter::builder(name, quota)
+            .hash_tag("t")
+            .clock(clock.clone())
+            .build(target.connection.clone())
+            .unwrap()
+    };
+    let user = build("user", Quota::per_minute(2).unwrap());
+    let global = build("global", Quota::per_minute(10).unwrap());
+    let pro = Quota::per_minute(6).unwrap();
+    let both = || {
+        let requests = [
+            user.request_with("alice", 1, &pro).unwrap(),
+            global.request("all", 1),
+        ];
+        target.runtime.block_on(check_all(&requests)).unwrap()
+    };
+    let mut admitted = 0;
+    let denied = loop {
+        let decisions = both();
+        if !decisions.is_allowed() {
+            break decisions;
+        }
+        admitted += 1;
+        assert!(admitted <= 100, "never denied");
+    };
+    // Pro's burst of 6, not free's 2; the denial is the tier's, 10 s.
+    assert_eq!(admitted, 6);
+    let tier = denied.decisions()[0];
+    assert_eq!(
+        (tier.is_allowed(), tier.limit(), tier.retry_after()),
+        (false, 6, Duration::from_secs(10))
+    );
+    assert_eq!(the_stamp(&target, &user, "alice"), "0 10000000 6");
+    // The global limit was charged the 6 admitted, not the denied one.
+    assert_eq!(drain(&target, &global, "all"), (4, Duration::from_secs(6)));
 }
 
 /// One step of a service's traffic, for [`replay`].

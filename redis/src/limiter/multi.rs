@@ -1,8 +1,8 @@
 //! Checking a request against several limits in one script call, all or
 //! nothing: [`check_all`] of [`Request`]s, answered by [`Decisions`].
 
-use tollgate::Decision;
 use tollgate::algorithm::validate_cost;
+use tollgate::{Decision, Quota};
 
 use super::time::Now;
 use super::wire::{Call, Op, Stamp, decision, malformed};
@@ -30,6 +30,31 @@ impl<A: Scripted> RedisLimiter<A> {
             cost,
             stamp: self.core.quota.load().stamp,
         }
+    }
+
+    /// [`request`](RedisLimiter::request) under `quota` rather than this
+    /// limiter's own: the limit is decided as
+    /// [`check_with`](RedisLimiter::check_with) decides it (a tier's quota,
+    /// chosen per request).
+    ///
+    /// # Errors
+    ///
+    /// As [`check_with`](RedisLimiter::check_with) for its quota:
+    /// [`Error::Quota`] for a quota the script cannot hold, and
+    /// [`Error::Check`] with a layout error for a window algorithm and a
+    /// quota of another window.
+    pub fn request_with(
+        &self,
+        key: impl AsRef<[u8]>,
+        cost: u32,
+        quota: &Quota,
+    ) -> Result<Request<'_>, Error> {
+        Ok(Request {
+            limiter: &self.core,
+            key: self.core.namespace.key(key.as_ref()),
+            cost,
+            stamp: self.stamp_for(quota)?,
+        })
     }
 }
 
