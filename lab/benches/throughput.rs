@@ -75,6 +75,7 @@ fn deny_hot_key(criterion: &mut Criterion) {
         ("gcra", workloads::deny_hot_key_default()),
         ("gcra_carried_quota", workloads::deny_hot_key_carried()),
         ("gcra_counted", workloads::deny_hot_key_counted()),
+        ("gcra_uncounted", workloads::deny_hot_key_uncounted()),
         (
             "gcra_in_held_guard",
             workloads::in_outer_guard(workloads::deny_hot_key::<Gcra, _>(TscClock::new()), true),

@@ -517,6 +517,7 @@ fn deny_ops() -> Makers {
         ("GCRA", workloads::deny_hot_key_default()),
         ("GCRA, a carried quota", workloads::deny_hot_key_carried()),
         ("GCRA, counted", workloads::deny_hot_key_counted()),
+        ("GCRA, uncounted", workloads::deny_hot_key_uncounted()),
         (
             "GCRA in a held read section",
             workloads::in_outer_guard(workloads::deny_hot_key::<Gcra, _>(TscClock::new()), true),
@@ -853,14 +854,21 @@ fn cases<'a>(deny: &'a Makers, distinct: &'a Makers, diagnostics: bool) -> Vec<C
         (
             "  keyed GCRA deny, counted for metrics ÷ not (cost)",
             two(op(deny, "GCRA, counted")),
-            two(op(deny, "GCRA")),
+            two(op(deny, "GCRA, uncounted")),
             Target::Shown,
             false,
         ),
         (
             "  counted for metrics, 1 thread",
             at(op(deny, "GCRA, counted"), 1),
-            at(op(deny, "GCRA"), 1),
+            at(op(deny, "GCRA, uncounted"), 1),
+            Target::Shown,
+            false,
+        ),
+        (
+            "  the uncounted baseline ÷ the keyed GCRA deny (the same code: a control)",
+            two(op(deny, "GCRA, uncounted")),
+            two(op(deny, "GCRA")),
             Target::Shown,
             false,
         ),

@@ -127,9 +127,24 @@ pub fn deny_hot_key_carried() -> Op {
 /// every check for the `metrics` facade (`Builder::metrics`): what the
 /// counting costs.
 pub fn deny_hot_key_counted() -> Op {
-    let limiter = tollgate::Builder::new(Quota::per_hour(1).unwrap())
-        .metrics("lab")
-        .build::<u64>();
+    deny_hot_key_built(true)
+}
+
+/// [`deny_hot_key_counted`]'s limiter built the same way, uncounted: its
+/// baseline, whose code differs from it by the counting alone.
+pub fn deny_hot_key_uncounted() -> Op {
+    deny_hot_key_built(false)
+}
+
+/// A keyed GCRA limiter of the builder, every default, denying on one
+/// drained key; counted for metrics if `counted`.
+fn deny_hot_key_built(counted: bool) -> Op {
+    let builder = tollgate::Builder::new(Quota::per_hour(1).unwrap());
+    let limiter = if counted {
+        builder.metrics("lab").build::<u64>()
+    } else {
+        builder.build::<u64>()
+    };
     assert!(limiter.check(&0).unwrap().is_allowed());
     assert!(!limiter.check(&0).unwrap().is_allowed());
     Box::new(move |_, _| {
