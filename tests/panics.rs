@@ -1038,7 +1038,9 @@ mod changes {
         let mut admitted = 0;
         while limiter.check(&key).unwrap().is_allowed() {
             admitted += 1;
-            assert!(admitted <= 1_000);
+            if admitted > 1_000 {
+                panic!("a limiter that never denies");
+            }
         }
         admitted
     }
@@ -1109,7 +1111,9 @@ mod changes {
         let mut admitted = 0;
         while limiter.check().unwrap().is_allowed() {
             admitted += 1;
-            assert!(admitted <= 1_000);
+            if admitted > 1_000 {
+                panic!("a limiter that never denies");
+            }
         }
         // 9 free of 10 (nothing changed) or of 20 (changed); 4 before the fix.
         assert_eq!(

@@ -89,7 +89,9 @@ where
     let mut admitted = 0;
     while limiter.check().unwrap().is_allowed() {
         admitted += 1;
-        assert!(admitted <= 1_000, "a limiter that never denies");
+        if admitted > 1_000 {
+            panic!("a limiter that never denies");
+        }
     }
     admitted
 }

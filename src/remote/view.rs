@@ -228,36 +228,19 @@ impl<P: Copy + Default + Send + Sync + 'static> Algorithm for Judge<P> {
     }
 }
 
-/// A peek under `under`, noting the quota and payload of the judge it was
-/// last chosen: the generation's that decided.
-struct Noted<'u, U, P> {
-    under: &'u U,
-    noted: Cell<Option<(RemoteQuota, P)>>,
+/// A peek under the generation's own quota, noting the payload of the
+/// generation it was last chosen in: the one that decided.
+struct Noting<P> {
+    payload: Cell<Option<P>>,
 }
 
-impl<'u, U, P> Noted<'u, U, P> {
-    fn new(under: &'u U) -> Self {
-        Self {
-            under,
-            noted: Cell::new(None),
-        }
-    }
-}
-
-impl<U, P> Under<Judge<P>> for Noted<'_, U, P>
-where
-    U: Under<Judge<P>>,
-    P: Copy + Default + Send + Sync + 'static,
-{
-    type Chosen<'g> = U::Chosen<'g>;
+impl<P: Copy + Default + Send + Sync + 'static> Under<Judge<P>> for Noting<P> {
+    type Chosen<'g> = &'g Judge<P>;
 
     #[inline]
-    fn choose<'g>(
-        &self,
-        generation: &'g Generation<Judge<P>>,
-    ) -> Result<U::Chosen<'g>, CheckError> {
-        let judge = self.under.choose(generation)?;
-        self.noted.set(Some((judge.rules.quota(), judge.payload)));
+    fn choose<'g>(&self, generation: &'g Generation<Judge<P>>) -> Result<&'g Judge<P>, CheckError> {
+        let judge = generation.algorithm();
+        self.payload.set(Some(judge.payload));
         Ok(judge)
     }
 }
@@ -762,10 +745,12 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
         let Some(recent_ns) = self.recent_ns() else {
             return Ok(None);
         };
-        let noted = Noted::new(&Own);
-        let decision = self.store.peek(key, &noted, recent_ns, cost)?;
-        Ok(match (Miss::carried_by(&decision), noted.noted.get()) {
-            (None, Some((_, payload))) => Some((decision, payload)),
+        let noting = Noting {
+            payload: Cell::new(None),
+        };
+        let decision = self.store.peek(key, &noting, recent_ns, cost)?;
+        Ok(match (Miss::carried_by(&decision), noting.payload.get()) {
+            (None, Some(payload)) => Some((decision, payload)),
             _ => None,
         })
     }
@@ -831,14 +816,10 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
         // Before the first round trip, or a key the table cannot hold:
         // the generation's lock is taken.
         let generation = self.store.generation();
-        match under.choose(&generation) {
-            Ok(judge) => {
-                validate_cost(cost, judge.rules.burst)?;
-                let (quota, payload) = (judge.rules.quota(), judge.payload);
-                Ok(Local::Ask(self.ask(None, cost, 0, 0, quota, payload)))
-            }
-            Err(error) => Err(error),
-        }
+        let judge = under.choose(&generation)?;
+        validate_cost(cost, judge.rules.burst)?;
+        let (quota, payload) = (judge.rules.quota(), judge.payload);
+        Ok(Local::Ask(self.ask(None, cost, 0, 0, quota, payload)))
     }
 
     /// An ask of `cost` units under `quota` (with its generation's
