@@ -399,6 +399,76 @@ fn a_change_of_window_is_refused_and_changes_nothing() {
     assert_eq!(drain(&limiter, "used"), 6);
 }
 
+/// A change to the quota a limiter already has keeps every key exactly as
+/// it was, by every strategy, as Redis's script does (it carries a key
+/// only when the span or the burst differs): the decisions after it equal
+/// those of a limiter never changed, even once the clock steps back to
+/// before the instant of the change. A carry that rewrote a state as read
+/// at the change (a window rolled on, a refill time moved) would decide
+/// otherwise there.
+fn a_change_to_the_same_quota_changes_nothing<A: Algorithm>()
+where
+    LockFree: StoreKind<String, A>,
+{
+    // 4 a burst window of 4 s: windows [3600 s, 3604 s), [3604 s, 3608 s).
+    let quota = Quota::new(4, Duration::from_secs(4)).unwrap();
+    let at = |ms: u64| ms * 1_000_000;
+    for carry in [Carry::AsIs, Carry::Proportional, Carry::Unchanged] {
+        let clock = ManualClock::new();
+        let build = || {
+            Builder::new(quota)
+                .algorithm::<A>()
+                .clock(clock.clone())
+                .build::<String>()
+        };
+        let (changed, kept) = (build(), build());
+        let mut decisions = [Vec::new(), Vec::new()];
+        // Two units at the first window's start and two late in it; the
+        // change half a second into the next window (the first two have
+        // left a log, the refill has moved on); then readings back in the
+        // first window and on.
+        let steps = [
+            (3_600_000, 2, false),
+            (3_603_500, 2, false),
+            (3_604_500, 0, true),
+            (3_603_600, 1, false),
+            (3_603_000, 2, false),
+            (3_604_000, 1, false),
+            (3_605_000, 1, false),
+            (3_606_500, 2, false),
+        ];
+        for (ms, cost, change) in steps {
+            clock.set_ns(at(ms));
+            if change {
+                changed.set_quota(quota, carry).unwrap();
+                continue;
+            }
+            for (limiter, decisions) in [&changed, &kept].into_iter().zip(&mut decisions) {
+                decisions.push(limiter.check_n("key", cost).unwrap());
+            }
+        }
+        assert_eq!(
+            decisions[0],
+            decisions[1],
+            "{} by {carry:?}",
+            std::any::type_name::<A>()
+        );
+        assert!(
+            decisions[0].iter().any(|decision| !decision.is_allowed()),
+            "the trace reaches a denial"
+        );
+    }
+}
+
+#[test]
+fn a_change_to_the_same_quota_keeps_every_key_as_it_was() {
+    a_change_to_the_same_quota_changes_nothing::<Gcra>();
+    a_change_to_the_same_quota_changes_nothing::<TokenBucket>();
+    a_change_to_the_same_quota_changes_nothing::<FixedWindow>();
+    a_change_to_the_same_quota_changes_nothing::<SlidingWindowCounter>();
+    a_change_to_the_same_quota_changes_nothing::<SlidingWindowLog>();
+}
+
 /// The bursts whose interval over a minute is a whole number of
 /// nanoseconds, so that the reference below is exact.
 const BURSTS: [u32; 16] = [1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 16, 20, 24, 25, 30, 48];

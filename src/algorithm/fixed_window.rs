@@ -152,7 +152,7 @@ impl Algorithm for FixedWindow {
         state: &FixedWindowState,
         at: CarryAt,
     ) -> Option<FixedWindowState> {
-        if state.window_index < self.window_index(clamp_time(at.now_ns)) {
+        if to == self || state.window_index < self.window_index(clamp_time(at.now_ns)) {
             return Some(*state);
         }
         Some(FixedWindowState {

@@ -107,7 +107,7 @@ impl Algorithm for Gcra {
             }
             now_ns + self.interval.carry_debt(&to.interval, carry, debt_ns)
         };
-        if state.tat_ns <= clamp_time(at.now_ns) {
+        if to == self || state.tat_ns <= clamp_time(at.now_ns) {
             return Some(*state);
         }
         let tat_ns =

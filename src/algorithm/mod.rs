@@ -114,7 +114,11 @@ pub trait Algorithm: Debug + Send + Sync + Sized + 'static {
     ///
     /// Every strategy keeps an idle key idle (an idle key decides as an
     /// absent one, which has no state to carry), and rounds toward the
-    /// units used, never toward the units free. See [`Carry`] and each
+    /// units used, never toward the units free. A `to` equal to `self`
+    /// keeps every state as it is, by every strategy: a state read at the
+    /// change and written back could decide otherwise at a later reading
+    /// that steps back before it (a window rolled on, a refill moved), and
+    /// Redis's script leaves such a key alone. See [`Carry`] and each
     /// algorithm for what a state keeps.
     fn carry(
         &self,

@@ -125,7 +125,7 @@ impl Algorithm for SlidingWindowLog {
         at: CarryAt,
     ) -> Option<SlidingWindowLogState> {
         let mut carried = state.clone();
-        if carry == Carry::Unchanged {
+        if carry == Carry::Unchanged || to == self {
             return Some(carried);
         }
         let newest_ns = state.stamps_ns.back().copied();

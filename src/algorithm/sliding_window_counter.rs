@@ -261,6 +261,9 @@ impl Algorithm for SlidingWindowCounter {
         state: &SlidingWindowCounterState,
         at: CarryAt,
     ) -> Option<SlidingWindowCounterState> {
+        if to == self {
+            return Some(*state);
+        }
         let view = self.view(state, clamp_time(at.now_ns));
         let (from_burst, to_burst) = (self.capacity, to.capacity);
         let (previous, current) = match carry {

@@ -70,6 +70,9 @@ impl Algorithm for TokenBucket {
         state: &TokenBucketState,
         at: CarryAt,
     ) -> Option<TokenBucketState> {
+        if to == self {
+            return Some(*state);
+        }
         // When the bucket would be full again: `last + deficit`.
         let full_ns = state.last_ns.saturating_add(state.deficit_ns);
         let carried_at = |now_ns: u64| {
