@@ -50,10 +50,10 @@ const SLOTS: usize = 64;
 #[derive(Default)]
 #[repr(align(128))]
 struct Slot {
-    admitted: AtomicU64,
-    admitted_extra_units: AtomicU64,
-    denied: AtomicU64,
-    denied_extra_units: AtomicU64,
+    /// Checks denied and admitted (indexed by `allowed`).
+    checks: [AtomicU64; 2],
+    /// The units those checks cost past their first, likewise.
+    extra_units: [AtomicU64; 2],
     /// Checks a remote limiter's local half decided (`tollgate-redis`).
     local: AtomicU64,
 }
@@ -62,14 +62,15 @@ impl Slot {
     /// Counts a decision of `cost` units, as the slot's only writer.
     #[inline]
     fn count_owned(&self, allowed: bool, cost: u32) {
-        let (checks, extra_units) = self.outcome(allowed);
+        let outcome = usize::from(allowed);
         // Relaxed, load and store: this thread is the slot's only writer
         // (its number is its own until it exits), and a reader only sums.
+        let checks = &self.checks[outcome];
         checks.store(checks.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         if cost > 1 {
-            let extra = u64::from(cost - 1);
+            let extra_units = &self.extra_units[outcome];
             extra_units.store(
-                extra_units.load(Ordering::Relaxed) + extra,
+                extra_units.load(Ordering::Relaxed) + u64::from(cost - 1),
                 Ordering::Relaxed,
             );
         }
@@ -77,18 +78,9 @@ impl Slot {
 
     /// Counts a decision in the shared slot.
     fn count_shared(&self, allowed: bool, cost: u32) {
-        let (checks, extra_units) = self.outcome(allowed);
-        checks.fetch_add(1, Ordering::Relaxed);
-        extra_units.fetch_add(u64::from(cost.saturating_sub(1)), Ordering::Relaxed);
-    }
-
-    #[inline]
-    fn outcome(&self, allowed: bool) -> (&AtomicU64, &AtomicU64) {
-        if allowed {
-            (&self.admitted, &self.admitted_extra_units)
-        } else {
-            (&self.denied, &self.denied_extra_units)
-        }
+        let outcome = usize::from(allowed);
+        self.checks[outcome].fetch_add(1, Ordering::Relaxed);
+        self.extra_units[outcome].fetch_add(u64::from(cost.saturating_sub(1)), Ordering::Relaxed);
     }
 }
 
@@ -230,13 +222,13 @@ impl Counts {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let sum = |field| self.sum(field);
-        let admitted = sum(|slot| &slot.admitted);
-        let denied = sum(|slot| &slot.denied);
+        let admitted = sum(|slot| &slot.checks[1]);
+        let denied = sum(|slot| &slot.checks[0]);
         let totals = [
             admitted,
-            admitted.wrapping_add(sum(|slot| &slot.admitted_extra_units)),
+            admitted.wrapping_add(sum(|slot| &slot.extra_units[1])),
             denied,
-            denied.wrapping_add(sum(|slot| &slot.denied_extra_units)),
+            denied.wrapping_add(sum(|slot| &slot.extra_units[0])),
             self.refused_full.load(Ordering::Relaxed),
             self.refused_reclaiming.load(Ordering::Relaxed),
             self.evicted.load(Ordering::Relaxed),
@@ -374,12 +366,12 @@ mod tests {
         });
         let shared = counts
             .shared
-            .denied
+            .checks[0]
             .load(std::sync::atomic::Ordering::Relaxed);
         let owned: u64 = counts
             .slots
             .iter()
-            .map(|slot| slot.denied.load(std::sync::atomic::Ordering::Relaxed))
+            .map(|slot| slot.checks[0].load(std::sync::atomic::Ordering::Relaxed))
             .sum();
         assert!(shared >= 10 * (80 - SLOTS as u64), "shared {shared}");
         assert_eq!(owned + shared, 800);
