@@ -364,10 +364,7 @@ mod tests {
                 });
             }
         });
-        let shared = counts
-            .shared
-            .checks[0]
-            .load(std::sync::atomic::Ordering::Relaxed);
+        let shared = counts.shared.checks[0].load(std::sync::atomic::Ordering::Relaxed);
         let owned: u64 = counts
             .slots
             .iter()
@@ -376,10 +373,7 @@ mod tests {
         assert!(shared >= 10 * (80 - SLOTS as u64), "shared {shared}");
         assert_eq!(owned + shared, 800);
         assert_eq!(
-            counts
-                .shared
-                .denied_extra_units
-                .load(std::sync::atomic::Ordering::Relaxed),
+            counts.shared.extra_units[0].load(std::sync::atomic::Ordering::Relaxed),
             2 * shared
         );
         let number = std::thread::scope(|scope| {

@@ -626,3 +626,56 @@ fn an_unchanged_carry_stamps_the_key() {
     let denied = target.runtime.block_on(limiter.check("k")).unwrap();
     assert_eq!((denied.is_allowed(), denied.remaining()), (false, 0));
 }
+
+/// A sliding window counter carried unchanged to another burst decides as
+/// in process, also at a reading that steps back before the change: both
+/// roll the counts forward to the change's instant (in process then,
+/// through Redis at the key's first check after it), and keep them.
+#[test]
+fn an_unchanged_counter_carry_decides_as_in_process() {
+    use tollgate::algorithm::SlidingWindowCounter;
+    let target = Target::start(Kind::Standalone);
+    let clock = ManualClock::new();
+    let at_ms = |ms: u64| clock.set_ns(T0_S * 1_000_000_000 + ms * 1_000_000);
+    let (from, to) = (
+        Quota::new(4, Duration::from_secs(1)).unwrap(),
+        Quota::new(2, Duration::from_secs(1)).unwrap(),
+    );
+    let [redis, _] = instances::<SlidingWindowCounter>(&target, "unchanged", from, &clock);
+    let local = tollgate::Builder::new(from)
+        .algorithm::<SlidingWindowCounter>()
+        .clock(clock.clone())
+        .build::<String>();
+    let mut decisions = Vec::new();
+    let mut both = |cost: u32| {
+        let remote = target.runtime.block_on(redis.check_n("k", cost)).unwrap();
+        let here = local.check_n("k", cost).unwrap();
+        assert_eq!(remote, here, "cost {cost}");
+        decisions.push((remote.is_allowed(), remote.retry_after()));
+    };
+    // Two units in one window, two in the next; changed in the one after
+    // (the key is checked then, so that Redis carries it at that instant
+    // as the limiter in process does); then a reading back before it.
+    at_ms(500);
+    both(2);
+    at_ms(1_100);
+    both(2);
+    at_ms(2_050);
+    redis.set_quota(to, Carry::Unchanged).unwrap();
+    local.set_quota(to, Carry::Unchanged).unwrap();
+    both(1);
+    at_ms(1_500);
+    both(1);
+    at_ms(2_600);
+    both(1);
+    assert_eq!(
+        decisions,
+        [
+            (true, Duration::ZERO),
+            (true, Duration::ZERO),
+            (false, Duration::from_millis(450)),
+            (false, Duration::from_millis(500)),
+            (true, Duration::ZERO),
+        ]
+    );
+}

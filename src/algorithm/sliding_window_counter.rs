@@ -252,8 +252,8 @@ impl Algorithm for SlidingWindowCounter {
     /// in proportion, each rounded up; as is, a raise adds `b' − b` to the
     /// current window's count, and a cut takes it from the current count
     /// and then from the previous one (whose weight is below one, so the
-    /// estimate falls by at most the cut: conservative). `to` counts in
-    /// the same windows.
+    /// estimate falls by at most the cut: conservative); unchanged, both
+    /// stay as they are. `to` counts in the same windows.
     fn carry(
         &self,
         to: &Self,
@@ -267,8 +267,8 @@ impl Algorithm for SlidingWindowCounter {
         let view = self.view(state, clamp_time(at.now_ns));
         let (from_burst, to_burst) = (self.capacity, to.capacity);
         let (previous, current) = match carry {
-            Carry::Unchanged => return Some(*state),
             _ if view.previous == 0 && view.current == 0 => return Some(*state),
+            Carry::Unchanged => (view.previous, view.current),
             Carry::Proportional => (
                 carry_count(from_burst, to_burst, carry, view.previous),
                 carry_count(from_burst, to_burst, carry, view.current),
