@@ -213,45 +213,109 @@ pub struct AllError {
 ///
 /// As the limiters' `check_n`, for their user code.
 pub fn check_all<const N: usize>(limits: [&dyn Charge; N]) -> Result<AllChecked<N>, AllError> {
-    let mut checked = AllChecked {
-        decisions: [None; N],
-        refused: None,
-    };
-    let mut held = Held {
-        limits: &limits,
-        receipts: [const { None }; N],
-    };
+    let mut decisions = [None; N];
+    let mut receipts = [const { None }; N];
+    let refused = charge_all(&limits, &mut decisions, &mut receipts)?;
+    Ok(AllChecked { decisions, refused })
+}
+
+/// What [`check_all_slice`] decided: as [`AllChecked`], for a number of
+/// limits known only at run time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllCheckedSlice {
+    /// Each limit's decision, in the order given (see
+    /// [`AllChecked::decisions`]).
+    pub decisions: Vec<Option<Decision>>,
+    /// The limit that refused the request; `None` if every limit admitted
+    /// it.
+    pub refused: Option<usize>,
+}
+
+impl AllCheckedSlice {
+    /// Whether every limit admitted the request.
+    #[must_use]
+    pub const fn is_allowed(&self) -> bool {
+        self.refused.is_none()
+    }
+}
+
+/// [`check_all`] over a slice: for a number of limits known only at run
+/// time (a rate-limit service's request, whose descriptors each match a
+/// limit). The same all-or-nothing, in the same order.
+///
+/// ```
+/// use tollgate::{Charge, Quota, RateLimiter, check_all_slice};
+///
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let per_user: RateLimiter<String> = RateLimiter::keyed(Quota::per_minute(1)?);
+/// let users = ["alice", "bob"];
+/// let checks: Vec<_> = users.iter().map(|user| per_user.on(*user)).collect();
+/// let limits: Vec<&dyn Charge> = checks.iter().map(|check| check as &dyn Charge).collect();
+/// assert!(check_all_slice(&limits)?.is_allowed());
+/// // Alice's limit refuses: bob's admission is given back.
+/// let refused = check_all_slice(&limits)?;
+/// assert_eq!(refused.refused, Some(0));
+/// assert_eq!(per_user.peek("bob")?.remaining(), 0);
+/// # Ok(())
+/// # }
+/// # #[cfg(any(feature = "loom", feature = "shuttle"))] fn main() {}
+/// ```
+///
+/// # Errors
+///
+/// As [`check_all`].
+///
+/// # Panics
+///
+/// As [`check_all`].
+pub fn check_all_slice(limits: &[&dyn Charge]) -> Result<AllCheckedSlice, AllError> {
+    let mut decisions = vec![None; limits.len()];
+    let mut receipts: Vec<Option<Receipt>> =
+        std::iter::repeat_with(|| None).take(limits.len()).collect();
+    let refused = charge_all(limits, &mut decisions, &mut receipts)?;
+    Ok(AllCheckedSlice { decisions, refused })
+}
+
+/// Charges `limits` in order into `decisions`, holding each admission's
+/// receipt in `receipts` (as long as `limits`) until every limit admitted;
+/// returns the limit that refused, if one did.
+fn charge_all(
+    limits: &[&dyn Charge],
+    decisions: &mut [Option<Decision>],
+    receipts: &mut [Option<Receipt>],
+) -> Result<Option<usize>, AllError> {
+    let held = Held { limits, receipts };
     for (index, limit) in limits.iter().enumerate() {
         let (decision, receipt) = limit.charge().map_err(|error| AllError {
             limit: index,
             error,
         })?;
-        checked.decisions[index] = Some(decision);
+        decisions[index] = Some(decision);
         if !decision.is_allowed() {
-            checked.refused = Some(index);
-            return Ok(checked);
+            return Ok(Some(index));
         }
         held.receipts[index] = receipt;
     }
-    held.receipts = [const { None }; N];
-    Ok(checked)
+    held.receipts.iter_mut().for_each(|receipt| *receipt = None);
+    Ok(None)
 }
 
 /// The admissions made so far, given back when dropped: on a refusal, an
 /// error or a panic. Emptied when every limit admitted.
-struct Held<'a, const N: usize> {
-    limits: &'a [&'a dyn Charge; N],
-    receipts: [Option<Receipt>; N],
+struct Held<'a, 'r> {
+    limits: &'a [&'a dyn Charge],
+    receipts: &'r mut [Option<Receipt>],
 }
 
-impl<const N: usize> Drop for Held<'_, N> {
+impl Drop for Held<'_, '_> {
     fn drop(&mut self) {
         // Every admission is given back, even past a refund whose user code
         // (the key's `Hash`) panics; the first such panic then goes on,
         // unless one is already unwinding (a second would abort the
         // process), and then that one's units stay charged.
         let mut panicked = None;
-        for (limit, receipt) in self.limits.iter().zip(&mut self.receipts).rev() {
+        for (limit, receipt) in self.limits.iter().zip(self.receipts.iter_mut()).rev() {
             if let Some(receipt) = receipt.take() {
                 let given = catch_unwind(AssertUnwindSafe(|| limit.give_back(receipt)));
                 if let Err(payload) = given {

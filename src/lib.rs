@@ -265,7 +265,9 @@ pub mod lab_hooks {
     }
 }
 
-pub use all::{AllChecked, AllError, Charge, On, OnBudget, check_all};
+pub use all::{
+    AllChecked, AllCheckedSlice, AllError, Charge, On, OnBudget, check_all, check_all_slice,
+};
 pub use builder::Builder;
 pub use decision::Decision;
 pub use error::{CheckError, LayoutError, QuotaError};

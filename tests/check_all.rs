@@ -19,7 +19,7 @@ use contention::admitted_under_contention;
 use tollgate::algorithm::{FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 use tollgate::clock::ManualClock;
 use tollgate::store::{GlobalMutex, LockFree, PerKey, Sharded};
-use tollgate::{AllError, Builder, CheckError, Quota, check_all};
+use tollgate::{AllError, Builder, Charge, CheckError, Quota, check_all, check_all_slice};
 
 /// Five limits of five algorithms on four stores and one direct limiter:
 /// the third (3 an hour) refuses the fourth request, and every other limit
@@ -58,6 +58,42 @@ fn a_refused_request_is_charged_by_no_limit_of_any_algorithm() {
     assert_eq!(counter.peek(&1).unwrap().remaining(), 6);
     assert_eq!(log.peek().unwrap().remaining(), 6);
     assert!(!window.peek(&1).unwrap().is_allowed());
+}
+
+/// The same over a slice (`check_all_slice`), as many limits as a request
+/// brings: the fourth of six refuses after three admissions, the
+/// requests' costs differ, and every other limit holds exactly what the
+/// admitted requests cost; the limits after the refusal are not checked.
+#[test]
+fn a_slice_of_limits_is_all_or_nothing_too() {
+    let clock = ManualClock::new();
+    let hourly = |n| Quota::per_hour(n).unwrap();
+    let window = limiter::<FixedWindow, _>(hourly(6), Sharded::new(2), &clock);
+    let gcra = limiter::<Gcra, _>(hourly(100), LockFree::new(2), &clock);
+    let keys = [1_u64, 2, 3, 4, 5, 6];
+    for request in 0..5 {
+        let mut checks: Vec<Box<dyn Charge + '_>> = Vec::new();
+        for (index, key) in keys.iter().enumerate() {
+            if index == 3 {
+                checks.push(Box::new(window.on(key).cost(2)));
+            } else {
+                checks.push(Box::new(gcra.on(key)));
+            }
+        }
+        let limits: Vec<&dyn Charge> = checks.iter().map(|check| &**check).collect();
+        let checked = check_all_slice(&limits).unwrap();
+        assert_eq!(checked.is_allowed(), request < 3, "request {request}");
+        assert_eq!(checked.decisions.len(), 6);
+        if request >= 3 {
+            assert_eq!(checked.refused, Some(3));
+            assert!(checked.decisions[4..].iter().all(Option::is_none));
+        }
+    }
+    // Three admitted: each GCRA key took 3 of 100, the window 6 of 6.
+    for key in [1, 2, 3, 5, 6] {
+        assert_eq!(gcra.peek(&key).unwrap().remaining(), 96, "key {key}");
+    }
+    assert!(!window.peek(&4).unwrap().is_allowed());
 }
 
 /// A limit that cannot decide (a cost above its burst) is an error naming
