@@ -10,3 +10,5 @@
 #![allow(clippy::module_name_repetitions)]
 
 pub mod config;
+pub mod limits;
+pub mod rls;

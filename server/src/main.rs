@@ -1,0 +1,204 @@
+//! `tollgate-server`: the rate-limit service proxies call.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, SystemTime};
+
+use clap::{Parser, ValueEnum};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tollgate::algorithm::Carry;
+use tollgate_server::config::Config;
+use tollgate_server::limits::Limits;
+use tollgate_server::rls::{RateLimiting, Shared};
+use tracing::{error, info, warn};
+
+/// A rate-limit service for proxies: Envoy's RLS v3 over gRPC, on
+/// envoyproxy/ratelimit's configuration files, decided by tollgate's
+/// limiters in memory.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Flags {
+    /// The configuration: a YAML file, or a directory whose `.yaml` and
+    /// `.yml` files are read in name order. Read again on SIGHUP and when
+    /// a file changes; a configuration with an error is refused and the
+    /// last good one kept.
+    #[arg(long, env = "TOLLGATE_CONFIG")]
+    config: PathBuf,
+    /// The gRPC address (port 0: any free port, printed at start).
+    #[arg(long, env = "TOLLGATE_GRPC_ADDR", default_value = "127.0.0.1:8081")]
+    grpc_addr: SocketAddr,
+    /// What a rule whose limit a reload changes keeps of each key.
+    #[arg(long, env = "TOLLGATE_CARRY", value_enum, default_value_t = CarryFlag::AsIs)]
+    carry: CarryFlag,
+    /// How often the configuration's files are looked at for a change.
+    #[arg(long, env = "TOLLGATE_WATCH_MS", default_value_t = 1_000)]
+    watch_ms: u64,
+}
+
+/// `--carry`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum CarryFlag {
+    /// Each key keeps the units it had free (at most the new burst).
+    AsIs,
+    /// Each key keeps its fraction of the burst.
+    Proportional,
+    /// Each key's state as it is, read under the new limit.
+    Unchanged,
+}
+
+impl From<CarryFlag> for Carry {
+    fn from(flag: CarryFlag) -> Carry {
+        match flag {
+            CarryFlag::AsIs => Carry::AsIs,
+            CarryFlag::Proportional => Carry::Proportional,
+            CarryFlag::Unchanged => Carry::Unchanged,
+        }
+    }
+}
+
+/// The newest modification time among the configuration's files.
+fn stamp(path: &Path) -> Option<SystemTime> {
+    let modified = |path: &Path| {
+        std::fs::metadata(path)
+            .and_then(|meta| meta.modified())
+            .ok()
+    };
+    if path.is_dir() {
+        std::fs::read_dir(path)
+            .ok()?
+            .filter_map(Result::ok)
+            .filter_map(|entry| modified(&entry.path()))
+            .chain(modified(path))
+            .max()
+    } else {
+        modified(path)
+    }
+}
+
+/// Loads the configuration again and swaps it in, keeping every unchanged
+/// rule's state; a configuration with an error is logged and refused.
+fn reload(flags: &Flags, limits: &Shared) {
+    match Config::load(&flags.config) {
+        Ok(config) => {
+            let current = limits
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            let next = Arc::new(current.reload(config, flags.carry.into()));
+            *limits.write().unwrap_or_else(PoisonError::into_inner) = next;
+            info!(config = %flags.config.display(), "configuration reloaded");
+        }
+        Err(refused) => {
+            error!(%refused, "configuration refused; the last good one is kept");
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let flags = Arc::new(Flags::parse());
+    let config = match Config::load(&flags.config) {
+        Ok(config) => config,
+        Err(refused) => {
+            eprintln!("tollgate-server: {refused}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let limits: Shared = Arc::new(RwLock::new(Arc::new(Limits::new(config))));
+    let listener = match TcpListener::bind(flags.grpc_addr).await {
+        Ok(listener) => listener,
+        Err(refused) => {
+            eprintln!("tollgate-server: {}: {refused}", flags.grpc_addr);
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let address = listener.local_addr().unwrap_or(flags.grpc_addr);
+    // The one line on standard output: where to call.
+    println!("tollgate-server listening on {address}");
+    info!(%address, "serving Envoy's rate-limit service");
+
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_serving::<RateLimitServiceServer<RateLimiting>>()
+        .await;
+
+    // Reloads: on SIGHUP, and when a file's modification time moves.
+    let watcher = {
+        let (flags, limits) = (flags.clone(), limits.clone());
+        tokio::spawn(async move {
+            let mut hangups =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+            let mut seen = stamp(&flags.config);
+            let mut ticks = tokio::time::interval(Duration::from_millis(flags.watch_ms.max(10)));
+            loop {
+                let hangup = async {
+                    match hangups.as_mut() {
+                        Some(hangups) => hangups.recv().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    _ = hangup => {
+                        info!("SIGHUP: reloading");
+                        reload(&flags, &limits);
+                        seen = stamp(&flags.config);
+                    }
+                    _ = ticks.tick() => {
+                        let now = stamp(&flags.config);
+                        if now != seen {
+                            seen = now;
+                            reload(&flags, &limits);
+                        }
+                        let evicted = limits
+                            .read()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .clone()
+                            .evict_idle();
+                        if evicted > 0 {
+                            tracing::debug!(evicted, "idle keys evicted");
+                        }
+                    }
+                }
+            }
+        })
+    };
+
+    let shutdown = async {
+        let terminate = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut terminate) => {
+                    terminate.recv().await;
+                }
+                Err(_) => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = terminate => {}
+        }
+        info!("shutting down: answering what is in flight");
+    };
+    let served = tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(RateLimitServiceServer::new(RateLimiting::new(limits)))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await;
+    watcher.abort();
+    match served {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(failed) => {
+            warn!(%failed, "the server stopped");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! Envoy's rate-limit service (`envoy.service.ratelimit.v3`) over gRPC, on
+//! [`Limits`].
+
+use std::sync::{Arc, PoisonError, RwLock};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ProtoUnit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use tonic::{Request, Response, Status};
+
+use crate::config::Unit;
+use crate::limits::{self, DecideError, Limits};
+
+/// The limits a service decides by, swapped whole by a reload.
+pub type Shared = Arc<RwLock<Arc<Limits>>>;
+
+/// The gRPC service: `ShouldRateLimit` decided on the current [`Limits`].
+#[derive(Debug, Clone)]
+pub struct RateLimiting {
+    limits: Shared,
+}
+
+impl RateLimiting {
+    /// A service deciding on `limits` (which a reload replaces).
+    #[must_use]
+    pub fn new(limits: Shared) -> Self {
+        Self { limits }
+    }
+}
+
+/// A descriptor of a request whose own `hits_addend` is `addend`.
+struct Described<'a> {
+    descriptor: &'a RateLimitDescriptor,
+    /// The request's `hits_addend` (0 read as 1).
+    addend: u64,
+}
+
+impl limits::Descriptor for Described<'_> {
+    fn entries(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.descriptor
+            .entries
+            .iter()
+            .map(|entry| (entry.key.as_str(), entry.value.as_str()))
+    }
+
+    fn cost(&self) -> u64 {
+        // A descriptor's own `hits_addend` wins, 0 included (decided, not
+        // charged); else the request's.
+        self.descriptor
+            .hits_addend
+            .map_or(self.addend, |addend| addend.value)
+    }
+
+    fn limit(&self) -> Option<(u32, Unit)> {
+        let limit = self.descriptor.limit.as_ref()?;
+        Some((limit.requests_per_unit, unit_of(limit.unit)?))
+    }
+}
+
+/// The unit of Envoy's enumeration value, if it names one.
+fn unit_of(value: i32) -> Option<Unit> {
+    Some(match ProtoUnit::try_from(value).ok()? {
+        ProtoUnit::Unknown => return None,
+        ProtoUnit::Second => Unit::Second,
+        ProtoUnit::Minute => Unit::Minute,
+        ProtoUnit::Hour => Unit::Hour,
+        ProtoUnit::Day => Unit::Day,
+        ProtoUnit::Week => Unit::Week,
+        ProtoUnit::Month => Unit::Month,
+        ProtoUnit::Year => Unit::Year,
+    })
+}
+
+/// Envoy's enumeration value of `unit`.
+fn proto_unit(unit: Unit) -> ProtoUnit {
+    match unit {
+        Unit::Second => ProtoUnit::Second,
+        Unit::Minute => ProtoUnit::Minute,
+        Unit::Hour => ProtoUnit::Hour,
+        Unit::Day => ProtoUnit::Day,
+        Unit::Week => ProtoUnit::Week,
+        Unit::Month => ProtoUnit::Month,
+        Unit::Year => ProtoUnit::Year,
+    }
+}
+
+/// Checks what the service needs of a request before deciding it.
+fn validate(request: &RateLimitRequest) -> Result<(), Status> {
+    if request.domain.is_empty() {
+        return Err(Status::invalid_argument("the domain is empty"));
+    }
+    if request.descriptors.is_empty() {
+        return Err(Status::invalid_argument("the request has no descriptor"));
+    }
+    for (index, descriptor) in request.descriptors.iter().enumerate() {
+        if descriptor.entries.is_empty() {
+            return Err(Status::invalid_argument(format!(
+                "descriptor {index} has no entry"
+            )));
+        }
+        if let Some(limit) = &descriptor.limit
+            && unit_of(limit.unit).is_none()
+        {
+            return Err(Status::invalid_argument(format!(
+                "descriptor {index} brings a limit of no known unit ({})",
+                limit.unit
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Decides `request` on `limits`: the response Envoy reads.
+///
+/// # Errors
+///
+/// `INVALID_ARGUMENT` for a request the protocol does not allow (no
+/// domain, no descriptor, a descriptor of no entry, a limit of no unit or
+/// of no requests), `RESOURCE_EXHAUSTED` for too many limits brought by
+/// requests, and `UNAVAILABLE` for a limiter that could not take a key:
+/// nothing of the request is charged.
+pub fn decide(limits: &Limits, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+    validate(request)?;
+    let addend = match request.hits_addend {
+        0 => 1,
+        addend => u64::from(addend),
+    };
+    let descriptors: Vec<Described<'_>> = request
+        .descriptors
+        .iter()
+        .map(|descriptor| Described { descriptor, addend })
+        .collect();
+    let statuses = limits
+        .decide(limits::Request {
+            domain: &request.domain,
+            descriptors: &descriptors,
+        })
+        .map_err(|error| match error {
+            DecideError::Unavailable { .. } => Status::unavailable(error.to_string()),
+            DecideError::TooManyOverrides => Status::resource_exhausted(error.to_string()),
+            DecideError::BadLimit { .. } => Status::invalid_argument(error.to_string()),
+        })?;
+    let over_limit = statuses.iter().any(|status| status.over_limit);
+    let statuses = statuses
+        .into_iter()
+        .map(|status| DescriptorStatus {
+            code: if status.over_limit {
+                Code::OverLimit
+            } else {
+                Code::Ok
+            }
+            .into(),
+            current_limit: status.limit.map(|(requests_per_unit, unit)| RateLimit {
+                name: status
+                    .rule
+                    .as_ref()
+                    .and_then(|rule| rule.name.clone())
+                    .unwrap_or_default(),
+                requests_per_unit,
+                unit: proto_unit(unit).into(),
+            }),
+            limit_remaining: status.decision.map_or(0, |decision| decision.remaining()),
+            duration_until_reset: status.decision.map(|decision| {
+                let reset = decision.reset_after();
+                ProtoDuration {
+                    seconds: i64::try_from(reset.as_secs()).unwrap_or(i64::MAX),
+                    nanos: i32::try_from(reset.subsec_nanos()).unwrap_or(0),
+                }
+            }),
+            quota: None,
+        })
+        .collect();
+    Ok(RateLimitResponse {
+        overall_code: if over_limit {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        }
+        .into(),
+        statuses,
+        ..RateLimitResponse::default()
+    })
+}
+
+#[tonic::async_trait]
+impl RateLimitService for RateLimiting {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let limits = self
+            .limits
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        decide(&limits, request.get_ref()).map(Response::new)
+    }
+}
