@@ -71,8 +71,11 @@ pub struct Limits {
     limiters: HashMap<String, Held>,
     /// Limiters of the limits requests bring themselves (a descriptor's
     /// `limit`), by domain, count and unit; at most [`OVERRIDES`].
-    overrides: Arc<Mutex<HashMap<(String, u32, Unit), Arc<dyn RuleLimiter>>>>,
+    overrides: Arc<Mutex<Overrides>>,
 }
+
+/// The limiters of limits requests bring, by domain, count and unit.
+type Overrides = HashMap<(String, u32, Unit), Arc<dyn RuleLimiter>>;
 
 /// The override limiters a service holds at most, whatever requests ask.
 pub const OVERRIDES: usize = 1_024;
@@ -145,6 +148,14 @@ pub enum DecideError {
         /// Why no quota is that.
         reason: tollgate::QuotaError,
     },
+}
+
+/// A request's descriptors matched and sorted, before any is charged.
+struct Plan {
+    statuses: Vec<Status>,
+    enforced: Vec<ToCharge>,
+    shadow: Vec<ToCharge>,
+    peeked: Vec<ToCharge>,
 }
 
 /// A descriptor to charge: its index, limiter, key and cost.
@@ -237,75 +248,14 @@ impl Limits {
     /// [`DecideError`]: nothing of the request is charged.
     pub fn decide<D: Descriptor>(
         &self,
-        request: Request<'_, D>,
+        request: &Request<'_, D>,
     ) -> Result<Vec<Status>, DecideError> {
-        let rules: Vec<Option<Arc<Rule>>> = request
-            .descriptors
-            .iter()
-            .map(|descriptor| {
-                if descriptor.limit().is_some() {
-                    None
-                } else {
-                    self.config.matches(request.domain, descriptor.entries())
-                }
-            })
-            .collect();
-        // A rule another matched rule replaces is not applied.
-        let replaced: HashSet<&str> = rules
-            .iter()
-            .flatten()
-            .flat_map(|rule| rule.replaces.iter().map(String::as_str))
-            .collect();
-        let mut statuses = Vec::with_capacity(rules.len());
-        let (mut enforced, mut shadow, mut peeked) = (Vec::new(), Vec::new(), Vec::new());
-        for (index, (descriptor, rule)) in request.descriptors.iter().zip(&rules).enumerate() {
-            let rule = rule.clone().filter(|rule| {
-                rule.name
-                    .as_deref()
-                    .is_none_or(|name| !replaced.contains(name))
-            });
-            let mut status = Status {
-                over_limit: false,
-                rule: rule.clone(),
-                limit: None,
-                decision: None,
-                shadow_refused: false,
-            };
-            let target = match (descriptor.limit(), &rule) {
-                (Some((count, unit)), _) => Some((
-                    self.override_limiter(request.domain, count, unit, index)?,
-                    count,
-                    unit,
-                    false,
-                )),
-                (None, Some(rule)) => rule.limit.map(|limit| {
-                    (
-                        self.limiters[&rule.path].limiter.clone(),
-                        limit.requests_per_unit,
-                        limit.unit,
-                        rule.shadow_mode,
-                    )
-                }),
-                (None, None) => None,
-            };
-            if let Some((limiter, count, unit, shadow_mode)) = target {
-                status.limit = Some((count, unit));
-                let check = ToCharge {
-                    index,
-                    limiter,
-                    key: key_of(descriptor.entries()),
-                    cost: u32::try_from(descriptor.cost()).unwrap_or(u32::MAX),
-                };
-                if check.cost == 0 {
-                    peeked.push(check);
-                } else if shadow_mode {
-                    shadow.push(check);
-                } else {
-                    enforced.push(check);
-                }
-            }
-            statuses.push(status);
-        }
+        let Plan {
+            mut statuses,
+            enforced,
+            shadow,
+            peeked,
+        } = self.plan(request)?;
         let charges: Vec<Box<dyn Charge + '_>> = enforced
             .iter()
             .map(|check| check.limiter.charge(&check.key, check.cost))
@@ -314,9 +264,8 @@ impl Limits {
         match tollgate::check_all_slice(&limits) {
             Ok(checked) => {
                 let refused = checked.refused;
-                for (position, (check, decision)) in
-                    enforced.iter().zip(checked.decisions).enumerate()
-                {
+                let decided = enforced.iter().zip(checked.decisions).enumerate();
+                for (position, (check, decision)) in decided {
                     match decision {
                         Some(decision) => {
                             statuses[check.index].decision = Some(decision);
@@ -362,6 +311,83 @@ impl Limits {
             peeked_status(&mut statuses[check.index], check);
         }
         Ok(statuses)
+    }
+
+    /// Matches each descriptor of `request` to its limit, and sorts the
+    /// checks: enforced, in shadow mode, and decided without a charge.
+    fn plan<D: Descriptor>(&self, request: &Request<'_, D>) -> Result<Plan, DecideError> {
+        let rules: Vec<Option<Arc<Rule>>> = request
+            .descriptors
+            .iter()
+            .map(|descriptor| {
+                if descriptor.limit().is_some() {
+                    None
+                } else {
+                    self.config.matches(request.domain, descriptor.entries())
+                }
+            })
+            .collect();
+        // A rule another matched rule replaces is not applied.
+        let replaced: HashSet<&str> = rules
+            .iter()
+            .flatten()
+            .flat_map(|rule| rule.replaces.iter().map(String::as_str))
+            .collect();
+        let mut plan = Plan {
+            statuses: Vec::with_capacity(rules.len()),
+            enforced: Vec::new(),
+            shadow: Vec::new(),
+            peeked: Vec::new(),
+        };
+        for (index, (descriptor, rule)) in request.descriptors.iter().zip(&rules).enumerate() {
+            let rule = rule.clone().filter(|rule| {
+                rule.name
+                    .as_deref()
+                    .is_none_or(|name| !replaced.contains(name))
+            });
+            let mut status = Status {
+                over_limit: false,
+                rule: rule.clone(),
+                limit: None,
+                decision: None,
+                shadow_refused: false,
+            };
+            let target = match (descriptor.limit(), &rule) {
+                (Some((count, unit)), _) => Some((
+                    self.override_limiter(request.domain, count, unit, index)?,
+                    count,
+                    unit,
+                    false,
+                )),
+                (None, Some(rule)) => rule.limit.map(|limit| {
+                    (
+                        self.limiters[&rule.path].limiter.clone(),
+                        limit.requests_per_unit,
+                        limit.unit,
+                        rule.shadow_mode,
+                    )
+                }),
+                (None, None) => None,
+            };
+            if let Some((limiter, count, unit, shadow_mode)) = target {
+                status.limit = Some((count, unit));
+                let check = ToCharge {
+                    index,
+                    limiter,
+                    key: key_of(descriptor.entries()),
+                    cost: u32::try_from(descriptor.cost()).unwrap_or(u32::MAX),
+                };
+                if check.cost == 0 {
+                    plan.peeked.push(check);
+                } else if shadow_mode {
+                    plan.shadow.push(check);
+                } else {
+                    plan.enforced.push(check);
+                }
+            }
+            plan.statuses.push(status);
+        }
+        Ok(plan)
     }
 
     /// The limiter of a limit a request brings, made on first use.

@@ -136,7 +136,7 @@ pub fn decide(limits: &Limits, request: &RateLimitRequest) -> Result<RateLimitRe
         .map(|descriptor| Described { descriptor, addend })
         .collect();
     let statuses = limits
-        .decide(limits::Request {
+        .decide(&limits::Request {
             domain: &request.domain,
             descriptors: &descriptors,
         })

@@ -1,0 +1,475 @@
+//! The real `tollgate-server` binary on a loopback port, driven over gRPC
+//! as Envoy drives it (`envoy.service.ratelimit.v3.RateLimitService`):
+//! every field of the response, all or nothing across descriptors, shadow
+//! mode, `replaces`, `unlimited`, `hits_addend`, a descriptor's own limit,
+//! unknown domains, malformed requests, health and a reload.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::UInt64Value;
+use tonic::transport::Channel;
+
+const CONFIG: &str = "\
+domain: shop
+descriptors:
+  - key: remote_address
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3
+  - key: tenant
+    rate_limit:
+      name: tenant
+      unit: hour
+      requests_per_unit: 10
+  - key: plan
+    value: free
+    rate_limit:
+      name: free
+      unit: hour
+      requests_per_unit: 2
+      replaces:
+        - name: tenant
+  - key: path
+    value: /beta
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1
+    shadow_mode: true
+  - key: path
+    value: /health
+    rate_limit:
+      unlimited: true
+";
+
+/// A server process on a free port, killed when dropped.
+struct Server {
+    child: Child,
+    address: String,
+    config: PathBuf,
+}
+
+impl Server {
+    fn start(config: &str) -> Server {
+        let file = std::env::temp_dir().join(format!(
+            "tollgate-rls-{}-{}.yaml",
+            std::process::id(),
+            unique()
+        ));
+        std::fs::write(&file, config).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate-server"))
+            .args([
+                "--grpc-addr",
+                "127.0.0.1:0",
+                "--watch-ms",
+                "60000",
+                "--config",
+            ])
+            .arg(&file)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the tollgate-server binary starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let address = line
+            .trim()
+            .strip_prefix("tollgate-server listening on ")
+            .unwrap_or_else(|| panic!("the server printed {line:?}"))
+            .to_owned();
+        Server {
+            child,
+            address,
+            config: file,
+        }
+    }
+
+    async fn client(&self) -> RateLimitServiceClient<Channel> {
+        RateLimitServiceClient::connect(format!("http://{}", self.address))
+            .await
+            .expect("a gRPC connection")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.config);
+    }
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|&(key, value)| Entry {
+                key: key.to_owned(),
+                value: value.to_owned(),
+            })
+            .collect(),
+        ..RateLimitDescriptor::default()
+    }
+}
+
+fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+async fn ask(
+    client: &mut RateLimitServiceClient<Channel>,
+    request: RateLimitRequest,
+) -> RateLimitResponse {
+    client
+        .should_rate_limit(request)
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// A status's fields but the time to reset, which the clock moves.
+fn fields(status: &DescriptorStatus) -> (Code, Option<RateLimit>, u32) {
+    (
+        status.code(),
+        status.current_limit.clone(),
+        status.limit_remaining,
+    )
+}
+
+fn limit(name: &str, requests_per_unit: u32, unit: Unit) -> Option<RateLimit> {
+    Some(RateLimit {
+        name: name.to_owned(),
+        requests_per_unit,
+        unit: unit.into(),
+    })
+}
+
+#[tokio::test]
+async fn every_field_of_a_descriptor_s_status() {
+    let server = Server::start(CONFIG);
+    let mut client = server.client().await;
+    let address = || request("shop", vec![descriptor(&[("remote_address", "10.0.0.1")])]);
+    for remaining in [2, 1, 0] {
+        let response = ask(&mut client, address()).await;
+        assert_eq!(response.overall_code(), Code::Ok);
+        assert_eq!(
+            fields(&response.statuses[0]),
+            (Code::Ok, limit("", 3, Unit::Minute), remaining)
+        );
+        // The window is the server's first minute: it ends within the
+        // minute, and the server started moments ago.
+        let reset = response.statuses[0].duration_until_reset.unwrap();
+        assert!(
+            (50..60).contains(&reset.seconds) || (reset.seconds, reset.nanos) == (60, 0),
+            "{reset:?}"
+        );
+    }
+    let refused = ask(&mut client, address()).await;
+    assert_eq!(refused.overall_code(), Code::OverLimit);
+    assert_eq!(
+        fields(&refused.statuses[0]),
+        (Code::OverLimit, limit("", 3, Unit::Minute), 0)
+    );
+    // Another address has its own counter.
+    let other = ask(
+        &mut client,
+        request("shop", vec![descriptor(&[("remote_address", "10.0.0.2")])]),
+    )
+    .await;
+    assert_eq!(fields(&other.statuses[0]).2, 2);
+}
+
+#[tokio::test]
+async fn a_request_one_descriptor_refuses_is_charged_by_none() {
+    let server = Server::start(CONFIG);
+    let mut client = server.client().await;
+    // The tenant's 10 an hour beside an address's 3 a minute.
+    let both = || {
+        request(
+            "shop",
+            vec![
+                descriptor(&[("tenant", "acme")]),
+                descriptor(&[("remote_address", "10.0.0.9")]),
+            ],
+        )
+    };
+    for _ in 0..3 {
+        assert_eq!(ask(&mut client, both()).await.overall_code(), Code::Ok);
+    }
+    for _ in 0..4 {
+        let refused = ask(&mut client, both()).await;
+        assert_eq!(refused.overall_code(), Code::OverLimit);
+        // The tenant was given back: it still has 7 of 10 (a check would
+        // leave 6), and it is reported OK.
+        assert_eq!(
+            fields(&refused.statuses[0]),
+            (Code::Ok, limit("tenant", 10, Unit::Hour), 6)
+        );
+        assert_eq!(refused.statuses[1].code(), Code::OverLimit);
+    }
+    let tenant = ask(
+        &mut client,
+        request("shop", vec![descriptor(&[("tenant", "acme")])]),
+    )
+    .await;
+    assert_eq!(fields(&tenant.statuses[0]).2, 6, "three charged, no more");
+}
+
+#[tokio::test]
+async fn shadow_mode_replaces_unlimited_and_unknown_descriptors() {
+    let server = Server::start(CONFIG);
+    let mut client = server.client().await;
+    // Shadow mode: decided and counted, never refused.
+    for remaining in [0, 0, 0] {
+        let beta = ask(
+            &mut client,
+            request("shop", vec![descriptor(&[("path", "/beta")])]),
+        )
+        .await;
+        assert_eq!(beta.overall_code(), Code::Ok);
+        assert_eq!(
+            fields(&beta.statuses[0]),
+            (Code::Ok, limit("", 1, Unit::Hour), remaining)
+        );
+    }
+    // `free` replaces `tenant` in a request matching both: only free's 2.
+    let free_tenant = || {
+        request(
+            "shop",
+            vec![
+                descriptor(&[("tenant", "acme")]),
+                descriptor(&[("plan", "free")]),
+            ],
+        )
+    };
+    for _ in 0..2 {
+        let response = ask(&mut client, free_tenant()).await;
+        assert_eq!(response.overall_code(), Code::Ok);
+        assert_eq!(fields(&response.statuses[0]), (Code::Ok, None, 0));
+    }
+    assert_eq!(
+        ask(&mut client, free_tenant()).await.overall_code(),
+        Code::OverLimit
+    );
+    let tenant = ask(
+        &mut client,
+        request("shop", vec![descriptor(&[("tenant", "acme")])]),
+    )
+    .await;
+    assert_eq!(
+        fields(&tenant.statuses[0]).2,
+        9,
+        "the tenant was never charged"
+    );
+    // Unlimited, unmatched, and an unknown domain: OK, no limit.
+    for (domain, entries) in [
+        ("shop", [("path", "/health")]),
+        ("shop", [("path", "/elsewhere")]),
+        ("other", [("remote_address", "10.0.0.1")]),
+    ] {
+        let response = ask(&mut client, request(domain, vec![descriptor(&entries)])).await;
+        assert_eq!(response.overall_code(), Code::Ok);
+        assert_eq!(fields(&response.statuses[0]), (Code::Ok, None, 0));
+        assert_eq!(response.statuses[0].duration_until_reset, None);
+    }
+}
+
+#[tokio::test]
+async fn hits_addend_and_a_descriptor_s_own_limit() {
+    let server = Server::start(CONFIG);
+    let mut client = server.client().await;
+    // The request's hits_addend: 3 units at once.
+    let mut heavy = request("shop", vec![descriptor(&[("remote_address", "a")])]);
+    heavy.hits_addend = 3;
+    let response = ask(&mut client, heavy.clone()).await;
+    assert_eq!(fields(&response.statuses[0]).2, 0);
+    assert_eq!(
+        ask(&mut client, heavy).await.overall_code(),
+        Code::OverLimit
+    );
+    // A descriptor's own hits_addend wins; 0 decides without charging.
+    let mut peek = descriptor(&[("remote_address", "b")]);
+    peek.hits_addend = Some(UInt64Value { value: 0 });
+    for _ in 0..3 {
+        let response = ask(&mut client, request("shop", vec![peek.clone()])).await;
+        assert_eq!(fields(&response.statuses[0]).2, 2, "nothing charged");
+    }
+    // More than the limit holds: over it, whatever comes after.
+    let mut too_many = descriptor(&[("remote_address", "c")]);
+    too_many.hits_addend = Some(UInt64Value { value: 4 });
+    let response = ask(&mut client, request("shop", vec![too_many])).await;
+    assert_eq!(response.statuses[0].code(), Code::OverLimit);
+    // A descriptor bringing its own limit: 2 an hour, whatever the rules.
+    let mut own = descriptor(&[("anything", "x")]);
+    own.limit = Some(RateLimitOverride {
+        requests_per_unit: 2,
+        unit: Unit::Hour.into(),
+    });
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        let response = ask(&mut client, request("shop", vec![own.clone()])).await;
+        assert_eq!(response.statuses[0].current_limit, limit("", 2, Unit::Hour));
+        codes.push(response.overall_code());
+    }
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+}
+
+#[tokio::test]
+async fn malformed_requests_are_typed_errors() {
+    let server = Server::start(CONFIG);
+    let mut client = server.client().await;
+    let mut no_unit = descriptor(&[("k", "v")]);
+    no_unit.limit = Some(RateLimitOverride {
+        requests_per_unit: 1,
+        unit: 0,
+    });
+    let mut zero = descriptor(&[("k", "v")]);
+    zero.limit = Some(RateLimitOverride {
+        requests_per_unit: 0,
+        unit: Unit::Second.into(),
+    });
+    for (malformed, message) in [
+        (
+            request("", vec![descriptor(&[("k", "v")])]),
+            "the domain is empty",
+        ),
+        (request("shop", vec![]), "the request has no descriptor"),
+        (
+            request("shop", vec![descriptor(&[])]),
+            "descriptor 0 has no entry",
+        ),
+        (
+            request("shop", vec![no_unit]),
+            "descriptor 0 brings a limit of no known unit (0)",
+        ),
+    ] {
+        let status = client.should_rate_limit(malformed).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert_eq!(status.message(), message);
+    }
+    let status = client
+        .should_rate_limit(request("shop", vec![zero]))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status
+            .message()
+            .starts_with("descriptor 0 brings a limit of 0 a unit")
+    );
+    // The server still answers.
+    let fine = ask(
+        &mut client,
+        request("shop", vec![descriptor(&[("tenant", "t")])]),
+    )
+    .await;
+    assert_eq!(fine.overall_code(), Code::Ok);
+}
+
+#[tokio::test]
+async fn health_and_a_reload_that_keeps_each_key() {
+    let server = Server::start(CONFIG);
+    let channel = Channel::from_shared(format!("http://{}", server.address))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    let serving = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "envoy.service.ratelimit.v3.RateLimitService".to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        serving.status(),
+        tonic_health::pb::health_check_response::ServingStatus::Serving
+    );
+    let mut client = RateLimitServiceClient::new(channel);
+    let tenant = || request("shop", vec![descriptor(&[("tenant", "acme")])]);
+    for _ in 0..4 {
+        ask(&mut client, tenant()).await;
+    }
+    // Raised from 10 to 20 an hour, carried as is (the default): the key
+    // keeps its 6 free units, and a key in use gets none of the raise.
+    std::fs::write(
+        &server.config,
+        CONFIG.replace("requests_per_unit: 10", "requests_per_unit: 20"),
+    )
+    .unwrap();
+    hang_up(&server);
+    let raised = wait_for(&mut client, tenant, |response| {
+        response.statuses[0].current_limit == limit("tenant", 20, Unit::Hour)
+    })
+    .await;
+    assert_eq!(
+        fields(&raised.statuses[0]).2,
+        5,
+        "6 free before this check (19 had the state been lost)"
+    );
+    // A configuration with an error is refused: the last good one stays.
+    std::fs::write(&server.config, "domain: shop\ndescriptors: [\n").unwrap();
+    hang_up(&server);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let kept = ask(&mut client, tenant()).await;
+    assert_eq!(
+        fields(&kept.statuses[0]),
+        (Code::Ok, limit("tenant", 20, Unit::Hour), 4)
+    );
+}
+
+/// Sends SIGHUP to the server.
+fn hang_up(server: &Server) {
+    let status = Command::new("kill")
+        .args(["-HUP", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Asks `request` until `done` holds (a reload is asynchronous), for at
+/// most five seconds.
+async fn wait_for(
+    client: &mut RateLimitServiceClient<Channel>,
+    request: impl Fn() -> RateLimitRequest,
+    done: impl Fn(&RateLimitResponse) -> bool,
+) -> RateLimitResponse {
+    // Peeks (hits_addend 0 on the descriptor) until the change shows, so
+    // that waiting charges nothing.
+    for _ in 0..100 {
+        let mut peek = request();
+        for descriptor in &mut peek.descriptors {
+            descriptor.hits_addend = Some(UInt64Value { value: 0 });
+        }
+        if done(&ask(client, peek).await) {
+            return ask(client, request()).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the reload never showed");
+}
