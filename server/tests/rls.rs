@@ -473,3 +473,57 @@ async fn wait_for(
     }
     panic!("the reload never showed");
 }
+
+/// The same service called from Python, with Envoy's generated stubs
+/// (xds-protos) over grpcio: a client written outside this project, as
+/// the proxies' own are. The test command installs both; without them
+/// this test fails saying so.
+#[test]
+fn a_client_written_outside_the_project_reads_every_field() {
+    let server = Server::start(CONFIG);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/rls_client.py");
+    let output = Command::new("python3")
+        .arg(script)
+        .arg(&server.address)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        output.status.success(),
+        "the Python client failed (the test command installs grpcio and xds-protos: \
+         pip install grpcio==1.85.1 xds-protos==1.85.0):\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let status = |code: &str, limit: serde_json::Value, remaining: u32| {
+        serde_json::json!({
+            "code": code,
+            "limit": limit,
+            "remaining": remaining,
+            "has_reset": !limit.is_null(),
+        })
+    };
+    let address = serde_json::json!(["", 3, "MINUTE"]);
+    let tenant = serde_json::json!(["tenant", 10, "HOUR"]);
+    let day = serde_json::json!(["", 1, "DAY"]);
+    let expected = [
+        serde_json::json!({"overall": "OK", "statuses": [status("OK", address.clone(), 2)]}),
+        // hits_addend 2: the last two units.
+        serde_json::json!({"overall": "OK", "statuses": [status("OK", address.clone(), 0)]}),
+        serde_json::json!({"overall": "OVER_LIMIT",
+            "statuses": [status("OVER_LIMIT", address.clone(), 0)]}),
+        // The address refuses; the tenant is given back (10 free, a peek
+        // predicts 9).
+        serde_json::json!({"overall": "OVER_LIMIT", "statuses": [
+            status("OK", tenant.clone(), 9), status("OVER_LIMIT", address, 0)]}),
+        // A descriptor's hits_addend of 0: decided, not charged.
+        serde_json::json!({"overall": "OK", "statuses": [status("OK", tenant, 9)]}),
+        serde_json::json!({"overall": "OK", "statuses": [status("OK", day.clone(), 0)]}),
+        serde_json::json!({"overall": "OVER_LIMIT", "statuses": [status("OVER_LIMIT", day, 0)]}),
+        serde_json::json!({"error": "INVALID_ARGUMENT", "details": "the domain is empty"}),
+    ];
+    assert_eq!(lines, expected);
+}
