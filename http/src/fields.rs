@@ -113,6 +113,34 @@ pub(crate) fn limit_item(prefix: &str, decision: &Decision) -> Vec<u8> {
     item
 }
 
+/// The `RateLimit-Policy` item of a limit named `name` enforcing `quota`
+/// (`"name";q=Q;w=W`, see the draft), for a server that writes the field
+/// itself (as `tollgate-server` writes it for a proxy). `None` for a name
+/// a structured-field String cannot hold (outside printable ASCII).
+#[must_use]
+pub fn ratelimit_policy_item(name: &str, quota: &Quota) -> Option<String> {
+    is_field_string(name).then(|| policy_item(name, quota))
+}
+
+/// The `RateLimit` item of a limit named `name` for `decision`
+/// (`"name";r=R;t=T`, with `t` never earlier than the `Retry-After` of a
+/// denial; see the draft). `None` for a name a structured-field String
+/// cannot hold.
+#[must_use]
+pub fn ratelimit_item(name: &str, decision: &Decision) -> Option<String> {
+    if !is_field_string(name) {
+        return None;
+    }
+    // The prefix is printable ASCII and the rest digits: UTF-8.
+    String::from_utf8(limit_item(&limit_prefix(name), decision)).ok()
+}
+
+/// The `Retry-After` of a denial, in whole seconds rounded up and never 0.
+#[must_use]
+pub fn retry_after_seconds(decision: &Decision) -> u64 {
+    whole_seconds_up(decision.retry_after())
+}
+
 /// Writes `value` in decimal at the end of `digits`, without the
 /// formatting machinery (this is on every admitted request's path), and
 /// returns the digits written.

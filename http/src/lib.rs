@@ -77,7 +77,9 @@ mod service;
 mod tiers;
 
 pub use body::{LimitBody, RefusalBody};
-pub use fields::{RATELIMIT, RATELIMIT_POLICY};
+pub use fields::{
+    RATELIMIT, RATELIMIT_POLICY, ratelimit_item, ratelimit_policy_item, retry_after_seconds,
+};
 pub use future::ResponseFuture;
 pub use head::RequestHead;
 pub use key::{

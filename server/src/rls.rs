@@ -3,6 +3,7 @@
 
 use std::sync::{Arc, PoisonError, RwLock};
 
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ProtoUnit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -11,6 +12,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use tollgate::Quota;
 use tonic::{Request, Response, Status};
 
 use crate::config::Unit;
@@ -146,6 +148,7 @@ pub fn decide(limits: &Limits, request: &RateLimitRequest) -> Result<RateLimitRe
             DecideError::BadLimit { .. } => Status::invalid_argument(error.to_string()),
         })?;
     let over_limit = statuses.iter().any(|status| status.over_limit);
+    let response_headers_to_add = fields(&statuses);
     let statuses = statuses
         .into_iter()
         .map(|status| DescriptorStatus {
@@ -183,8 +186,57 @@ pub fn decide(limits: &Limits, request: &RateLimitRequest) -> Result<RateLimitRe
         }
         .into(),
         statuses,
+        response_headers_to_add,
         ..RateLimitResponse::default()
     })
+}
+
+/// The headers Envoy adds to the client's response: the `RateLimit-Policy`
+/// and `RateLimit` fields of draft-ietf-httpapi-ratelimit-headers-11, an
+/// item per descriptor a limit decided (named by its rule's `name`, else
+/// its path; a limit a descriptor brought, `descriptor<index>`), and on a
+/// refusal `Retry-After`, the longest wait of the refusing limits. A rule
+/// in shadow mode shows nothing: it does not limit the client.
+fn fields(statuses: &[limits::Status]) -> Vec<HeaderValue> {
+    let (mut policies, mut items, mut retry_after) = (Vec::new(), Vec::new(), None);
+    for (index, status) in statuses.iter().enumerate() {
+        let (Some((count, unit)), Some(decision)) = (status.limit, status.decision) else {
+            continue;
+        };
+        let (name, quota) = match &status.rule {
+            Some(rule) if rule.shadow_mode => continue,
+            Some(rule) => (
+                rule.name.clone().unwrap_or_else(|| rule.path.clone()),
+                rule.limit.map(|limit| limit.quota),
+            ),
+            None => (
+                format!("descriptor{index}"),
+                Quota::new(count, unit.span()).ok(),
+            ),
+        };
+        if let Some(quota) = quota {
+            policies.extend(tollgate_http::ratelimit_policy_item(&name, &quota));
+        }
+        items.extend(tollgate_http::ratelimit_item(&name, &decision));
+        if status.over_limit {
+            let wait = tollgate_http::retry_after_seconds(&decision);
+            retry_after = Some(retry_after.map_or(wait, |longest: u64| longest.max(wait)));
+        }
+    }
+    let header = |key: &str, value: String| HeaderValue {
+        key: key.to_owned(),
+        value,
+        ..HeaderValue::default()
+    };
+    let mut headers = Vec::new();
+    if !policies.is_empty() {
+        headers.push(header("RateLimit-Policy", policies.join(", ")));
+        headers.push(header("RateLimit", items.join(", ")));
+    }
+    if let Some(seconds) = retry_after {
+        headers.push(header("Retry-After", seconds.to_string()));
+    }
+    headers
 }
 
 #[tonic::async_trait]

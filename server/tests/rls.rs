@@ -52,6 +52,18 @@ descriptors:
     value: /health
     rate_limit:
       unlimited: true
+  - key: api_key
+    rate_limit:
+      name: api
+      unit: minute
+      requests_per_unit: 3
+      algorithm: gcra
+  - key: user
+    rate_limit:
+      name: user
+      unit: second
+      requests_per_unit: 5
+      algorithm: gcra
 ";
 
 /// A server process on a free port, killed when dropped.
@@ -149,6 +161,77 @@ async fn ask(
         .await
         .unwrap()
         .into_inner()
+}
+
+/// The headers a response asks Envoy to add, as (name, value).
+fn headers(response: &RateLimitResponse) -> Vec<(String, String)> {
+    response
+        .response_headers_to_add
+        .iter()
+        .map(|header| (header.key.clone(), header.value.clone()))
+        .collect()
+}
+
+/// The draft's fields (and `Retry-After`) on every response: GCRA, whose
+/// waits do not depend on when the server started, so that each is exact.
+#[tokio::test]
+async fn the_ratelimit_fields_and_retry_after() {
+    let server = Server::start(CONFIG);
+    let mut client = server.client().await;
+    let key = || request("shop", vec![descriptor(&[("api_key", "k1")])]);
+    let policy = ("RateLimit-Policy".to_owned(), "\"api\";q=3;w=60".to_owned());
+    // 3 a minute: a unit every 20 s; each admission books 20 s more.
+    for (remaining, full_in) in [(2, 20), (1, 40), (0, 60)] {
+        let response = ask(&mut client, key()).await;
+        assert_eq!(
+            headers(&response),
+            [
+                policy.clone(),
+                (
+                    "RateLimit".to_owned(),
+                    format!("\"api\";r={remaining};t={full_in}")
+                ),
+            ]
+        );
+    }
+    let refused = ask(&mut client, key()).await;
+    assert_eq!(refused.overall_code(), Code::OverLimit);
+    assert_eq!(
+        headers(&refused),
+        [
+            policy.clone(),
+            ("RateLimit".to_owned(), "\"api\";r=0;t=20".to_owned()),
+            ("Retry-After".to_owned(), "20".to_owned()),
+        ]
+    );
+    // Two limits: an item each, in the descriptors' order; a rule in
+    // shadow mode, unlimited or unmatched shows none.
+    let mixed = ask(
+        &mut client,
+        request(
+            "shop",
+            vec![
+                descriptor(&[("path", "/beta")]),
+                descriptor(&[("api_key", "k2")]),
+                descriptor(&[("path", "/health")]),
+                descriptor(&[("user", "u")]),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(
+        headers(&mixed),
+        [
+            (
+                "RateLimit-Policy".to_owned(),
+                "\"api\";q=3;w=60, \"user\";q=5;w=1".to_owned()
+            ),
+            (
+                "RateLimit".to_owned(),
+                "\"api\";r=2;t=20, \"user\";r=4;t=1".to_owned()
+            ),
+        ]
+    );
 }
 
 /// A status's fields but the time to reset, which the clock moves.
