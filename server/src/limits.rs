@@ -3,12 +3,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tollgate::algorithm::{
     Carry, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
-use tollgate::store::ChangeError;
+use tollgate::store::{ChangeError, WhenFull};
 use tollgate::{AllError, Builder, Charge, CheckError, Decision, Quota, RateLimiter};
 
 use crate::config::{Algorithm, Config, Limit, Rule, Unit};
@@ -46,9 +47,10 @@ where
     }
 }
 
-/// A limiter of `limit`'s algorithm and quota.
-fn limiter_of(limit: &Limit) -> Arc<dyn RuleLimiter> {
-    let builder = Builder::new(limit.quota);
+/// A limiter of `limit`'s algorithm and quota, holding at most
+/// `max_keys` keys (a new key past them is over its limit).
+fn limiter_of(limit: &Limit, max_keys: NonZeroUsize) -> Arc<dyn RuleLimiter> {
+    let builder = Builder::new(limit.quota).max_keys(max_keys, WhenFull::Reject);
     match limit.algorithm {
         Algorithm::FixedWindow => Arc::new(builder.algorithm::<FixedWindow>().build::<String>()),
         Algorithm::Gcra => Arc::new(builder.algorithm::<Gcra>().build::<String>()),
@@ -68,6 +70,8 @@ fn limiter_of(limit: &Limit) -> Arc<dyn RuleLimiter> {
 #[derive(Debug)]
 pub struct Limits {
     config: Config,
+    /// The keys each limiter holds at most.
+    max_keys: NonZeroUsize,
     limiters: HashMap<String, Held>,
     /// Limiters of the limits requests bring themselves (a descriptor's
     /// `limit`), by domain, count and unit; at most [`OVERRIDES`].
@@ -125,15 +129,6 @@ pub struct Status {
 /// A request refused as a whole.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecideError {
-    /// A limiter could not take a new key (its store is full, or a stalled
-    /// check holds room back): nothing of the request was charged.
-    #[error("descriptor {descriptor} could not be decided: {error}")]
-    Unavailable {
-        /// The descriptor's index.
-        descriptor: usize,
-        /// Why.
-        error: CheckError,
-    },
     /// The request brings more distinct limits of its own than the service
     /// keeps.
     #[error("more than {OVERRIDES} distinct descriptor limits")]
@@ -167,9 +162,12 @@ struct ToCharge {
 }
 
 impl Limits {
-    /// The limiters of `config`, every rule fresh.
+    /// The limiters of `config`, every rule fresh, each holding at most
+    /// `max_keys` keys: a descriptor that would add a key past them is
+    /// over its limit (the keys held keep working), so that clients
+    /// choosing descriptor values cannot grow the service without bound.
     #[must_use]
-    pub fn new(config: Config) -> Self {
+    pub fn new(config: Config, max_keys: NonZeroUsize) -> Self {
         let limiters = config
             .rules()
             .filter_map(|rule| {
@@ -178,13 +176,14 @@ impl Limits {
                     rule.path.clone(),
                     Held {
                         limit,
-                        limiter: limiter_of(&limit),
+                        limiter: limiter_of(&limit, max_keys),
                     },
                 ))
             })
             .collect();
         Limits {
             config,
+            max_keys,
             limiters,
             overrides: Arc::default(),
         }
@@ -204,12 +203,16 @@ impl Limits {
                         && (held.limit.quota == limit.quota
                             || held.limiter.change(limit.quota, carry).is_ok())
                 });
-                let limiter = kept.map_or_else(|| limiter_of(&limit), |held| held.limiter.clone());
+                let limiter = kept.map_or_else(
+                    || limiter_of(&limit, self.max_keys),
+                    |held| held.limiter.clone(),
+                );
                 Some((rule.path.clone(), Held { limit, limiter }))
             })
             .collect();
         Limits {
             config,
+            max_keys: self.max_keys,
             limiters,
             overrides: self.overrides.clone(),
         }
@@ -276,12 +279,10 @@ impl Limits {
                     }
                 }
             }
-            // A cost above the limit's burst can never be admitted: that
-            // descriptor is over its limit, and the others given back.
-            Err(AllError {
-                limit,
-                error: CheckError::InsufficientCapacity { .. },
-            }) => {
+            // A limit that cannot decide the descriptor (a cost above its
+            // burst, which can never be admitted; a new key past the key
+            // cap) holds it over its limit; the others are given back.
+            Err(AllError { limit, .. }) => {
                 for (position, check) in enforced.iter().enumerate() {
                     if position == limit {
                         statuses[check.index].over_limit = true;
@@ -289,12 +290,6 @@ impl Limits {
                         peeked_status(&mut statuses[check.index], check);
                     }
                 }
-            }
-            Err(AllError { limit, error }) => {
-                return Err(DecideError::Unavailable {
-                    descriptor: enforced[limit].index,
-                    error,
-                });
             }
         }
         for check in &shadow {
@@ -414,13 +409,16 @@ impl Limits {
             count,
             reason,
         })?;
-        let limiter = limiter_of(&Limit {
-            requests_per_unit: count,
-            unit,
-            quota,
-            algorithm: Algorithm::FixedWindow,
-            mode: crate::config::Mode::Exact,
-        });
+        let limiter = limiter_of(
+            &Limit {
+                requests_per_unit: count,
+                unit,
+                quota,
+                algorithm: Algorithm::FixedWindow,
+                mode: crate::config::Mode::Exact,
+            },
+            self.max_keys,
+        );
         overrides.insert(key, limiter.clone());
         Ok(limiter)
     }

@@ -1,6 +1,7 @@
 //! `tollgate-server`: the rate-limit service proxies call.
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, SystemTime};
@@ -12,7 +13,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tollgate::algorithm::Carry;
 use tollgate_server::config::Config;
 use tollgate_server::limits::Limits;
-use tollgate_server::rls::{RateLimiting, Shared};
+use tollgate_server::rls::{Bounds, RateLimiting, Shared};
 use tracing::{error, info, warn};
 
 /// A rate-limit service for proxies: Envoy's RLS v3 over gRPC, on
@@ -33,9 +34,20 @@ struct Flags {
     /// What a rule whose limit a reload changes keeps of each key.
     #[arg(long, env = "TOLLGATE_CARRY", value_enum, default_value_t = CarryFlag::AsIs)]
     carry: CarryFlag,
-    /// How often the configuration's files are looked at for a change.
+    /// How often the configuration's files are looked at for a change
+    /// (and idle keys evicted), in milliseconds.
     #[arg(long, env = "TOLLGATE_WATCH_MS", default_value_t = 1_000)]
     watch_ms: u64,
+    /// The keys each rule holds at most: a descriptor that would add one
+    /// past them is over its limit, and the keys held keep working.
+    #[arg(long, env = "TOLLGATE_MAX_KEYS", default_value = "100000")]
+    max_keys: NonZeroUsize,
+    /// The descriptors a request may bring.
+    #[arg(long, env = "TOLLGATE_MAX_DESCRIPTORS", default_value_t = Bounds::default().descriptors)]
+    max_descriptors: usize,
+    /// The bytes of a descriptor's keys and values together.
+    #[arg(long, env = "TOLLGATE_MAX_DESCRIPTOR_BYTES", default_value_t = Bounds::default().descriptor_bytes)]
+    max_descriptor_bytes: usize,
 }
 
 /// `--carry`.
@@ -114,7 +126,7 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let limits: Shared = Arc::new(RwLock::new(Arc::new(Limits::new(config))));
+    let limits: Shared = Arc::new(RwLock::new(Arc::new(Limits::new(config, flags.max_keys))));
     let listener = match TcpListener::bind(flags.grpc_addr).await {
         Ok(listener) => listener,
         Err(refused) => {
@@ -190,7 +202,13 @@ async fn main() -> std::process::ExitCode {
     };
     let served = tonic::transport::Server::builder()
         .add_service(health)
-        .add_service(RateLimitServiceServer::new(RateLimiting::new(limits)))
+        .add_service(RateLimitServiceServer::new(RateLimiting::new(
+            limits,
+            Bounds {
+                descriptors: flags.max_descriptors,
+                descriptor_bytes: flags.max_descriptor_bytes,
+            },
+        )))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await;
     watcher.abort();

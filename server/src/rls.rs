@@ -25,13 +25,37 @@ pub type Shared = Arc<RwLock<Arc<Limits>>>;
 #[derive(Debug, Clone)]
 pub struct RateLimiting {
     limits: Shared,
+    bounds: Bounds,
 }
 
 impl RateLimiting {
-    /// A service deciding on `limits` (which a reload replaces).
+    /// A service deciding on `limits` (which a reload replaces), refusing
+    /// requests past `bounds`.
     #[must_use]
-    pub fn new(limits: Shared) -> Self {
-        Self { limits }
+    pub fn new(limits: Shared, bounds: Bounds) -> Self {
+        Self { limits, bounds }
+    }
+}
+
+/// What a request may bring: each descriptor's entries become a key the
+/// service may keep, so their size is bounded (with the keys a rule holds,
+/// `Limits::new`'s `max_keys`, that bounds the memory clients can make the
+/// service hold).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// The descriptors a request may bring.
+    pub descriptors: usize,
+    /// The bytes of a descriptor's keys and values together.
+    pub descriptor_bytes: usize,
+}
+
+impl Default for Bounds {
+    /// 64 descriptors of at most 4 KiB each.
+    fn default() -> Self {
+        Bounds {
+            descriptors: 64,
+            descriptor_bytes: 4_096,
+        }
     }
 }
 
@@ -92,17 +116,35 @@ fn proto_unit(unit: Unit) -> ProtoUnit {
 }
 
 /// Checks what the service needs of a request before deciding it.
-fn validate(request: &RateLimitRequest) -> Result<(), Status> {
+fn validate(request: &RateLimitRequest, bounds: Bounds) -> Result<(), Status> {
     if request.domain.is_empty() {
         return Err(Status::invalid_argument("the domain is empty"));
     }
     if request.descriptors.is_empty() {
         return Err(Status::invalid_argument("the request has no descriptor"));
     }
+    if request.descriptors.len() > bounds.descriptors {
+        return Err(Status::invalid_argument(format!(
+            "{} descriptors, more than the {} a request may bring",
+            request.descriptors.len(),
+            bounds.descriptors
+        )));
+    }
     for (index, descriptor) in request.descriptors.iter().enumerate() {
         if descriptor.entries.is_empty() {
             return Err(Status::invalid_argument(format!(
                 "descriptor {index} has no entry"
+            )));
+        }
+        let bytes: usize = descriptor
+            .entries
+            .iter()
+            .map(|entry| entry.key.len() + entry.value.len())
+            .sum();
+        if bytes > bounds.descriptor_bytes {
+            return Err(Status::invalid_argument(format!(
+                "descriptor {index} holds {bytes} bytes, more than the {} a descriptor may",
+                bounds.descriptor_bytes
             )));
         }
         if let Some(limit) = &descriptor.limit
@@ -123,11 +165,14 @@ fn validate(request: &RateLimitRequest) -> Result<(), Status> {
 ///
 /// `INVALID_ARGUMENT` for a request the protocol does not allow (no
 /// domain, no descriptor, a descriptor of no entry, a limit of no unit or
-/// of no requests), `RESOURCE_EXHAUSTED` for too many limits brought by
-/// requests, and `UNAVAILABLE` for a limiter that could not take a key:
-/// nothing of the request is charged.
-pub fn decide(limits: &Limits, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
-    validate(request)?;
+/// of no requests) or past `bounds`, and `RESOURCE_EXHAUSTED` for too many
+/// limits brought by requests: nothing of the request is charged.
+pub fn decide(
+    limits: &Limits,
+    request: &RateLimitRequest,
+    bounds: Bounds,
+) -> Result<RateLimitResponse, Status> {
+    validate(request, bounds)?;
     let addend = match request.hits_addend {
         0 => 1,
         addend => u64::from(addend),
@@ -143,7 +188,6 @@ pub fn decide(limits: &Limits, request: &RateLimitRequest) -> Result<RateLimitRe
             descriptors: &descriptors,
         })
         .map_err(|error| match error {
-            DecideError::Unavailable { .. } => Status::unavailable(error.to_string()),
             DecideError::TooManyOverrides => Status::resource_exhausted(error.to_string()),
             DecideError::BadLimit { .. } => Status::invalid_argument(error.to_string()),
         })?;
@@ -250,6 +294,6 @@ impl RateLimitService for RateLimiting {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        decide(&limits, request.get_ref()).map(Response::new)
+        decide(&limits, request.get_ref(), self.bounds).map(Response::new)
     }
 }

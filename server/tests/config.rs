@@ -272,3 +272,14 @@ fn a_directory_loads_every_file_and_refuses_a_domain_twice() {
         Err(LoadError::Read { .. })
     ));
 }
+
+/// The example configuration the README starts the server on is valid.
+#[test]
+fn the_example_configuration_loads() {
+    let path = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/ratelimit.yaml"
+    ));
+    let config = Config::load(path).unwrap();
+    assert_eq!(config.rules().count(), 6);
+}

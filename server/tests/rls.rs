@@ -75,6 +75,11 @@ struct Server {
 
 impl Server {
     fn start(config: &str) -> Server {
+        Server::start_with(config, &[])
+    }
+
+    /// A server given `flags` besides its address and configuration.
+    fn start_with(config: &str, flags: &[&str]) -> Server {
         let file = std::env::temp_dir().join(format!(
             "tollgate-rls-{}-{}.yaml",
             std::process::id(),
@@ -90,6 +95,7 @@ impl Server {
                 "--config",
             ])
             .arg(&file)
+            .args(flags)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -523,6 +529,67 @@ async fn health_and_a_reload_that_keeps_each_key() {
     assert_eq!(
         fields(&kept.statuses[0]),
         (Code::Ok, limit("tenant", 20, Unit::Hour), 4)
+    );
+}
+
+/// What clients choose cannot grow the service without bound: a rule
+/// holds at most `--max-keys` keys (a new one past them is over its
+/// limit, the keys held keep working, and other rules are unaffected),
+/// and a request at most `--max-descriptors` descriptors of at most
+/// `--max-descriptor-bytes` each.
+#[tokio::test]
+async fn clients_cannot_grow_the_service_without_bound() {
+    let server = Server::start_with(
+        CONFIG,
+        &[
+            "--max-keys",
+            "2",
+            "--max-descriptors",
+            "3",
+            "--max-descriptor-bytes",
+            "32",
+        ],
+    );
+    let mut client = server.client().await;
+    let address = |value: &str| request("shop", vec![descriptor(&[("remote_address", value)])]);
+    for value in ["a", "b"] {
+        assert_eq!(
+            ask(&mut client, address(value)).await.overall_code(),
+            Code::Ok
+        );
+    }
+    let third = ask(&mut client, address("c")).await;
+    assert_eq!(
+        fields(&third.statuses[0]),
+        (Code::OverLimit, limit("", 3, Unit::Minute), 0)
+    );
+    // The keys held keep their counts; another rule has room of its own.
+    assert_eq!(
+        fields(&ask(&mut client, address("a")).await.statuses[0]).2,
+        1
+    );
+    let tenant = ask(
+        &mut client,
+        request("shop", vec![descriptor(&[("tenant", "t")])]),
+    )
+    .await;
+    assert_eq!(tenant.overall_code(), Code::Ok);
+    let four = request("shop", vec![descriptor(&[("k", "v")]); 4]);
+    let status = client.should_rate_limit(four).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        status.message(),
+        "4 descriptors, more than the 3 a request may bring"
+    );
+    let long = "v".repeat(30);
+    let status = client
+        .should_rate_limit(request("shop", vec![descriptor(&[("key", &long)])]))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        status.message(),
+        "descriptor 0 holds 33 bytes, more than the 32 a descriptor may"
     );
 }
 
