@@ -2,13 +2,17 @@
 //! over gRPC) and envoyproxy/ratelimit's configuration, decided by
 //! tollgate's limiters.
 //!
-//! Work in progress: the configuration ([`config`]) is read and matched;
-//! the service that answers on it comes next (notes/15).
+//! [`config`] reads and matches envoyproxy/ratelimit's files, [`limits`]
+//! decides a request in memory, [`rls`] answers Envoy's protocol over
+//! gRPC, [`http`] serves `/metrics`, a JSON check and a health check, and
+//! [`stats`] counts what was decided (notes/15).
 
 #![deny(missing_docs, missing_debug_implementations, unsafe_code)]
 #![warn(clippy::pedantic)]
 #![allow(clippy::module_name_repetitions)]
 
 pub mod config;
+pub mod http;
 pub mod limits;
 pub mod rls;
+pub mod stats;

@@ -124,6 +124,8 @@ pub struct Status {
     pub decision: Option<Decision>,
     /// A rule in shadow mode that would have refused it.
     pub shadow_refused: bool,
+    /// The units it cost (0: decided, not charged).
+    pub cost: u64,
 }
 
 /// A request refused as a whole.
@@ -346,6 +348,7 @@ impl Limits {
                 limit: None,
                 decision: None,
                 shadow_refused: false,
+                cost: descriptor.cost(),
             };
             let target = match (descriptor.limit(), &rule) {
                 (Some((count, unit)), _) => Some((

@@ -31,6 +31,10 @@ struct Flags {
     /// The gRPC address (port 0: any free port, printed at start).
     #[arg(long, env = "TOLLGATE_GRPC_ADDR", default_value = "127.0.0.1:8081")]
     grpc_addr: SocketAddr,
+    /// The HTTP address of `/metrics`, `/json` and `/healthcheck` (port 0:
+    /// any free port, printed at start).
+    #[arg(long, env = "TOLLGATE_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    http_addr: SocketAddr,
     /// What a rule whose limit a reload changes keeps of each key.
     #[arg(long, env = "TOLLGATE_CARRY", value_enum, default_value_t = CarryFlag::AsIs)]
     carry: CarryFlag,
@@ -101,9 +105,11 @@ fn reload(flags: &Flags, limits: &Shared) {
                 .clone();
             let next = Arc::new(current.reload(config, flags.carry.into()));
             *limits.write().unwrap_or_else(PoisonError::into_inner) = next;
+            tollgate_server::stats::reloaded(true);
             info!(config = %flags.config.display(), "configuration reloaded");
         }
         Err(refused) => {
+            tollgate_server::stats::reloaded(false);
             error!(%refused, "configuration refused; the last good one is kept");
         }
     }
@@ -127,17 +133,43 @@ async fn main() -> std::process::ExitCode {
         }
     };
     let limits: Shared = Arc::new(RwLock::new(Arc::new(Limits::new(config, flags.max_keys))));
-    let listener = match TcpListener::bind(flags.grpc_addr).await {
-        Ok(listener) => listener,
+    let metrics = match metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder() {
+        Ok(metrics) => metrics,
         Err(refused) => {
+            eprintln!("tollgate-server: the metrics recorder: {refused}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let (listener, http_listener) = match (
+        TcpListener::bind(flags.grpc_addr).await,
+        TcpListener::bind(flags.http_addr).await,
+    ) {
+        (Ok(listener), Ok(http_listener)) => (listener, http_listener),
+        (Err(refused), _) => {
             eprintln!("tollgate-server: {}: {refused}", flags.grpc_addr);
+            return std::process::ExitCode::from(2);
+        }
+        (_, Err(refused)) => {
+            eprintln!("tollgate-server: {}: {refused}", flags.http_addr);
             return std::process::ExitCode::from(2);
         }
     };
     let address = listener.local_addr().unwrap_or(flags.grpc_addr);
+    let http_address = http_listener.local_addr().unwrap_or(flags.http_addr);
     // The one line on standard output: where to call.
-    println!("tollgate-server listening on {address}");
-    info!(%address, "serving Envoy's rate-limit service");
+    println!("tollgate-server listening on {address} (gRPC) and {http_address} (HTTP)");
+    info!(%address, %http_address, "serving Envoy's rate-limit service");
+    let bounds = Bounds {
+        descriptors: flags.max_descriptors,
+        descriptor_bytes: flags.max_descriptor_bytes,
+    };
+    let http = tokio::spawn(
+        axum::serve(
+            http_listener,
+            tollgate_server::http::router(limits.clone(), bounds, metrics),
+        )
+        .into_future(),
+    );
 
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter
@@ -203,15 +235,12 @@ async fn main() -> std::process::ExitCode {
     let served = tonic::transport::Server::builder()
         .add_service(health)
         .add_service(RateLimitServiceServer::new(RateLimiting::new(
-            limits,
-            Bounds {
-                descriptors: flags.max_descriptors,
-                descriptor_bytes: flags.max_descriptor_bytes,
-            },
+            limits, bounds,
         )))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await;
     watcher.abort();
+    http.abort();
     match served {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(failed) => {

@@ -191,6 +191,7 @@ pub fn decide(
             DecideError::TooManyOverrides => Status::resource_exhausted(error.to_string()),
             DecideError::BadLimit { .. } => Status::invalid_argument(error.to_string()),
         })?;
+    crate::stats::count(&request.domain, &statuses);
     let over_limit = statuses.iter().any(|status| status.over_limit);
     let response_headers_to_add = fields(&statuses);
     let statuses = statuses

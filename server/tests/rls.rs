@@ -70,6 +70,7 @@ descriptors:
 struct Server {
     child: Child,
     address: String,
+    http_address: String,
     config: PathBuf,
 }
 
@@ -90,6 +91,8 @@ impl Server {
             .args([
                 "--grpc-addr",
                 "127.0.0.1:0",
+                "--http-addr",
+                "127.0.0.1:0",
                 "--watch-ms",
                 "60000",
                 "--config",
@@ -104,14 +107,16 @@ impl Server {
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        let address = line
+        let (address, http_address) = line
             .trim()
             .strip_prefix("tollgate-server listening on ")
-            .unwrap_or_else(|| panic!("the server printed {line:?}"))
-            .to_owned();
+            .and_then(|rest| rest.strip_suffix(" (HTTP)"))
+            .and_then(|rest| rest.split_once(" (gRPC) and "))
+            .unwrap_or_else(|| panic!("the server printed {line:?}"));
         Server {
+            address: address.to_owned(),
+            http_address: http_address.to_owned(),
             child,
-            address,
             config: file,
         }
     }
@@ -676,4 +681,153 @@ fn a_client_written_outside_the_project_reads_every_field() {
         serde_json::json!({"error": "INVALID_ARGUMENT", "details": "the domain is empty"}),
     ];
     assert_eq!(lines, expected);
+}
+
+/// `/metrics` renders envoyproxy/ratelimit's statistics, per rule, in
+/// units: every count exact.
+#[tokio::test]
+async fn metrics_count_each_rule_s_hits_exactly() {
+    let server = Server::start(CONFIG);
+    let mut client = server.client().await;
+    // 3 a minute: 4 checks of one unit (3 within, the third past four
+    // fifths of the limit, so near it; 1 over), then a check of 2 units
+    // over it.
+    for _ in 0..4 {
+        ask(
+            &mut client,
+            request("shop", vec![descriptor(&[("remote_address", "m")])]),
+        )
+        .await;
+    }
+    let mut heavy = request("shop", vec![descriptor(&[("remote_address", "m")])]);
+    heavy.hits_addend = 2;
+    ask(&mut client, heavy).await;
+    // Shadow mode: 1 an hour, checked 3 times: 2 would have been refused.
+    for _ in 0..3 {
+        ask(
+            &mut client,
+            request("shop", vec![descriptor(&[("path", "/beta")])]),
+        )
+        .await;
+    }
+    let text = reqwest::get(format!("http://{}/metrics", server.http_address))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let sample = |name: &str, key: &str| -> Option<u64> {
+        let prefix = format!("{name}{{domain=\"shop\",key=\"{key}\"}} ");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .map(|value| value.parse().unwrap())
+    };
+    let address = "remote_address";
+    assert_eq!(
+        sample("ratelimit_service_rate_limit_total_hits", address),
+        Some(6)
+    );
+    assert_eq!(
+        sample("ratelimit_service_rate_limit_within_limit", address),
+        Some(3)
+    );
+    assert_eq!(
+        sample("ratelimit_service_rate_limit_near_limit", address),
+        Some(1)
+    );
+    assert_eq!(
+        sample("ratelimit_service_rate_limit_over_limit", address),
+        Some(3)
+    );
+    assert_eq!(
+        sample("ratelimit_service_rate_limit_shadow_mode", address),
+        None
+    );
+    let beta = "path_/beta";
+    assert_eq!(
+        sample("ratelimit_service_rate_limit_total_hits", beta),
+        Some(3)
+    );
+    assert_eq!(
+        sample("ratelimit_service_rate_limit_within_limit", beta),
+        Some(1)
+    );
+    assert_eq!(
+        sample("ratelimit_service_rate_limit_shadow_mode", beta),
+        Some(2)
+    );
+    assert_eq!(
+        sample("ratelimit_service_rate_limit_over_limit", beta),
+        None
+    );
+}
+
+/// `/json`: the same request in protobuf's JSON mapping, answered in it,
+/// 429 over the limit; `/healthcheck`.
+#[tokio::test]
+async fn the_json_endpoint_and_the_health_check() {
+    let server = Server::start(CONFIG);
+    let http = reqwest::Client::new();
+    let post = |body: String| {
+        http.post(format!("http://{}/json", server.http_address))
+            .body(body)
+            .send()
+    };
+    let body = r#"{"domain": "shop", "descriptors": [{"entries": [{"key": "api_key", "value": "j"}]}], "hitsAddend": 3}"#;
+    let admitted = post(body.to_owned()).await.unwrap();
+    assert_eq!(admitted.status(), 200);
+    let admitted: serde_json::Value =
+        serde_json::from_str(&admitted.text().await.unwrap()).unwrap();
+    assert_eq!(
+        admitted,
+        serde_json::json!({
+            "overallCode": "OK",
+            "statuses": [{
+                "code": "OK",
+                "currentLimit": {"name": "api", "requestsPerUnit": 3, "unit": "MINUTE"},
+                "limitRemaining": 0,
+                "durationUntilReset": "60.000000000s",
+            }],
+            "responseHeadersToAdd": [
+                {"key": "RateLimit-Policy", "value": "\"api\";q=3;w=60"},
+                {"key": "RateLimit", "value": "\"api\";r=0;t=60"},
+            ],
+        })
+    );
+    // The proto's own field names are read too.
+    let refused = post(
+        r#"{"domain": "shop", "descriptors": [{"entries": [{"key": "api_key", "value": "j"}]}], "hits_addend": 1}"#
+            .to_owned(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(refused.status(), 429);
+    let refused: serde_json::Value = serde_json::from_str(&refused.text().await.unwrap()).unwrap();
+    assert_eq!(refused["overallCode"], "OVER_LIMIT");
+    assert_eq!(refused["statuses"][0]["code"], "OVER_LIMIT");
+    for (body, message) in [
+        (
+            "{",
+            "not JSON: EOF while parsing an object at line 1 column 1",
+        ),
+        ("[]", "the request is not an object"),
+        (r#"{"domain": "shop"}"#, "the request has no descriptor"),
+        (
+            r#"{"domain": "shop", "descriptors": [{"entries": [{"key": "k"}]}], "hitsAddend": -1}"#,
+            "`hitsAddend` is not an unsigned integer",
+        ),
+        (
+            r#"{"domain": "shop", "descriptors": [{"entries": [{"key": "k"}], "limit": {"requestsPerUnit": 1, "unit": "FORTNIGHT"}}]}"#,
+            "no unit is named \"FORTNIGHT\"",
+        ),
+    ] {
+        let response = post(body.to_owned()).await.unwrap();
+        assert_eq!(response.status(), 400, "{body}");
+        assert_eq!(response.text().await.unwrap(), message, "{body}");
+    }
+    let health = reqwest::get(format!("http://{}/healthcheck", server.http_address))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    assert_eq!(health.text().await.unwrap(), "OK");
 }
