@@ -66,6 +66,9 @@ const RATE_LIMIT_KEYS: [&str; 8] = [
 #[derive(Debug, Default)]
 pub struct Config {
     domains: HashMap<String, Level>,
+    /// Every limited rule's path, and where it is: a path names one rule
+    /// (its limiter and its statistics).
+    paths: HashMap<String, Origin>,
 }
 
 /// The rules of one level of a domain's tree, by how an entry matches them.
@@ -328,6 +331,17 @@ impl Config {
         let reader = Reader {
             file: Arc::from(file),
         };
+        if let Some((line, column)) = too_deep(text) {
+            return Err(ConfigError {
+                origin: Origin {
+                    file: reader.file.clone(),
+                    line,
+                    column,
+                },
+                rule: file.display().to_string(),
+                reason: format!("nested deeper than {DEEPEST} columns, which this service reads"),
+            });
+        }
         let options = marked_yaml::LoaderOptions::default().error_on_duplicate_keys(true);
         let root = marked_yaml::parse_yaml_with_options(0, text, options)
             .map_err(|error| reader.load_error(&error))?;
@@ -349,11 +363,31 @@ impl Config {
         }
         let mut names = HashMap::new();
         let level = match root.get_node("descriptors") {
-            Some(descriptors) => reader.level(descriptors, &domain, &mut names)?,
-            None => Level::default(),
+            Some(descriptors) if !is_null(descriptors) => {
+                reader.level(descriptors, &domain, &mut names)?
+            }
+            _ => Level::default(),
         };
         // `replaces` names a rule of the domain.
         replaced_exist(&level, &names)?;
+        // Each path one rule, in the order the files give them (a key or a
+        // value holding `.` or `_` can make two rules one path).
+        let mut rules: Vec<&Arc<Rule>> = level.rules().collect();
+        rules.sort_by_key(|rule| (rule.origin.line, rule.origin.column));
+        let mut paths = HashMap::new();
+        for rule in rules {
+            if let Some(first) = self.paths.get(&rule.path).or(paths.get(&rule.path)) {
+                return Err(ConfigError {
+                    origin: rule.origin.clone(),
+                    rule: rule.path.clone(),
+                    reason: format!(
+                        "the path of the rule at {first} too (a key or value holding `.` or `_`)"
+                    ),
+                });
+            }
+            paths.insert(rule.path.clone(), rule.origin.clone());
+        }
+        self.paths.extend(paths);
         self.domains.insert(domain, level);
         Ok(())
     }
@@ -426,6 +460,35 @@ fn key_span<'n>(mapping: &'n MarkedMappingNode, key: &str) -> Option<&'n Span> {
         .iter()
         .find(|(name, _)| name.as_str() == key)
         .map(|(name, _)| name.span())
+}
+
+/// The most columns a line of a file may be nested to: the YAML loader
+/// recurses once a level, and a file nested deeper could exhaust a thread's
+/// stack rather than be refused.
+const DEEPEST: usize = 256;
+
+/// The first line nested past [`DEEPEST`] columns (its indentation and
+/// the `- ` of the sequences opened on it), as (line, column) from 1.
+fn too_deep(text: &str) -> Option<(usize, usize)> {
+    text.lines().enumerate().find_map(|(index, line)| {
+        let mut rest = line.trim_start_matches([' ', '\t']);
+        let mut column = line.len() - rest.len();
+        while let Some(after) = rest.strip_prefix('-') {
+            let content = after.trim_start_matches([' ', '\t']);
+            if content.len() == after.len() {
+                break;
+            }
+            column += rest.len() - content.len();
+            rest = content;
+        }
+        (column > DEEPEST).then_some((index + 1, column + 1))
+    })
+}
+
+/// Whether `node` is YAML's null (`~`, `null`, or nothing).
+fn is_null(node: &Node) -> bool {
+    node.as_scalar()
+        .is_some_and(|scalar| matches!(scalar.as_str(), "" | "~" | "null" | "Null" | "NULL"))
 }
 
 /// Where `mapping` starts: its first key.
@@ -514,9 +577,13 @@ impl Reader {
     }
 
     fn boolean(&self, node: &Node, rule: &str, key: &str) -> Result<bool, ConfigError> {
+        // YAML 1.1's booleans, as the reference's loader reads them.
         match self.scalar(node, rule)?.as_str() {
-            "true" | "True" | "TRUE" => Ok(true),
-            "false" | "False" | "FALSE" => Ok(false),
+            "true" | "True" | "TRUE" | "yes" | "Yes" | "YES" | "y" | "Y" | "on" | "On" | "ON" => {
+                Ok(true)
+            }
+            "false" | "False" | "FALSE" | "no" | "No" | "NO" | "n" | "N" | "off" | "Off"
+            | "OFF" => Ok(false),
             other => Err(self.error(
                 node.span(),
                 rule,
@@ -527,16 +594,22 @@ impl Reader {
 
     fn count(&self, node: &Node, rule: &str, key: &str) -> Result<u32, ConfigError> {
         let text = self.scalar(node, rule)?.as_str();
-        text.parse::<u32>().map_err(|_| {
-            self.error(
-                node.span(),
-                rule,
-                format!(
-                    "`{key}` is a whole number from 0 to {}, not {text:?}",
-                    u32::MAX
-                ),
-            )
-        })
+        // A leading zero is refused: YAML 1.1 (the reference's loader)
+        // reads `010` as 8.
+        let leading_zero = text.len() > 1 && text.starts_with('0');
+        text.parse::<u32>()
+            .ok()
+            .filter(|_| !leading_zero)
+            .ok_or_else(|| {
+                self.error(
+                    node.span(),
+                    rule,
+                    format!(
+                        "`{key}` is a whole number from 0 to {}, in decimal, not {text:?}",
+                        u32::MAX
+                    ),
+                )
+            })
     }
 
     fn named<T: Copy>(
@@ -612,9 +685,11 @@ impl Reader {
                     "a descriptor with an empty `key`",
                 ));
             }
+            // No value, or a null one (`~`): the key alone, as the
+            // reference reads it.
             let value = match mapping.get_node("value") {
-                Some(value) => self.string(value, parent)?,
-                None => String::new(),
+                Some(value) if !is_null(value) => self.string(value, parent)?,
+                _ => String::new(),
             };
             let path = if value.is_empty() {
                 format!("{parent}.{key}")
@@ -642,8 +717,10 @@ impl Reader {
                 None
             };
             let below = match mapping.get_node("descriptors") {
-                Some(descriptors) => self.level(descriptors, &path, names)?,
-                None => Level::default(),
+                Some(descriptors) if !is_null(descriptors) => {
+                    self.level(descriptors, &path, names)?
+                }
+                _ => Level::default(),
             };
             let descriptor = Arc::new(Descriptor { rule, below });
             if value.is_empty() {
@@ -730,7 +807,9 @@ impl Reader {
             }
         }
         let limit = if unlimited {
-            for key in ["unit", "requests_per_unit", "algorithm", "burst", "mode"] {
+            // The reference ignores a count beside `unlimited`, and refuses
+            // a unit; the keys of tollgate's own are refused too.
+            for key in ["unit", "algorithm", "burst", "mode"] {
                 if let Some(node) = mapping.get_node(key) {
                     return Err(self.error(
                         node.span(),

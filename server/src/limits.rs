@@ -24,6 +24,8 @@ trait RuleLimiter: Send + Sync + fmt::Debug {
     fn change(&self, quota: Quota, carry: Carry) -> Result<(), ChangeError>;
     /// Removes the keys that decide as absent ones.
     fn evict_idle(&self) -> usize;
+    /// The keys held.
+    fn len(&self) -> usize;
 }
 
 impl<A: tollgate::algorithm::Algorithm> RuleLimiter for RateLimiter<String, A>
@@ -44,6 +46,10 @@ where
 
     fn evict_idle(&self) -> usize {
         RateLimiter::evict_idle(self)
+    }
+
+    fn len(&self) -> usize {
+        RateLimiter::len(self)
     }
 }
 
@@ -66,29 +72,55 @@ fn limiter_of(limit: &Limit, max_keys: NonZeroUsize) -> Arc<dyn RuleLimiter> {
     }
 }
 
+/// What bounds the limiters clients can fill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    /// The keys each limiter holds at most: a descriptor that would add a
+    /// key past them is over its limit (the keys held keep working).
+    pub max_keys: NonZeroUsize,
+    /// The limiters of limits descriptors bring themselves (a count and a
+    /// unit each, per configured domain) the service holds at most: a
+    /// descriptor bringing another, when none of them is idle, is over its
+    /// limit.
+    pub max_overrides: usize,
+}
+
 /// A configuration's limiters: one per limited rule, by the rule's path.
 #[derive(Debug)]
 pub struct Limits {
     config: Config,
-    /// The keys each limiter holds at most.
-    max_keys: NonZeroUsize,
+    capacity: Capacity,
     limiters: HashMap<String, Held>,
-    /// Limiters of the limits requests bring themselves (a descriptor's
-    /// `limit`), by domain, count and unit; at most [`OVERRIDES`].
+    /// Limiters of the limits requests bring themselves.
     overrides: Arc<Mutex<Overrides>>,
+    /// Rules whose limit changed but whose keys could not be carried yet
+    /// (a stalled check held the store): they decide by their old limit
+    /// until a later reload carries them.
+    pending: Vec<String>,
 }
 
 /// The limiters of limits requests bring, by domain, count and unit.
 type Overrides = HashMap<(String, u32, Unit), Arc<dyn RuleLimiter>>;
 
-/// The override limiters a service holds at most, whatever requests ask.
-pub const OVERRIDES: usize = 1_024;
-
-/// A rule's limiter and the limit it was built for.
+/// A rule's limiter and the limit it enforces (which a pending change can
+/// leave behind the rule's configured one).
 #[derive(Debug, Clone)]
 struct Held {
     limit: Limit,
     limiter: Arc<dyn RuleLimiter>,
+}
+
+/// What a reload did to a rule that existed before it with a limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reloaded {
+    /// Its limit changed, and every key was carried.
+    Carried(String),
+    /// It starts fresh: its algorithm, or its window, changed (a window
+    /// algorithm's counts mean nothing in windows of another length).
+    Fresh(String, String),
+    /// Its keys could not be carried now (a check stalled in the store):
+    /// it keeps deciding by its old limit, and the next reload tries again.
+    Pending(String),
 }
 
 /// A request to decide: its domain and descriptors.
@@ -104,22 +136,23 @@ pub struct Request<'a, D> {
 pub trait Descriptor {
     /// Its entries, (key, value), in order.
     fn entries(&self) -> impl Iterator<Item = (&str, &str)> + '_;
-    /// The units it costs (0: decided, not charged).
+    /// The units it costs (0: decided, not charged, never refused).
     fn cost(&self) -> u64;
-    /// The limit it brings itself, if any: a count a unit.
+    /// The limit it brings itself, if any: a count (at least 1) a unit.
     fn limit(&self) -> Option<(u32, Unit)>;
 }
 
 /// What one descriptor got.
 #[derive(Debug, Clone)]
 pub struct Status {
-    /// Whether it is over its limit (never for a rule in shadow mode).
+    /// Whether it is over its limit (never for a rule in shadow mode, nor
+    /// for a descriptor of cost 0).
     pub over_limit: bool,
-    /// The rule that decided it, if any (none: no rule matched, or the
-    /// rule is unlimited or replaced).
+    /// The rule that decided it, if any (none: no rule matched, the rule
+    /// is unlimited or replaced, or the descriptor brought its limit).
     pub rule: Option<Arc<Rule>>,
-    /// The limit it was held to (the rule's, or the one it brought).
-    pub limit: Option<(u32, Unit)>,
+    /// The limit it was held to: a count a unit, and the quota.
+    pub limit: Option<(u32, Unit, Quota)>,
     /// The decision, if a limit decided it.
     pub decision: Option<Decision>,
     /// A rule in shadow mode that would have refused it.
@@ -128,34 +161,7 @@ pub struct Status {
     pub cost: u64,
 }
 
-/// A request refused as a whole.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DecideError {
-    /// The request brings more distinct limits of its own than the service
-    /// keeps.
-    #[error("more than {OVERRIDES} distinct descriptor limits")]
-    TooManyOverrides,
-    /// A descriptor brings a limit no quota can be (0 requests a unit).
-    #[error("descriptor {descriptor} brings a limit of {count} a unit: {reason}")]
-    BadLimit {
-        /// The descriptor's index.
-        descriptor: usize,
-        /// Its `requests_per_unit`.
-        count: u32,
-        /// Why no quota is that.
-        reason: tollgate::QuotaError,
-    },
-}
-
-/// A request's descriptors matched and sorted, before any is charged.
-struct Plan {
-    statuses: Vec<Status>,
-    enforced: Vec<ToCharge>,
-    shadow: Vec<ToCharge>,
-    peeked: Vec<ToCharge>,
-}
-
-/// A descriptor to charge: its index, limiter, key and cost.
+/// A descriptor to check: its index, limiter, key and cost.
 struct ToCharge {
     index: usize,
     limiter: Arc<dyn RuleLimiter>,
@@ -163,61 +169,115 @@ struct ToCharge {
     cost: u32,
 }
 
-impl Limits {
-    /// The limiters of `config`, every rule fresh, each holding at most
-    /// `max_keys` keys: a descriptor that would add a key past them is
-    /// over its limit (the keys held keep working), so that clients
-    /// choosing descriptor values cannot grow the service without bound.
-    #[must_use]
-    pub fn new(config: Config, max_keys: NonZeroUsize) -> Self {
-        let limiters = config
-            .rules()
-            .filter_map(|rule| {
-                let limit = rule.limit?;
-                Some((
-                    rule.path.clone(),
-                    Held {
-                        limit,
-                        limiter: limiter_of(&limit, max_keys),
-                    },
-                ))
-            })
-            .collect();
-        Limits {
-            config,
-            max_keys,
-            limiters,
-            overrides: Arc::default(),
-        }
-    }
+/// A request's descriptors matched and sorted, before any is charged.
+struct Plan {
+    statuses: Vec<Status>,
+    /// Charged all or nothing.
+    enforced: Vec<ToCharge>,
+    /// Charged each on its own, never refusing.
+    shadow: Vec<ToCharge>,
+    /// Decided without a charge (cost 0), never refusing.
+    peeked: Vec<ToCharge>,
+    /// A descriptor over its limit before any check (its limiter could not
+    /// be made): nothing is charged.
+    blocked: bool,
+}
 
-    /// The limiters of `config`, keeping the state of every rule of `self`
-    /// at the same path with the same algorithm (its quota changed, each
-    /// key carried by `carry`, if its limit differs); the others fresh.
+impl Limits {
+    /// The limiters of `config`, every rule fresh.
     #[must_use]
-    pub fn reload(&self, config: Config, carry: Carry) -> Self {
+    pub fn new(config: Config, capacity: Capacity) -> Self {
         let limiters = config
             .rules()
             .filter_map(|rule| {
                 let limit = rule.limit?;
-                let kept = self.limiters.get(&rule.path).filter(|held| {
-                    held.limit.algorithm == limit.algorithm
-                        && (held.limit.quota == limit.quota
-                            || held.limiter.change(limit.quota, carry).is_ok())
-                });
-                let limiter = kept.map_or_else(
-                    || limiter_of(&limit, self.max_keys),
-                    |held| held.limiter.clone(),
-                );
+                let limiter = limiter_of(&limit, capacity.max_keys);
                 Some((rule.path.clone(), Held { limit, limiter }))
             })
             .collect();
         Limits {
             config,
-            max_keys: self.max_keys,
+            capacity,
+            limiters,
+            overrides: Arc::default(),
+            pending: Vec::new(),
+        }
+    }
+
+    /// The limiters of `config`, keeping every rule of `self` at the same
+    /// path: its keys as they are if its limit is the same, carried by
+    /// `carry` if the limit changed, fresh if the algorithm or a window
+    /// algorithm's window changed. Returns what happened to each rule that
+    /// changed.
+    #[must_use]
+    pub fn reload(&self, config: Config, carry: Carry) -> (Self, Vec<Reloaded>) {
+        let mut report = Vec::new();
+        let mut pending = Vec::new();
+        let limiters = config
+            .rules()
+            .filter_map(|rule| {
+                let limit = rule.limit?;
+                let path = rule.path.clone();
+                let Some(held) = self.limiters.get(&path) else {
+                    let limiter = limiter_of(&limit, self.capacity.max_keys);
+                    return Some((path, Held { limit, limiter }));
+                };
+                if held.limit.algorithm != limit.algorithm {
+                    report.push(Reloaded::Fresh(
+                        path.clone(),
+                        "its algorithm changed".into(),
+                    ));
+                    let limiter = limiter_of(&limit, self.capacity.max_keys);
+                    return Some((path, Held { limit, limiter }));
+                }
+                if held.limit.quota == limit.quota {
+                    return Some((
+                        path,
+                        Held {
+                            limit,
+                            ..held.clone()
+                        },
+                    ));
+                }
+                match held.limiter.change(limit.quota, carry) {
+                    Ok(()) => {
+                        report.push(Reloaded::Carried(path.clone()));
+                        Some((
+                            path,
+                            Held {
+                                limit,
+                                ..held.clone()
+                            },
+                        ))
+                    }
+                    Err(ChangeError::Reclaiming) => {
+                        report.push(Reloaded::Pending(path.clone()));
+                        pending.push(path.clone());
+                        Some((path, held.clone()))
+                    }
+                    Err(refused) => {
+                        report.push(Reloaded::Fresh(path.clone(), refused.to_string()));
+                        let limiter = limiter_of(&limit, self.capacity.max_keys);
+                        Some((path, Held { limit, limiter }))
+                    }
+                }
+            })
+            .collect();
+        let limits = Limits {
+            config,
+            capacity: self.capacity,
             limiters,
             overrides: self.overrides.clone(),
-        }
+            pending,
+        };
+        (limits, report)
+    }
+
+    /// Whether a rule's change is still to be carried (a reload of the
+    /// same configuration tries again).
+    #[must_use]
+    pub fn pending(&self) -> bool {
+        !self.pending.is_empty()
     }
 
     /// The configuration.
@@ -226,73 +286,46 @@ impl Limits {
         &self.config
     }
 
-    /// Removes every limiter's idle keys; returns how many.
+    /// Removes every limiter's idle keys, and the limiters of limits
+    /// requests brought that hold no key; returns the keys removed.
     pub fn evict_idle(&self) -> usize {
-        let overrides: Vec<_> = self
+        let mut evicted: usize = self
+            .limiters
+            .values()
+            .map(|held| held.limiter.evict_idle())
+            .sum();
+        let mut overrides = self
             .overrides
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect();
-        self.limiters
-            .values()
-            .map(|held| held.limiter.clone())
-            .chain(overrides)
-            .map(|limiter| limiter.evict_idle())
-            .sum()
+            .unwrap_or_else(PoisonError::into_inner);
+        overrides.retain(|_, limiter| {
+            evicted += limiter.evict_idle();
+            limiter.len() > 0
+        });
+        evicted
     }
 
     /// Decides `request`: each descriptor against the rule it matches (or
-    /// the limit it brings), all or nothing across the descriptors whose
-    /// rules enforce; a rule in shadow mode is decided and charged on its
-    /// own, and never refuses.
-    ///
-    /// # Errors
-    ///
-    /// [`DecideError`]: nothing of the request is charged.
-    pub fn decide<D: Descriptor>(
-        &self,
-        request: &Request<'_, D>,
-    ) -> Result<Vec<Status>, DecideError> {
+    /// the limit it brings, in a configured domain), all or nothing across
+    /// the descriptors whose rules enforce. A descriptor of cost 0 is
+    /// decided without a charge and never refuses; a rule in shadow mode
+    /// is decided and charged on its own, and never refuses. A request
+    /// refused is charged by no limit (as [`tollgate::check_all_slice`]).
+    #[must_use]
+    pub fn decide<D: Descriptor>(&self, request: &Request<'_, D>) -> Vec<Status> {
         let Plan {
             mut statuses,
             enforced,
             shadow,
             peeked,
-        } = self.plan(request)?;
-        let charges: Vec<Box<dyn Charge + '_>> = enforced
-            .iter()
-            .map(|check| check.limiter.charge(&check.key, check.cost))
-            .collect();
-        let limits: Vec<&dyn Charge> = charges.iter().map(|charge| &**charge).collect();
-        match tollgate::check_all_slice(&limits) {
-            Ok(checked) => {
-                let refused = checked.refused;
-                let decided = enforced.iter().zip(checked.decisions).enumerate();
-                for (position, (check, decision)) in decided {
-                    match decision {
-                        Some(decision) => {
-                            statuses[check.index].decision = Some(decision);
-                            statuses[check.index].over_limit = Some(position) == refused;
-                        }
-                        // After the refusal: not checked, only peeked.
-                        None => peeked_status(&mut statuses[check.index], check),
-                    }
-                }
+            blocked,
+        } = self.plan(request);
+        if blocked {
+            for check in &enforced {
+                peek_into(&mut statuses[check.index], check);
             }
-            // A limit that cannot decide the descriptor (a cost above its
-            // burst, which can never be admitted; a new key past the key
-            // cap) holds it over its limit; the others are given back.
-            Err(AllError { limit, .. }) => {
-                for (position, check) in enforced.iter().enumerate() {
-                    if position == limit {
-                        statuses[check.index].over_limit = true;
-                    } else {
-                        peeked_status(&mut statuses[check.index], check);
-                    }
-                }
-            }
+        } else {
+            self.charge_all(&mut statuses, &enforced);
         }
         for check in &shadow {
             let status = &mut statuses[check.index];
@@ -305,14 +338,45 @@ impl Limits {
             }
         }
         for check in &peeked {
-            peeked_status(&mut statuses[check.index], check);
+            peek_into(&mut statuses[check.index], check);
         }
-        Ok(statuses)
+        statuses
+    }
+
+    /// Charges `enforced` all or nothing into `statuses`.
+    #[allow(clippy::unused_self)]
+    fn charge_all(&self, statuses: &mut [Status], enforced: &[ToCharge]) {
+        let charges: Vec<Box<dyn Charge + '_>> = enforced
+            .iter()
+            .map(|check| check.limiter.charge(&check.key, check.cost))
+            .collect();
+        let limits: Vec<&dyn Charge> = charges.iter().map(|charge| &**charge).collect();
+        // A limit that cannot decide its descriptor (a cost above its
+        // burst, which can never be admitted; a new key past the key cap)
+        // holds it over its limit, and the others are given back.
+        let (decisions, refused) = match tollgate::check_all_slice(&limits) {
+            Ok(checked) => (checked.decisions, checked.refused),
+            Err(AllError { limit, .. }) => (vec![None; enforced.len()], Some(limit)),
+        };
+        for (position, (check, decision)) in enforced.iter().zip(decisions).enumerate() {
+            let status = &mut statuses[check.index];
+            if Some(position) == refused {
+                status.over_limit = true;
+                status.decision = decision;
+            } else if refused.is_some() {
+                // Given back, or never checked: shown as they stand.
+                peek_into(status, check);
+                status.over_limit = false;
+            } else {
+                status.decision = decision;
+            }
+        }
     }
 
     /// Matches each descriptor of `request` to its limit, and sorts the
     /// checks: enforced, in shadow mode, and decided without a charge.
-    fn plan<D: Descriptor>(&self, request: &Request<'_, D>) -> Result<Plan, DecideError> {
+    fn plan<D: Descriptor>(&self, request: &Request<'_, D>) -> Plan {
+        let configured = self.config.has_domain(request.domain);
         let rules: Vec<Option<Arc<Rule>>> = request
             .descriptors
             .iter()
@@ -335,6 +399,7 @@ impl Limits {
             enforced: Vec::new(),
             shadow: Vec::new(),
             peeked: Vec::new(),
+            blocked: false,
         };
         for (index, (descriptor, rule)) in request.descriptors.iter().zip(&rules).enumerate() {
             let rule = rule.clone().filter(|rule| {
@@ -350,25 +415,34 @@ impl Limits {
                 shadow_refused: false,
                 cost: descriptor.cost(),
             };
+            // The limiter, its limit, and whether it only watches.
             let target = match (descriptor.limit(), &rule) {
-                (Some((count, unit)), _) => Some((
-                    self.override_limiter(request.domain, count, unit, index)?,
-                    count,
-                    unit,
-                    false,
-                )),
-                (None, Some(rule)) => rule.limit.map(|limit| {
-                    (
-                        self.limiters[&rule.path].limiter.clone(),
-                        limit.requests_per_unit,
-                        limit.unit,
-                        rule.shadow_mode,
-                    )
+                // An unknown domain has no limits, brought ones included.
+                (Some(_), _) if !configured => None,
+                (Some((count, unit)), _) => match Quota::new(count, unit.span()) {
+                    Ok(quota) => {
+                        status.limit = Some((count, unit, quota));
+                        let limiter = self.override_limiter(request.domain, count, unit, quota);
+                        if limiter.is_none() {
+                            // No room for its limiter: over its limit, and
+                            // nothing of the request is charged.
+                            status.over_limit = descriptor.cost() > 0;
+                            plan.blocked |= status.over_limit;
+                        }
+                        limiter.map(|limiter| (limiter, false))
+                    }
+                    // Refused before deciding (a count of 0).
+                    Err(_) => None,
+                },
+                (None, Some(rule)) => rule.limit.map(|_| {
+                    let held = &self.limiters[&rule.path];
+                    let limit = held.limit;
+                    status.limit = Some((limit.requests_per_unit, limit.unit, limit.quota));
+                    (held.limiter.clone(), rule.shadow_mode)
                 }),
                 (None, None) => None,
             };
-            if let Some((limiter, count, unit, shadow_mode)) = target {
-                status.limit = Some((count, unit));
+            if let Some((limiter, shadow_mode)) = target {
                 let check = ToCharge {
                     index,
                     limiter,
@@ -385,33 +459,36 @@ impl Limits {
             }
             plan.statuses.push(status);
         }
-        Ok(plan)
+        plan
     }
 
-    /// The limiter of a limit a request brings, made on first use.
+    /// The limiter of a limit a request brings in a configured domain,
+    /// made on first use; `None` when the service holds its most such
+    /// limiters and none of them holds no key.
     fn override_limiter(
         &self,
         domain: &str,
         count: u32,
         unit: Unit,
-        descriptor: usize,
-    ) -> Result<Arc<dyn RuleLimiter>, DecideError> {
+        quota: Quota,
+    ) -> Option<Arc<dyn RuleLimiter>> {
         let mut overrides = self
             .overrides
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let key = (domain.to_owned(), count, unit);
         if let Some(limiter) = overrides.get(&key) {
-            return Ok(limiter.clone());
+            return Some(limiter.clone());
         }
-        if overrides.len() >= OVERRIDES {
-            return Err(DecideError::TooManyOverrides);
+        if overrides.len() >= self.capacity.max_overrides {
+            overrides.retain(|_, limiter| {
+                limiter.evict_idle();
+                limiter.len() > 0
+            });
+            if overrides.len() >= self.capacity.max_overrides {
+                return None;
+            }
         }
-        let quota = Quota::new(count, unit.span()).map_err(|reason| DecideError::BadLimit {
-            descriptor,
-            count,
-            reason,
-        })?;
         let limiter = limiter_of(
             &Limit {
                 requests_per_unit: count,
@@ -420,21 +497,18 @@ impl Limits {
                 algorithm: Algorithm::FixedWindow,
                 mode: crate::config::Mode::Exact,
             },
-            self.max_keys,
+            self.capacity.max_keys,
         );
         overrides.insert(key, limiter.clone());
-        Ok(limiter)
+        Some(limiter)
     }
 }
 
-/// Fills `status` with a peek of `check`'s key: decided, not charged.
-fn peeked_status(status: &mut Status, check: &ToCharge) {
-    match check.limiter.peek(&check.key) {
-        Ok(decision) => {
-            status.over_limit = !decision.is_allowed();
-            status.decision = Some(decision);
-        }
-        Err(_) => status.over_limit = true,
+/// Fills `status` with a peek of `check`'s key: decided, not charged, and
+/// over its limit only for an enforcing check whose peek denies.
+fn peek_into(status: &mut Status, check: &ToCharge) {
+    if let Ok(decision) = check.limiter.peek(&check.key) {
+        status.decision = Some(decision);
     }
 }
 
@@ -450,4 +524,13 @@ fn key_of<'a>(entries: impl Iterator<Item = (&'a str, &'a str)>) -> String {
         }
     }
     key
+}
+
+/// The bytes [`key_of`] makes of `entries`: what a descriptor costs the
+/// service to hold, which a request's bounds limit.
+pub fn key_len<'a>(entries: impl Iterator<Item = (&'a str, &'a str)>) -> usize {
+    entries
+        .flat_map(|(name, value)| [name.len(), value.len()])
+        .map(|len| len.to_string().len() + 1 + len)
+        .sum()
 }

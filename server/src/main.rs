@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tollgate::algorithm::Carry;
 use tollgate_server::config::Config;
-use tollgate_server::limits::Limits;
+use tollgate_server::limits::{Capacity, Limits, Reloaded};
 use tollgate_server::rls::{Bounds, RateLimiting, Shared};
 use tracing::{error, info, warn};
 
@@ -46,10 +46,16 @@ struct Flags {
     /// past them is over its limit, and the keys held keep working.
     #[arg(long, env = "TOLLGATE_MAX_KEYS", default_value = "100000")]
     max_keys: NonZeroUsize,
+    /// The limiters of limits descriptors bring themselves (a count and a
+    /// unit each, per domain) held at most: one more, when none holds a
+    /// key, holds its descriptor over its limit.
+    #[arg(long, env = "TOLLGATE_MAX_OVERRIDES", default_value_t = 1_024)]
+    max_overrides: usize,
     /// The descriptors a request may bring.
     #[arg(long, env = "TOLLGATE_MAX_DESCRIPTORS", default_value_t = Bounds::default().descriptors)]
     max_descriptors: usize,
-    /// The bytes of a descriptor's keys and values together.
+    /// The bytes of a descriptor's keys and values together, each length
+    /// written before it (`3:key5:value`): what the service keeps of it.
     #[arg(long, env = "TOLLGATE_MAX_DESCRIPTOR_BYTES", default_value_t = Bounds::default().descriptor_bytes)]
     max_descriptor_bytes: usize,
 }
@@ -103,9 +109,22 @@ fn reload(flags: &Flags, limits: &Shared) {
                 .read()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone();
-            let next = Arc::new(current.reload(config, flags.carry.into()));
-            *limits.write().unwrap_or_else(PoisonError::into_inner) = next;
+            let (next, report) = current.reload(config, flags.carry.into());
+            *limits.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
             tollgate_server::stats::reloaded(true);
+            for rule in report {
+                match rule {
+                    Reloaded::Carried(path) => info!(%path, "limit changed, every key carried"),
+                    Reloaded::Fresh(path, why) => {
+                        warn!(%path, %why, "limit changed, its keys start fresh");
+                    }
+                    Reloaded::Pending(path) => warn!(
+                        %path,
+                        "limit changed, keys not carried yet (a check stalled): the old limit \
+                         decides until the next reload"
+                    ),
+                }
+            }
             info!(config = %flags.config.display(), "configuration reloaded");
         }
         Err(refused) => {
@@ -125,6 +144,11 @@ async fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let flags = Arc::new(Flags::parse());
+    // Before anything is printed: a SIGHUP from then on reloads, never
+    // kills.
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    // Read before loading: a write after it shows at the first tick.
+    let loaded = stamp(&flags.config);
     let config = match Config::load(&flags.config) {
         Ok(config) => config,
         Err(refused) => {
@@ -132,7 +156,13 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let limits: Shared = Arc::new(RwLock::new(Arc::new(Limits::new(config, flags.max_keys))));
+    let limits: Shared = Arc::new(RwLock::new(Arc::new(Limits::new(
+        config,
+        Capacity {
+            max_keys: flags.max_keys,
+            max_overrides: flags.max_overrides,
+        },
+    ))));
     let metrics = match metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder() {
         Ok(metrics) => metrics,
         Err(refused) => {
@@ -176,14 +206,16 @@ async fn main() -> std::process::ExitCode {
         .set_serving::<RateLimitServiceServer<RateLimiting>>()
         .await;
 
-    // Reloads: on SIGHUP, and when a file's modification time moves.
+    // Reloads: on SIGHUP, and when a file's modification time has moved
+    // and then stayed for a tick (a file being written is not read half
+    // way); again while a rule's change is pending.
     let watcher = {
         let (flags, limits) = (flags.clone(), limits.clone());
         tokio::spawn(async move {
-            let mut hangups =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-            let mut seen = stamp(&flags.config);
+            let mut hangups = hangups;
             let mut ticks = tokio::time::interval(Duration::from_millis(flags.watch_ms.max(10)));
+            let mut last = loaded;
+            let mut moving = last;
             loop {
                 let hangup = async {
                     match hangups.as_mut() {
@@ -194,15 +226,20 @@ async fn main() -> std::process::ExitCode {
                 tokio::select! {
                     _ = hangup => {
                         info!("SIGHUP: reloading");
+                        // Read before loading: a write after it shows at
+                        // the next tick.
+                        last = stamp(&flags.config);
+                        moving = last;
                         reload(&flags, &limits);
-                        seen = stamp(&flags.config);
                     }
                     _ = ticks.tick() => {
                         let now = stamp(&flags.config);
-                        if now != seen {
-                            seen = now;
+                        let pending = limits.read().unwrap_or_else(PoisonError::into_inner).pending();
+                        if (now != last && now == moving) || pending {
+                            last = now;
                             reload(&flags, &limits);
                         }
+                        moving = now;
                         let evicted = limits
                             .read()
                             .unwrap_or_else(PoisonError::into_inner)

@@ -12,11 +12,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
-use tollgate::Quota;
 use tonic::{Request, Response, Status};
 
 use crate::config::Unit;
-use crate::limits::{self, DecideError, Limits};
+use crate::limits::{self, Limits};
 
 /// The limits a service decides by, swapped whole by a reload.
 pub type Shared = Arc<RwLock<Arc<Limits>>>;
@@ -136,24 +135,30 @@ fn validate(request: &RateLimitRequest, bounds: Bounds) -> Result<(), Status> {
                 "descriptor {index} has no entry"
             )));
         }
-        let bytes: usize = descriptor
-            .entries
-            .iter()
-            .map(|entry| entry.key.len() + entry.value.len())
-            .sum();
+        let bytes = limits::key_len(
+            descriptor
+                .entries
+                .iter()
+                .map(|entry| (entry.key.as_str(), entry.value.as_str())),
+        );
         if bytes > bounds.descriptor_bytes {
             return Err(Status::invalid_argument(format!(
                 "descriptor {index} holds {bytes} bytes, more than the {} a descriptor may",
                 bounds.descriptor_bytes
             )));
         }
-        if let Some(limit) = &descriptor.limit
-            && unit_of(limit.unit).is_none()
-        {
-            return Err(Status::invalid_argument(format!(
-                "descriptor {index} brings a limit of no known unit ({})",
-                limit.unit
-            )));
+        if let Some(limit) = &descriptor.limit {
+            if unit_of(limit.unit).is_none() {
+                return Err(Status::invalid_argument(format!(
+                    "descriptor {index} brings a limit of no known unit ({})",
+                    limit.unit
+                )));
+            }
+            if limit.requests_per_unit == 0 {
+                return Err(Status::invalid_argument(format!(
+                    "descriptor {index} brings a limit of 0 requests"
+                )));
+            }
         }
     }
     Ok(())
@@ -165,8 +170,7 @@ fn validate(request: &RateLimitRequest, bounds: Bounds) -> Result<(), Status> {
 ///
 /// `INVALID_ARGUMENT` for a request the protocol does not allow (no
 /// domain, no descriptor, a descriptor of no entry, a limit of no unit or
-/// of no requests) or past `bounds`, and `RESOURCE_EXHAUSTED` for too many
-/// limits brought by requests: nothing of the request is charged.
+/// of no requests) or past `bounds`: nothing of the request is charged.
 pub fn decide(
     limits: &Limits,
     request: &RateLimitRequest,
@@ -182,15 +186,10 @@ pub fn decide(
         .iter()
         .map(|descriptor| Described { descriptor, addend })
         .collect();
-    let statuses = limits
-        .decide(&limits::Request {
-            domain: &request.domain,
-            descriptors: &descriptors,
-        })
-        .map_err(|error| match error {
-            DecideError::TooManyOverrides => Status::resource_exhausted(error.to_string()),
-            DecideError::BadLimit { .. } => Status::invalid_argument(error.to_string()),
-        })?;
+    let statuses = limits.decide(&limits::Request {
+        domain: &request.domain,
+        descriptors: &descriptors,
+    });
     crate::stats::count(&request.domain, &statuses);
     let over_limit = statuses.iter().any(|status| status.over_limit);
     let response_headers_to_add = fields(&statuses);
@@ -203,7 +202,7 @@ pub fn decide(
                 Code::Ok
             }
             .into(),
-            current_limit: status.limit.map(|(requests_per_unit, unit)| RateLimit {
+            current_limit: status.limit.map(|(requests_per_unit, unit, _)| RateLimit {
                 name: status
                     .rule
                     .as_ref()
@@ -245,23 +244,15 @@ pub fn decide(
 fn fields(statuses: &[limits::Status]) -> Vec<HeaderValue> {
     let (mut policies, mut items, mut retry_after) = (Vec::new(), Vec::new(), None);
     for (index, status) in statuses.iter().enumerate() {
-        let (Some((count, unit)), Some(decision)) = (status.limit, status.decision) else {
+        let (Some((_, _, quota)), Some(decision)) = (status.limit, status.decision) else {
             continue;
         };
-        let (name, quota) = match &status.rule {
+        let name = match &status.rule {
             Some(rule) if rule.shadow_mode => continue,
-            Some(rule) => (
-                rule.name.clone().unwrap_or_else(|| rule.path.clone()),
-                rule.limit.map(|limit| limit.quota),
-            ),
-            None => (
-                format!("descriptor{index}"),
-                Quota::new(count, unit.span()).ok(),
-            ),
+            Some(rule) => rule.name.clone().unwrap_or_else(|| rule.path.clone()),
+            None => format!("descriptor{index}"),
         };
-        if let Some(quota) = quota {
-            policies.extend(tollgate_http::ratelimit_policy_item(&name, &quota));
-        }
+        policies.extend(tollgate_http::ratelimit_policy_item(&name, &quota));
         items.extend(tollgate_http::ratelimit_item(&name, &decision));
         if status.over_limit {
             let wait = tollgate_http::retry_after_seconds(&decision);

@@ -24,7 +24,7 @@ use crate::limits::Status;
 /// Counts a decided request's statuses in `domain`.
 pub fn count(domain: &str, statuses: &[Status]) {
     for status in statuses {
-        let Some((requests_per_unit, _)) = status.limit else {
+        let Some((requests_per_unit, _, _)) = status.limit else {
             continue;
         };
         let key = status.rule.as_ref().map_or("override", |rule| {

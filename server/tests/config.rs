@@ -152,7 +152,9 @@ fn refused(text: &str) -> String {
 
 #[test]
 fn every_error_names_the_file_the_line_and_the_rule() {
-    let cases = [
+    let deep_indent = format!("domain: d\ndescriptors:\n{}- key: k\n", " ".repeat(300));
+    let deep_dashes = format!("domain: d\ndescriptors:\n  {}k\n", "- ".repeat(200));
+    let cases: [(&str, &str); 20] = [
         (
             "domain: d\ndescriptors:\n  - key: k\n    rate_limt:\n      unit: second\n",
             "bad.yaml:4:5: d: unknown key `rate_limt` (known: key, value, rate_limit, descriptors, \
@@ -171,8 +173,8 @@ fn every_error_names_the_file_the_line_and_the_rule() {
         (
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      \
              requests_per_unit: -1\n",
-            "bad.yaml:6:26: d.k: `requests_per_unit` is a whole number from 0 to 4294967295, not \
-             \"-1\"",
+            "bad.yaml:6:26: d.k: `requests_per_unit` is a whole number from 0 to 4294967295, in \
+             decimal, not \"-1\"",
         ),
         (
             "domain: d\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n",
@@ -204,8 +206,25 @@ fn every_error_names_the_file_the_line_and_the_rule() {
             "bad.yaml:4:5: bad.yaml: the key `key` twice in one mapping",
         ),
         (
-            "domain: d\ndescriptors: [\n",
-            "bad.yaml:3:1: bad.yaml: not YAML: ",
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      \
+             requests_per_unit: 010\n",
+            "bad.yaml:6:26: d.k: `requests_per_unit` is a whole number from 0 to 4294967295, in \
+             decimal, not \"010\"",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: a_b\n    value: c\n    rate_limit:\n      unit: \
+             second\n      requests_per_unit: 1\n  - key: a\n    value: b_c\n    rate_limit:\n      \
+             unlimited: true\n",
+            "bad.yaml:10:5: d.a_b_c: the path of the rule at bad.yaml:5:5 too (a key or value \
+             holding `.` or `_`)",
+        ),
+        (
+            &deep_indent,
+            "bad.yaml:3:303: bad.yaml: nested deeper than 256 columns, which this service reads",
+        ),
+        (
+            &deep_dashes,
+            "bad.yaml:3:403: bad.yaml: nested deeper than 256 columns, which this service reads",
         ),
         (
             "domain: d\ndescriptors:\n  - value: v\n",
@@ -234,11 +253,14 @@ fn every_error_names_the_file_the_line_and_the_rule() {
     ];
     for (text, expected) in cases {
         let error = refused(text);
-        assert!(
-            error.starts_with(expected),
-            "for\n{text}\nexpected {expected}\ngot      {error}"
-        );
+        assert_eq!(error, expected, "for\n{text}");
     }
+    // Not YAML: the loader's own words after ours.
+    let error = refused("domain: d\ndescriptors: [\n");
+    assert!(
+        error.starts_with("bad.yaml:3:1: bad.yaml: not YAML: ") && error.len() > 35,
+        "{error}"
+    );
 }
 
 #[test]
@@ -282,4 +304,57 @@ fn the_example_configuration_loads() {
     ));
     let config = Config::load(path).unwrap();
     assert_eq!(config.rules().count(), 6);
+}
+
+/// What the reference's YAML 1.1 loader reads, read alike: `yes` and `on`
+/// as true, a null value as the key alone, an empty `descriptors`, and a
+/// count beside `unlimited` ignored.
+#[test]
+fn the_reference_s_yaml_readings() {
+    let config = Config::parse(
+        Path::new("compat.yaml"),
+        "domain: d\ndescriptors:\n  - key: a\n    value: ~\n    rate_limit:\n      unit: second\n      \
+         requests_per_unit: 1\n    shadow_mode: yes\n    detailed_metric: on\n  - key: b\n    \
+         descriptors:\n  - key: c\n    rate_limit:\n      unlimited: true\n      \
+         requests_per_unit: 5\n",
+    )
+    .unwrap();
+    let a = config.matches("d", [("a", "anything")]).unwrap();
+    assert_eq!(a.path, "d.a");
+    assert!(a.shadow_mode && a.detailed_metric);
+    assert_eq!(config.matches("d", [("b", "x")]), None);
+    assert_eq!(config.matches("d", [("c", "x")]).unwrap().limit, None);
+    let empty = Config::parse(Path::new("e.yaml"), "domain: e\ndescriptors:\n").unwrap();
+    assert_eq!(empty.rules().count(), 0);
+}
+
+/// Two files whose rules have one path (domain `d` with key `x.y`, domain
+/// `d.x` with key `y`): the second is refused.
+#[test]
+fn a_path_taken_in_another_file_is_refused() {
+    let directory = std::env::temp_dir().join(format!("tollgate-paths-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let rule = "    rate_limit:\n      unit: second\n      requests_per_unit: 1\n";
+    std::fs::write(
+        directory.join("a.yaml"),
+        format!("domain: d\ndescriptors:\n  - key: x.y\n{rule}"),
+    )
+    .unwrap();
+    std::fs::write(
+        directory.join("b.yaml"),
+        format!("domain: d.x\ndescriptors:\n  - key: y\n{rule}"),
+    )
+    .unwrap();
+    let refused = Config::load(&directory).unwrap_err().to_string();
+    std::fs::remove_dir_all(&directory).unwrap();
+    let a = directory.join("a.yaml");
+    let b = directory.join("b.yaml");
+    assert_eq!(
+        refused,
+        format!(
+            "{}:4:5: d.x.y: the path of the rule at {}:4:5 too (a key or value holding `.` or `_`)",
+            b.display(),
+            a.display()
+        )
+    );
 }
