@@ -526,8 +526,9 @@ fn key_of<'a>(entries: impl Iterator<Item = (&'a str, &'a str)>) -> String {
     key
 }
 
-/// The bytes [`key_of`] makes of `entries`: what a descriptor costs the
-/// service to hold, which a request's bounds limit.
+/// The bytes of the key the service keeps for a descriptor of `entries`
+/// (each key and value with its length written before it: `3:key5:value`),
+/// which a request's bounds limit.
 pub fn key_len<'a>(entries: impl Iterator<Item = (&'a str, &'a str)>) -> usize {
     entries
         .flat_map(|(name, value)| [name.len(), value.len()])
