@@ -79,13 +79,8 @@ async fn check(State(served): State<Served>, body: String) -> Response {
             };
             (status, axum::Json(json_of(&response))).into_response()
         }
-        Err(refused) => {
-            let status = match refused.code() {
-                tonic::Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
-                _ => StatusCode::BAD_REQUEST,
-            };
-            (status, refused.message().to_owned()).into_response()
-        }
+        // `decide` refuses only requests the protocol does not allow.
+        Err(refused) => (StatusCode::BAD_REQUEST, refused.message().to_owned()).into_response(),
     }
 }
 
