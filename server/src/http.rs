@@ -3,8 +3,6 @@
 //! by a `RateLimitResponse` in it, 429 when over the limit, as
 //! envoyproxy/ratelimit's `/json` answers), and `/healthcheck`.
 
-use std::sync::PoisonError;
-
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
@@ -21,7 +19,7 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Map, Value, json};
 
-use crate::rls::{Bounds, Shared, decide};
+use crate::rls::{Bounds, Shared, current, decide};
 
 /// The largest `/json` body read: far above what [`Bounds`] lets a request
 /// hold, far below what would cost memory.
@@ -65,11 +63,7 @@ async fn check(State(served): State<Served>, body: String) -> Response {
         Ok(request) => request,
         Err(reason) => return (StatusCode::BAD_REQUEST, reason).into_response(),
     };
-    let limits = served
-        .limits
-        .read()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone();
+    let limits = current(&served.limits);
     match decide(&limits, &request, served.bounds) {
         Ok(response) => {
             let status = if response.overall_code() == Code::OverLimit {

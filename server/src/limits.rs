@@ -289,7 +289,7 @@ impl Limits {
     /// Removes every limiter's idle keys, and the limiters of limits
     /// requests brought that hold no key; returns the keys removed.
     pub fn evict_idle(&self) -> usize {
-        let mut evicted: usize = self
+        let evicted: usize = self
             .limiters
             .values()
             .map(|held| held.limiter.evict_idle())
@@ -298,11 +298,7 @@ impl Limits {
             .overrides
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        overrides.retain(|_, limiter| {
-            evicted += limiter.evict_idle();
-            limiter.len() > 0
-        });
-        evicted
+        evicted + drop_idle(&mut overrides)
     }
 
     /// Decides `request`: each descriptor against the rule it matches (or
@@ -325,7 +321,7 @@ impl Limits {
                 peek_into(&mut statuses[check.index], check);
             }
         } else {
-            self.charge_all(&mut statuses, &enforced);
+            charge_all(&mut statuses, &enforced);
         }
         for check in &shadow {
             let status = &mut statuses[check.index];
@@ -341,36 +337,6 @@ impl Limits {
             peek_into(&mut statuses[check.index], check);
         }
         statuses
-    }
-
-    /// Charges `enforced` all or nothing into `statuses`.
-    #[allow(clippy::unused_self)]
-    fn charge_all(&self, statuses: &mut [Status], enforced: &[ToCharge]) {
-        let charges: Vec<Box<dyn Charge + '_>> = enforced
-            .iter()
-            .map(|check| check.limiter.charge(&check.key, check.cost))
-            .collect();
-        let limits: Vec<&dyn Charge> = charges.iter().map(|charge| &**charge).collect();
-        // A limit that cannot decide its descriptor (a cost above its
-        // burst, which can never be admitted; a new key past the key cap)
-        // holds it over its limit, and the others are given back.
-        let (decisions, refused) = match tollgate::check_all_slice(&limits) {
-            Ok(checked) => (checked.decisions, checked.refused),
-            Err(AllError { limit, .. }) => (vec![None; enforced.len()], Some(limit)),
-        };
-        for (position, (check, decision)) in enforced.iter().zip(decisions).enumerate() {
-            let status = &mut statuses[check.index];
-            if Some(position) == refused {
-                status.over_limit = true;
-                status.decision = decision;
-            } else if refused.is_some() {
-                // Given back, or never checked: shown as they stand.
-                peek_into(status, check);
-                status.over_limit = false;
-            } else {
-                status.decision = decision;
-            }
-        }
     }
 
     /// Matches each descriptor of `request` to its limit, and sorts the
@@ -481,10 +447,7 @@ impl Limits {
             return Some(limiter.clone());
         }
         if overrides.len() >= self.capacity.max_overrides {
-            overrides.retain(|_, limiter| {
-                limiter.evict_idle();
-                limiter.len() > 0
-            });
+            drop_idle(&mut overrides);
             if overrides.len() >= self.capacity.max_overrides {
                 return None;
             }
@@ -504,8 +467,48 @@ impl Limits {
     }
 }
 
-/// Fills `status` with a peek of `check`'s key: decided, not charged, and
-/// over its limit only for an enforcing check whose peek denies.
+/// Charges `enforced` all or nothing into `statuses`.
+fn charge_all(statuses: &mut [Status], enforced: &[ToCharge]) {
+    let charges: Vec<Box<dyn Charge + '_>> = enforced
+        .iter()
+        .map(|check| check.limiter.charge(&check.key, check.cost))
+        .collect();
+    let limits: Vec<&dyn Charge> = charges.iter().map(|charge| &**charge).collect();
+    // A limit that cannot decide its descriptor (a cost above its
+    // burst, which can never be admitted; a new key past the key cap)
+    // holds it over its limit, and the others are given back.
+    let (decisions, refused) = match tollgate::check_all_slice(&limits) {
+        Ok(checked) => (checked.decisions, checked.refused),
+        Err(AllError { limit, .. }) => (vec![None; enforced.len()], Some(limit)),
+    };
+    for (position, (check, decision)) in enforced.iter().zip(decisions).enumerate() {
+        let status = &mut statuses[check.index];
+        if Some(position) == refused {
+            status.over_limit = true;
+            status.decision = decision;
+        } else if refused.is_some() {
+            // Given back, or never checked: shown as they stand.
+            peek_into(status, check);
+            status.over_limit = false;
+        } else {
+            status.decision = decision;
+        }
+    }
+}
+
+/// Evicts every override limiter's idle keys and drops the limiters left
+/// holding none; returns the keys evicted.
+fn drop_idle(overrides: &mut Overrides) -> usize {
+    let mut evicted = 0;
+    overrides.retain(|_, limiter| {
+        evicted += limiter.evict_idle();
+        limiter.len() > 0
+    });
+    evicted
+}
+
+/// Fills `status` with a peek of `check`'s key: its decision as it stands,
+/// charging nothing (whether it is over its limit is the caller's).
 fn peek_into(status: &mut Status, check: &ToCharge) {
     if let Ok(decision) = check.limiter.peek(&check.key) {
         status.decision = Some(decision);

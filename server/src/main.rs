@@ -14,7 +14,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tollgate::algorithm::Carry;
 use tollgate_server::config::Config;
 use tollgate_server::limits::{Capacity, Limits, Reloaded};
-use tollgate_server::rls::{Bounds, RateLimiting, Shared};
+use tollgate_server::rls::{Bounds, RateLimiting, Shared, current};
 use tracing::{error, info, warn};
 
 /// A rate-limit service for proxies: Envoy's RLS v3 over gRPC, on
@@ -106,11 +106,7 @@ fn stamp(path: &Path) -> Option<SystemTime> {
 fn reload(flags: &Flags, limits: &Shared) {
     match Config::load(&flags.config) {
         Ok(config) => {
-            let current = limits
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
-            let (next, report) = current.reload(config, flags.carry.into());
+            let (next, report) = current(limits).reload(config, flags.carry.into());
             *limits.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
             tollgate_server::stats::reloaded(true);
             for rule in report {
@@ -235,17 +231,13 @@ async fn main() -> std::process::ExitCode {
                     }
                     _ = ticks.tick() => {
                         let now = stamp(&flags.config);
-                        let pending = limits.read().unwrap_or_else(PoisonError::into_inner).pending();
+                        let pending = current(&limits).pending();
                         if (now != last && now == moving) || pending {
                             last = now;
                             reload(&flags, &limits);
                         }
                         moving = now;
-                        let evicted = limits
-                            .read()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .clone()
-                            .evict_idle();
+                        let evicted = current(&limits).evict_idle();
                         if evicted > 0 {
                             tracing::debug!(evicted, "idle keys evicted");
                         }

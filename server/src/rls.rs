@@ -20,6 +20,16 @@ use crate::limits::{self, Limits};
 /// The limits a service decides by, swapped whole by a reload.
 pub type Shared = Arc<RwLock<Arc<Limits>>>;
 
+/// The limits `shared` holds now (a reload swaps them; a request keeps the
+/// ones it began with).
+#[must_use]
+pub fn current(shared: &Shared) -> Arc<Limits> {
+    shared
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}
+
 /// The gRPC service: `ShouldRateLimit` decided on the current [`Limits`].
 #[derive(Debug, Clone)]
 pub struct RateLimiting {
@@ -281,11 +291,7 @@ impl RateLimitService for RateLimiting {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let limits = self
-            .limits
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let limits = current(&self.limits);
         decide(&limits, request.get_ref(), self.bounds).map(Response::new)
     }
 }
