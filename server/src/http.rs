@@ -48,6 +48,7 @@ pub fn router(limits: Shared, bounds: Bounds, metrics: PrometheusHandle) -> Rout
 }
 
 async fn render(State(served): State<Served>) -> Response {
+    current(&served.limits).publish_metrics();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         served.metrics.render(),
@@ -64,7 +65,7 @@ async fn check(State(served): State<Served>, body: String) -> Response {
         Err(reason) => return (StatusCode::BAD_REQUEST, reason).into_response(),
     };
     let limits = current(&served.limits);
-    match decide(&limits, &request, served.bounds) {
+    match decide(&limits, &request, served.bounds).await {
         Ok(response) => {
             let status = if response.overall_code() == Code::OverLimit {
                 StatusCode::TOO_MANY_REQUESTS
@@ -73,7 +74,11 @@ async fn check(State(served): State<Served>, body: String) -> Response {
             };
             (status, axum::Json(json_of(&response))).into_response()
         }
-        // `decide` refuses only requests the protocol does not allow.
+        Err(failed) if failed.code() == tonic::Code::Unavailable => {
+            (StatusCode::SERVICE_UNAVAILABLE, failed.message().to_owned()).into_response()
+        }
+        // Otherwise `decide` refuses only requests the protocol does not
+        // allow.
         Err(refused) => (StatusCode::BAD_REQUEST, refused.message().to_owned()).into_response(),
     }
 }

@@ -3,8 +3,11 @@
 //! tollgate's limiters.
 //!
 //! [`config`] reads and matches envoyproxy/ratelimit's files, [`limits`]
-//! decides a request in memory, [`rls`] answers Envoy's protocol over
-//! gRPC, [`http`] serves `/metrics`, a JSON check and a health check, and
+//! matches a request's descriptors to the rules' limiters, kept across
+//! reloads, on a backend: [`memory`] (this process, the default) or
+//! [`remote`] (Redis, shared by every process on it), one of which a
+//! [`service`] runs on; [`rls`] answers Envoy's protocol over gRPC,
+//! [`http`] serves `/metrics`, a JSON check and a health check, and
 //! [`stats`] counts what was decided (notes/15).
 
 #![deny(missing_docs, missing_debug_implementations, unsafe_code)]
@@ -14,5 +17,8 @@
 pub mod config;
 pub mod http;
 pub mod limits;
+pub mod memory;
+pub mod remote;
 pub mod rls;
+pub mod service;
 pub mod stats;

@@ -1,75 +1,80 @@
-//! Deciding a request in memory: a lock-free limiter per rule, kept
-//! across reloads, and a request's descriptors decided all or nothing.
+//! Deciding a request: a limiter per rule, kept across reloads, on a
+//! backend (in memory or on Redis), and a request's descriptors matched to
+//! the rules before they are decided all or nothing.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use tollgate::algorithm::{
-    Carry, FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
-};
-use tollgate::store::{ChangeError, WhenFull};
-use tollgate::{AllError, Builder, Charge, CheckError, Decision, Quota, RateLimiter};
+use tollgate::algorithm::Carry;
+use tollgate::{Decision, Quota};
 
 use crate::config::{Algorithm, Config, Limit, Rule, Unit};
 
-/// One rule's limiter, whatever its algorithm.
-trait RuleLimiter: Send + Sync + fmt::Debug {
-    /// A check of `cost` units of `key`, for [`tollgate::check_all_slice`].
-    fn charge<'a>(&'a self, key: &'a str, cost: u32) -> Box<dyn Charge + 'a>;
-    /// What a check of `key` would decide now, charging nothing.
-    fn peek(&self, key: &str) -> Result<Decision, CheckError>;
-    /// Changes the quota, each key's state carried by `carry`.
-    fn change(&self, quota: Quota, carry: Carry) -> Result<(), ChangeError>;
-    /// Removes the keys that decide as absent ones.
-    fn evict_idle(&self) -> usize;
-    /// The keys held.
-    fn len(&self) -> usize;
+/// What makes each rule's limiter, and what a reload can do with one: in
+/// memory ([`crate::memory::Memory`]) or on Redis ([`crate::remote::Redis`]).
+pub trait Backend: fmt::Debug + Send + Sync + 'static {
+    /// A rule's limiter, shared by the requests deciding on it.
+    type Limiter: Clone + fmt::Debug + Send + Sync;
+
+    /// A limiter enforcing `limit`, holding at most `max_keys` keys in
+    /// this process, named `name` (a rule's path, or for a limit requests
+    /// bring, its domain, count and unit): what a Redis backend's keys
+    /// are placed by.
+    ///
+    /// # Errors
+    ///
+    /// Why the backend cannot enforce `limit` (a quota Redis's script
+    /// cannot hold, a failure policy's share too small).
+    fn limiter(
+        &self,
+        name: &Name<'_>,
+        limit: &Limit,
+        max_keys: NonZeroUsize,
+    ) -> Result<Self::Limiter, String>;
+
+    /// Changes `limiter`'s quota, each key carried by `carry`.
+    ///
+    /// # Errors
+    ///
+    /// [`Refused::Later`] when it must be tried again, [`Refused::Never`]
+    /// when the change cannot be carried (the rule then starts fresh).
+    fn change(limiter: &Self::Limiter, quota: Quota, carry: Carry) -> Result<(), Refused>;
+
+    /// Removes the keys of `limiter` that decide as absent ones; returns
+    /// how many.
+    fn evict_idle(limiter: &Self::Limiter) -> usize;
+
+    /// Whether `limiter` holds anything a new one would not (a limiter of
+    /// a limit requests bring is dropped when it holds nothing).
+    fn holds_state(limiter: &Self::Limiter) -> bool;
 }
 
-impl<A: tollgate::algorithm::Algorithm> RuleLimiter for RateLimiter<String, A>
-where
-    tollgate::store::DefaultStore: tollgate::store::StoreKind<String, A>,
-{
-    fn charge<'a>(&'a self, key: &'a str, cost: u32) -> Box<dyn Charge + 'a> {
-        Box::new(self.on(key).cost(cost))
-    }
-
-    fn peek(&self, key: &str) -> Result<Decision, CheckError> {
-        RateLimiter::peek(self, key)
-    }
-
-    fn change(&self, quota: Quota, carry: Carry) -> Result<(), ChangeError> {
-        self.set_quota(quota, carry)
-    }
-
-    fn evict_idle(&self) -> usize {
-        RateLimiter::evict_idle(self)
-    }
-
-    fn len(&self) -> usize {
-        RateLimiter::len(self)
-    }
+/// Why a rule's change of limit was not carried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// Not now (a check stalled in the store): the old limit decides until
+    /// it is tried again.
+    Later,
+    /// Never: the rule's keys start fresh, for this reason.
+    Never(String),
 }
 
-/// A limiter of `limit`'s algorithm and quota, holding at most
-/// `max_keys` keys (a new key past them is over its limit).
-fn limiter_of(limit: &Limit, max_keys: NonZeroUsize) -> Arc<dyn RuleLimiter> {
-    let builder = Builder::new(limit.quota).max_keys(max_keys, WhenFull::Reject);
-    match limit.algorithm {
-        Algorithm::FixedWindow => Arc::new(builder.algorithm::<FixedWindow>().build::<String>()),
-        Algorithm::Gcra => Arc::new(builder.algorithm::<Gcra>().build::<String>()),
-        Algorithm::TokenBucket => Arc::new(builder.algorithm::<TokenBucket>().build::<String>()),
-        Algorithm::SlidingWindowCounter => Arc::new(
-            builder
-                .algorithm::<SlidingWindowCounter>()
-                .build::<String>(),
-        ),
-        Algorithm::SlidingWindowLog => {
-            Arc::new(builder.algorithm::<SlidingWindowLog>().build::<String>())
-        }
-    }
+/// What a limiter is for: a rule, or a limit requests bring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Name<'a> {
+    /// The rule of this path.
+    Rule(&'a str),
+    /// A limit requests in `domain` bring: `count` a `unit`.
+    Brought {
+        /// The domain.
+        domain: &'a str,
+        /// The requests a unit.
+        count: u32,
+        /// The unit.
+        unit: Unit,
+    },
 }
 
 /// What bounds the limiters clients can fill.
@@ -85,14 +90,16 @@ pub struct Capacity {
     pub max_overrides: usize,
 }
 
-/// A configuration's limiters: one per limited rule, by the rule's path.
+/// A configuration's limiters on backend `B`: one per limited rule, by the
+/// rule's path.
 #[derive(Debug)]
-pub struct Limits {
+pub struct Limits<B: Backend> {
     config: Config,
+    backend: Arc<B>,
     capacity: Capacity,
-    limiters: HashMap<String, Held>,
+    limiters: HashMap<String, Held<B::Limiter>>,
     /// Limiters of the limits requests bring themselves.
-    overrides: Arc<Mutex<Overrides>>,
+    overrides: Arc<Mutex<Overrides<B::Limiter>>>,
     /// Rules whose limit changed but whose keys could not be carried yet
     /// (a stalled check held the store): they decide by their old limit
     /// until a later reload carries them.
@@ -100,14 +107,14 @@ pub struct Limits {
 }
 
 /// The limiters of limits requests bring, by domain, count and unit.
-type Overrides = HashMap<(String, u32, Unit), Arc<dyn RuleLimiter>>;
+type Overrides<L> = HashMap<(String, u32, Unit), L>;
 
 /// A rule's limiter and the limit it enforces (which a pending change can
 /// leave behind the rule's configured one).
 #[derive(Debug, Clone)]
-struct Held {
+struct Held<L> {
     limit: Limit,
-    limiter: Arc<dyn RuleLimiter>,
+    limiter: L,
 }
 
 /// What a reload did to a rule that existed before it with a limit.
@@ -121,6 +128,18 @@ pub enum Reloaded {
     /// Its keys could not be carried now (a check stalled in the store):
     /// it keeps deciding by its old limit, and the next reload tries again.
     Pending(String),
+}
+
+/// A rule the backend cannot enforce: the configuration is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{origin}: {path}: {reason}")]
+pub struct Unenforceable {
+    /// Where the rule is configured.
+    pub origin: String,
+    /// The rule's path.
+    pub path: String,
+    /// Why.
+    pub reason: String,
 }
 
 /// A request to decide: its domain and descriptors.
@@ -162,46 +181,53 @@ pub struct Status {
 }
 
 /// A descriptor to check: its index, limiter, key and cost.
-struct ToCharge {
-    index: usize,
-    limiter: Arc<dyn RuleLimiter>,
-    key: String,
-    cost: u32,
+pub(crate) struct ToCharge<L> {
+    pub(crate) index: usize,
+    pub(crate) limiter: L,
+    pub(crate) key: String,
+    pub(crate) cost: u32,
 }
 
 /// A request's descriptors matched and sorted, before any is charged.
-struct Plan {
-    statuses: Vec<Status>,
+pub(crate) struct Plan<L> {
+    pub(crate) statuses: Vec<Status>,
     /// Charged all or nothing.
-    enforced: Vec<ToCharge>,
+    pub(crate) enforced: Vec<ToCharge<L>>,
     /// Charged each on its own, never refusing.
-    shadow: Vec<ToCharge>,
+    pub(crate) shadow: Vec<ToCharge<L>>,
     /// Decided without a charge (cost 0), never refusing.
-    peeked: Vec<ToCharge>,
+    pub(crate) peeked: Vec<ToCharge<L>>,
     /// A descriptor over its limit before any check (its limiter could not
     /// be made): nothing is charged.
-    blocked: bool,
+    pub(crate) blocked: bool,
 }
 
-impl Limits {
-    /// The limiters of `config`, every rule fresh.
-    #[must_use]
-    pub fn new(config: Config, capacity: Capacity) -> Self {
+impl<B: Backend> Limits<B> {
+    /// The limiters of `config` on `backend`, every rule fresh.
+    ///
+    /// # Errors
+    ///
+    /// The first rule `backend` cannot enforce.
+    pub fn new(config: Config, backend: B, capacity: Capacity) -> Result<Self, Unenforceable> {
+        let backend = Arc::new(backend);
         let limiters = config
             .rules()
             .filter_map(|rule| {
                 let limit = rule.limit?;
-                let limiter = limiter_of(&limit, capacity.max_keys);
-                Some((rule.path.clone(), Held { limit, limiter }))
+                Some(
+                    made(&*backend, rule, &limit, capacity)
+                        .map(|limiter| (rule.path.clone(), Held { limit, limiter })),
+                )
             })
-            .collect();
-        Limits {
+            .collect::<Result<_, _>>()?;
+        Ok(Limits {
             config,
+            backend,
             capacity,
             limiters,
             overrides: Arc::default(),
             pending: Vec::new(),
-        }
+        })
     }
 
     /// The limiters of `config`, keeping every rule of `self` at the same
@@ -209,68 +235,83 @@ impl Limits {
     /// `carry` if the limit changed, fresh if the algorithm or a window
     /// algorithm's window changed. Returns what happened to each rule that
     /// changed.
-    #[must_use]
-    pub fn reload(&self, config: Config, carry: Carry) -> (Self, Vec<Reloaded>) {
+    ///
+    /// # Errors
+    ///
+    /// The first rule the backend cannot enforce: nothing changed then
+    /// (no limiter of `self` was changed either).
+    pub fn reload(
+        &self,
+        config: Config,
+        carry: Carry,
+    ) -> Result<(Self, Vec<Reloaded>), Unenforceable> {
+        // Every limiter a rule may need first, so that a configuration
+        // refused changes nothing: a new rule's, and for a changed limit,
+        // the one it starts fresh on if its keys cannot be carried.
+        let mut made_now = HashMap::new();
+        for rule in config.rules() {
+            let Some(limit) = rule.limit else { continue };
+            let kept = self.limiters.get(&rule.path);
+            if kept.is_none_or(|held| {
+                held.limit.quota != limit.quota || held.limit.algorithm != limit.algorithm
+            }) {
+                made_now.insert(
+                    rule.path.clone(),
+                    made(&*self.backend, rule, &limit, self.capacity)?,
+                );
+            }
+        }
         let mut report = Vec::new();
         let mut pending = Vec::new();
-        let limiters = config
-            .rules()
-            .filter_map(|rule| {
-                let limit = rule.limit?;
-                let path = rule.path.clone();
-                let Some(held) = self.limiters.get(&path) else {
-                    let limiter = limiter_of(&limit, self.capacity.max_keys);
-                    return Some((path, Held { limit, limiter }));
-                };
-                if held.limit.algorithm != limit.algorithm {
+        let mut limiters = HashMap::new();
+        for rule in config.rules() {
+            let Some(limit) = rule.limit else { continue };
+            let path = rule.path.clone();
+            let fresh = made_now.remove(&path);
+            let held = match (self.limiters.get(&path), fresh) {
+                (None, Some(limiter)) => Held { limit, limiter },
+                (Some(held), Some(limiter)) if held.limit.algorithm != limit.algorithm => {
                     report.push(Reloaded::Fresh(
                         path.clone(),
                         "its algorithm changed".into(),
                     ));
-                    let limiter = limiter_of(&limit, self.capacity.max_keys);
-                    return Some((path, Held { limit, limiter }));
+                    Held { limit, limiter }
                 }
-                if held.limit.quota == limit.quota {
-                    return Some((
-                        path,
+                (Some(held), Some(limiter)) => match B::change(&held.limiter, limit.quota, carry) {
+                    Ok(()) => {
+                        report.push(Reloaded::Carried(path.clone()));
                         Held {
                             limit,
                             ..held.clone()
-                        },
-                    ));
-                }
-                match held.limiter.change(limit.quota, carry) {
-                    Ok(()) => {
-                        report.push(Reloaded::Carried(path.clone()));
-                        Some((
-                            path,
-                            Held {
-                                limit,
-                                ..held.clone()
-                            },
-                        ))
+                        }
                     }
-                    Err(ChangeError::Reclaiming) => {
+                    Err(Refused::Later) => {
                         report.push(Reloaded::Pending(path.clone()));
                         pending.push(path.clone());
-                        Some((path, held.clone()))
+                        held.clone()
                     }
-                    Err(refused) => {
-                        report.push(Reloaded::Fresh(path.clone(), refused.to_string()));
-                        let limiter = limiter_of(&limit, self.capacity.max_keys);
-                        Some((path, Held { limit, limiter }))
+                    Err(Refused::Never(reason)) => {
+                        report.push(Reloaded::Fresh(path.clone(), reason));
+                        Held { limit, limiter }
                     }
-                }
-            })
-            .collect();
+                },
+                (Some(held), None) => Held {
+                    limit,
+                    ..held.clone()
+                },
+                (None, None) => continue,
+            };
+            limiters.insert(path, held);
+        }
         let limits = Limits {
             config,
+            backend: self.backend.clone(),
             capacity: self.capacity,
             limiters,
             overrides: self.overrides.clone(),
             pending,
         };
-        (limits, report)
+        Ok((limits, report))
     }
 
     /// Whether a rule's change is still to be carried (a reload of the
@@ -286,62 +327,37 @@ impl Limits {
         &self.config
     }
 
+    /// The backend.
+    #[must_use]
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Every rule's limiter, by path.
+    pub fn limiters(&self) -> impl Iterator<Item = (&str, &B::Limiter)> {
+        self.limiters
+            .iter()
+            .map(|(path, held)| (path.as_str(), &held.limiter))
+    }
+
     /// Removes every limiter's idle keys, and the limiters of limits
-    /// requests brought that hold no key; returns the keys removed.
+    /// requests brought that hold nothing; returns the keys removed.
     pub fn evict_idle(&self) -> usize {
         let evicted: usize = self
             .limiters
             .values()
-            .map(|held| held.limiter.evict_idle())
+            .map(|held| B::evict_idle(&held.limiter))
             .sum();
         let mut overrides = self
             .overrides
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        evicted + drop_idle(&mut overrides)
-    }
-
-    /// Decides `request`: each descriptor against the rule it matches (or
-    /// the limit it brings, in a configured domain), all or nothing across
-    /// the descriptors whose rules enforce. A descriptor of cost 0 is
-    /// decided without a charge and never refuses; a rule in shadow mode
-    /// is decided and charged on its own, and never refuses. A request
-    /// refused is charged by no limit (as [`tollgate::check_all_slice`]).
-    #[must_use]
-    pub fn decide<D: Descriptor>(&self, request: &Request<'_, D>) -> Vec<Status> {
-        let Plan {
-            mut statuses,
-            enforced,
-            shadow,
-            peeked,
-            blocked,
-        } = self.plan(request);
-        if blocked {
-            for check in &enforced {
-                peek_into(&mut statuses[check.index], check);
-            }
-        } else {
-            charge_all(&mut statuses, &enforced);
-        }
-        for check in &shadow {
-            let status = &mut statuses[check.index];
-            match check.limiter.charge(&check.key, check.cost).charge() {
-                Ok((decision, _)) => {
-                    status.shadow_refused = !decision.is_allowed();
-                    status.decision = Some(decision);
-                }
-                Err(_) => status.shadow_refused = true,
-            }
-        }
-        for check in &peeked {
-            peek_into(&mut statuses[check.index], check);
-        }
-        statuses
+        evicted + drop_idle::<B>(&mut overrides)
     }
 
     /// Matches each descriptor of `request` to its limit, and sorts the
     /// checks: enforced, in shadow mode, and decided without a charge.
-    fn plan<D: Descriptor>(&self, request: &Request<'_, D>) -> Plan {
+    pub(crate) fn plan<D: Descriptor>(&self, request: &Request<'_, D>) -> Plan<B::Limiter> {
         let configured = self.config.has_domain(request.domain);
         let rules: Vec<Option<Arc<Rule>>> = request
             .descriptors
@@ -390,7 +406,8 @@ impl Limits {
                         status.limit = Some((count, unit, quota));
                         let limiter = self.override_limiter(request.domain, count, unit, quota);
                         if limiter.is_none() {
-                            // No room for its limiter: over its limit, and
+                            // No room for its limiter, or a limit the
+                            // backend cannot enforce: over its limit, and
                             // nothing of the request is charged.
                             status.over_limit = descriptor.cost() > 0;
                             plan.blocked |= status.over_limit;
@@ -430,14 +447,15 @@ impl Limits {
 
     /// The limiter of a limit a request brings in a configured domain,
     /// made on first use; `None` when the service holds its most such
-    /// limiters and none of them holds no key.
+    /// limiters and all of them hold state, or when the backend cannot
+    /// enforce the limit.
     fn override_limiter(
         &self,
         domain: &str,
         count: u32,
         unit: Unit,
         quota: Quota,
-    ) -> Option<Arc<dyn RuleLimiter>> {
+    ) -> Option<B::Limiter> {
         let mut overrides = self
             .overrides
             .lock()
@@ -447,72 +465,57 @@ impl Limits {
             return Some(limiter.clone());
         }
         if overrides.len() >= self.capacity.max_overrides {
-            drop_idle(&mut overrides);
+            drop_idle::<B>(&mut overrides);
             if overrides.len() >= self.capacity.max_overrides {
                 return None;
             }
         }
-        let limiter = limiter_of(
-            &Limit {
-                requests_per_unit: count,
-                unit,
-                quota,
-                algorithm: Algorithm::FixedWindow,
-                mode: crate::config::Mode::Exact,
-            },
-            self.capacity.max_keys,
-        );
+        let limit = Limit {
+            requests_per_unit: count,
+            unit,
+            quota,
+            algorithm: Algorithm::FixedWindow,
+            mode: crate::config::Mode::Exact,
+        };
+        let name = Name::Brought {
+            domain,
+            count,
+            unit,
+        };
+        let limiter = self
+            .backend
+            .limiter(&name, &limit, self.capacity.max_keys)
+            .ok()?;
         overrides.insert(key, limiter.clone());
         Some(limiter)
     }
 }
 
-/// Charges `enforced` all or nothing into `statuses`.
-fn charge_all(statuses: &mut [Status], enforced: &[ToCharge]) {
-    let charges: Vec<Box<dyn Charge + '_>> = enforced
-        .iter()
-        .map(|check| check.limiter.charge(&check.key, check.cost))
-        .collect();
-    let limits: Vec<&dyn Charge> = charges.iter().map(|charge| &**charge).collect();
-    // A limit that cannot decide its descriptor (a cost above its
-    // burst, which can never be admitted; a new key past the key cap)
-    // holds it over its limit, and the others are given back.
-    let (decisions, refused) = match tollgate::check_all_slice(&limits) {
-        Ok(checked) => (checked.decisions, checked.refused),
-        Err(AllError { limit, .. }) => (vec![None; enforced.len()], Some(limit)),
-    };
-    for (position, (check, decision)) in enforced.iter().zip(decisions).enumerate() {
-        let status = &mut statuses[check.index];
-        if Some(position) == refused {
-            status.over_limit = true;
-            status.decision = decision;
-        } else if refused.is_some() {
-            // Given back, or never checked: shown as they stand.
-            peek_into(status, check);
-            status.over_limit = false;
-        } else {
-            status.decision = decision;
-        }
-    }
+/// A rule's limiter on `backend`, or why it cannot have one.
+fn made<B: Backend>(
+    backend: &B,
+    rule: &Rule,
+    limit: &Limit,
+    capacity: Capacity,
+) -> Result<B::Limiter, Unenforceable> {
+    backend
+        .limiter(&Name::Rule(&rule.path), limit, capacity.max_keys)
+        .map_err(|reason| Unenforceable {
+            origin: rule.origin.to_string(),
+            path: rule.path.clone(),
+            reason,
+        })
 }
 
 /// Evicts every override limiter's idle keys and drops the limiters left
-/// holding none; returns the keys evicted.
-fn drop_idle(overrides: &mut Overrides) -> usize {
+/// holding nothing; returns the keys evicted.
+fn drop_idle<B: Backend>(overrides: &mut Overrides<B::Limiter>) -> usize {
     let mut evicted = 0;
     overrides.retain(|_, limiter| {
-        evicted += limiter.evict_idle();
-        limiter.len() > 0
+        evicted += B::evict_idle(limiter);
+        B::holds_state(limiter)
     });
     evicted
-}
-
-/// Fills `status` with a peek of `check`'s key: its decision as it stands,
-/// charging nothing (whether it is over its limit is the caller's).
-fn peek_into(status: &mut Status, check: &ToCharge) {
-    if let Ok(decision) = check.limiter.peek(&check.key) {
-        status.decision = Some(decision);
-    }
 }
 
 /// A descriptor's key in its rule's limiter: every entry's key and value,

@@ -12,14 +12,18 @@ use tokio::net::TcpListener;
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::TcpListenerStream;
 use tollgate::algorithm::Carry;
+use tollgate_redis::{Connection, OnFailure, Options};
 use tollgate_server::config::Config;
-use tollgate_server::limits::{Capacity, Limits, Reloaded};
+use tollgate_server::limits::{Capacity, Reloaded};
+use tollgate_server::remote::Redis;
 use tollgate_server::rls::{Bounds, RateLimiting, Shared, current};
+use tollgate_server::service::{Service, Store};
 use tracing::{error, info, warn};
 
 /// A rate-limit service for proxies: Envoy's RLS v3 over gRPC, on
 /// envoyproxy/ratelimit's configuration files, decided by tollgate's
-/// limiters in memory.
+/// limiters in memory (the default) or on Redis (`--redis`), shared by
+/// every server on it.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Flags {
@@ -59,6 +63,45 @@ struct Flags {
     /// written before it (`3:key5:value`): what the service keeps of it.
     #[arg(long, env = "TOLLGATE_MAX_DESCRIPTOR_BYTES", default_value_t = Bounds::default().descriptor_bytes)]
     max_descriptor_bytes: usize,
+    /// Keep the limits in Redis at this URL (`redis://host:port/`), shared
+    /// by every server on it, each rule decided as its `mode` says; with
+    /// `--redis-cluster`, the Cluster's seed nodes (repeat the flag, or
+    /// separate them by commas). Without it, the limits are in memory.
+    #[arg(long, env = "TOLLGATE_REDIS", value_delimiter = ',')]
+    redis: Vec<String>,
+    /// `--redis` names a Redis Cluster's nodes.
+    #[arg(long, env = "TOLLGATE_REDIS_CLUSTER", requires = "redis")]
+    redis_cluster: bool,
+    /// What a descriptor gets while Redis cannot decide it (down, timed
+    /// out, or behind the open circuit breaker).
+    #[arg(long, env = "TOLLGATE_REDIS_ON_FAILURE", value_enum, default_value_t = FailureFlag::Error)]
+    redis_on_failure: FailureFlag,
+    /// With `--redis-on-failure local`: how many servers share each limit
+    /// (each enforces its share while Redis is down).
+    #[arg(long, env = "TOLLGATE_REDIS_SERVERS", default_value = "1")]
+    redis_servers: std::num::NonZeroU32,
+    /// The longest a Redis call may take, in milliseconds (a later reply
+    /// is a failure).
+    #[arg(long, env = "TOLLGATE_REDIS_TIMEOUT_MS", default_value_t = 250)]
+    redis_timeout_ms: u64,
+    /// The prefix of every Redis key the server writes (no `{` or `}`).
+    #[arg(long, env = "TOLLGATE_REDIS_PREFIX", default_value = "tollgate:")]
+    redis_prefix: String,
+}
+
+/// `--redis-on-failure`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum FailureFlag {
+    /// The call fails with `UNAVAILABLE` (HTTP 503 on `/json`): the proxy
+    /// applies its own policy (Envoy admits unless `failure_mode_deny`).
+    Error,
+    /// Over the limit: fails closed.
+    Deny,
+    /// Within the limit: fails open.
+    Admit,
+    /// Decided in this process on its share of each limit (the limit
+    /// divided by `--redis-servers`).
+    Local,
 }
 
 /// `--carry`.
@@ -106,7 +149,14 @@ fn stamp(path: &Path) -> Option<SystemTime> {
 fn reload(flags: &Flags, limits: &Shared) {
     match Config::load(&flags.config) {
         Ok(config) => {
-            let (next, report) = current(limits).reload(config, flags.carry.into());
+            let (next, report) = match current(limits).reload(config, flags.carry.into()) {
+                Ok(reloaded) => reloaded,
+                Err(refused) => {
+                    tollgate_server::stats::reloaded(false);
+                    error!(%refused, "configuration refused; the last good one is kept");
+                    return;
+                }
+            };
             *limits.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
             tollgate_server::stats::reloaded(true);
             for rule in report {
@@ -131,6 +181,43 @@ fn reload(flags: &Flags, limits: &Shared) {
     }
 }
 
+/// Where the limits are kept: Redis if `--redis` names it (connected
+/// now), else memory.
+async fn store(flags: &Flags) -> Result<Store, String> {
+    if flags.redis.is_empty() {
+        return Ok(Store::Memory);
+    }
+    let options =
+        Options::default().call_timeout(Duration::from_millis(flags.redis_timeout_ms.max(1)));
+    let connection = if flags.redis_cluster {
+        Connection::cluster_with(flags.redis.iter().map(String::as_str), options).await
+    } else if let [url] = &flags.redis[..] {
+        Connection::open_with(url.as_str(), options).await
+    } else {
+        return Err("--redis names one server, or a Cluster's nodes with --redis-cluster".into());
+    }
+    .map_err(|refused| format!("redis {}: {refused}", flags.redis.join(",")))?;
+    let on_failure = match flags.redis_on_failure {
+        FailureFlag::Error => OnFailure::Error,
+        FailureFlag::Deny => OnFailure::Deny,
+        FailureFlag::Admit => OnFailure::Admit,
+        FailureFlag::Local => OnFailure::Local {
+            instances: flags.redis_servers.get(),
+        },
+    };
+    if flags.redis_prefix.contains(['{', '}']) {
+        return Err(format!(
+            "--redis-prefix {:?} holds a brace",
+            flags.redis_prefix
+        ));
+    }
+    Ok(Store::Redis(Redis::new(
+        connection,
+        on_failure,
+        flags.redis_prefix.clone(),
+    )))
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
@@ -153,13 +240,24 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let limits: Shared = Arc::new(RwLock::new(Arc::new(Limits::new(
-        config,
-        Capacity {
-            max_keys: flags.max_keys,
-            max_overrides: flags.max_overrides,
-        },
-    ))));
+    let store = match store(&flags).await {
+        Ok(store) => store,
+        Err(refused) => {
+            eprintln!("tollgate-server: {refused}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let capacity = Capacity {
+        max_keys: flags.max_keys,
+        max_overrides: flags.max_overrides,
+    };
+    let limits: Shared = match Service::new(config, store, capacity) {
+        Ok(service) => Arc::new(RwLock::new(Arc::new(service))),
+        Err(refused) => {
+            eprintln!("tollgate-server: {refused}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     let metrics = match metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder() {
         Ok(metrics) => metrics,
         Err(refused) => {

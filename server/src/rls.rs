@@ -1,5 +1,5 @@
 //! Envoy's rate-limit service (`envoy.service.ratelimit.v3`) over gRPC, on
-//! [`Limits`].
+//! a [`Service`].
 
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -15,22 +15,23 @@ use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use tonic::{Request, Response, Status};
 
 use crate::config::Unit;
-use crate::limits::{self, Limits};
+use crate::limits;
+use crate::service::Service;
 
 /// The limits a service decides by, swapped whole by a reload.
-pub type Shared = Arc<RwLock<Arc<Limits>>>;
+pub type Shared = Arc<RwLock<Arc<Service>>>;
 
 /// The limits `shared` holds now (a reload swaps them; a request keeps the
 /// ones it began with).
 #[must_use]
-pub fn current(shared: &Shared) -> Arc<Limits> {
+pub fn current(shared: &Shared) -> Arc<Service> {
     shared
         .read()
         .unwrap_or_else(PoisonError::into_inner)
         .clone()
 }
 
-/// The gRPC service: `ShouldRateLimit` decided on the current [`Limits`].
+/// The gRPC service: `ShouldRateLimit` decided on the current [`Service`].
 #[derive(Debug, Clone)]
 pub struct RateLimiting {
     limits: Shared,
@@ -181,8 +182,11 @@ fn validate(request: &RateLimitRequest, bounds: Bounds) -> Result<(), Status> {
 /// `INVALID_ARGUMENT` for a request the protocol does not allow (no
 /// domain, no descriptor, a descriptor of no entry, a limit of no unit or
 /// of no requests) or past `bounds`: nothing of the request is charged.
-pub fn decide(
-    limits: &Limits,
+/// `UNAVAILABLE` when Redis cannot decide and the failure policy is to say
+/// so (a proxy then applies its own: Envoy admits unless
+/// `failure_mode_deny` is set).
+pub async fn decide(
+    limits: &Service,
     request: &RateLimitRequest,
     bounds: Bounds,
 ) -> Result<RateLimitResponse, Status> {
@@ -196,10 +200,13 @@ pub fn decide(
         .iter()
         .map(|descriptor| Described { descriptor, addend })
         .collect();
-    let statuses = limits.decide(&limits::Request {
-        domain: &request.domain,
-        descriptors: &descriptors,
-    });
+    let statuses = limits
+        .decide(&limits::Request {
+            domain: &request.domain,
+            descriptors: &descriptors,
+        })
+        .await
+        .map_err(|failed| Status::unavailable(failed.to_string()))?;
     crate::stats::count(&request.domain, &statuses);
     let over_limit = statuses.iter().any(|status| status.over_limit);
     let response_headers_to_add = fields(&statuses);
@@ -292,6 +299,8 @@ impl RateLimitService for RateLimiting {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let limits = current(&self.limits);
-        decide(&limits, request.get_ref(), self.bounds).map(Response::new)
+        decide(&limits, request.get_ref(), self.bounds)
+            .await
+            .map(Response::new)
     }
 }

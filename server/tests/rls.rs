@@ -4,15 +4,12 @@
 //! mode, `replaces`, `unlimited`, `hits_addend`, a descriptor's own limit,
 //! unknown domains, malformed requests, health and a reload.
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+mod support;
+
+use std::process::Command;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
-    Entry, RateLimitOverride,
-};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
@@ -20,6 +17,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
+use support::{Server, ask, descriptor, hang_up, request, wait_for_metric};
 use tonic::transport::Channel;
 
 const CONFIG: &str = "\
@@ -65,114 +63,6 @@ descriptors:
       requests_per_unit: 5
       algorithm: gcra
 ";
-
-/// A server process on a free port, killed when dropped.
-struct Server {
-    child: Child,
-    address: String,
-    http_address: String,
-    config: PathBuf,
-}
-
-impl Server {
-    fn start(config: &str) -> Server {
-        Server::start_with(config, &[])
-    }
-
-    /// A server given `flags` besides its address and configuration.
-    fn start_with(config: &str, flags: &[&str]) -> Server {
-        let file = std::env::temp_dir().join(format!(
-            "tollgate-rls-{}-{}.yaml",
-            std::process::id(),
-            unique()
-        ));
-        std::fs::write(&file, config).unwrap();
-        // The files are looked at once a minute unless a test asks sooner.
-        let watch: &[&str] = if flags.contains(&"--watch-ms") {
-            &[]
-        } else {
-            &["--watch-ms", "60000"]
-        };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate-server"))
-            .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
-            .args(watch)
-            .arg("--config")
-            .arg(&file)
-            .args(flags)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the tollgate-server binary starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let (address, http_address) = line
-            .trim()
-            .strip_prefix("tollgate-server listening on ")
-            .and_then(|rest| rest.strip_suffix(" (HTTP)"))
-            .and_then(|rest| rest.split_once(" (gRPC) and "))
-            .unwrap_or_else(|| panic!("the server printed {line:?}"));
-        Server {
-            address: address.to_owned(),
-            http_address: http_address.to_owned(),
-            child,
-            config: file,
-        }
-    }
-
-    async fn client(&self) -> RateLimitServiceClient<Channel> {
-        RateLimitServiceClient::connect(format!("http://{}", self.address))
-            .await
-            .expect("a gRPC connection")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.config);
-    }
-}
-
-fn unique() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|&(key, value)| Entry {
-                key: key.to_owned(),
-                value: value.to_owned(),
-            })
-            .collect(),
-        ..RateLimitDescriptor::default()
-    }
-}
-
-fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.to_owned(),
-        descriptors,
-        hits_addend: 0,
-    }
-}
-
-async fn ask(
-    client: &mut RateLimitServiceClient<Channel>,
-    request: RateLimitRequest,
-) -> RateLimitResponse {
-    client
-        .should_rate_limit(request)
-        .await
-        .unwrap()
-        .into_inner()
-}
 
 /// The headers a response asks Envoy to add, as (name, value).
 fn headers(response: &RateLimitResponse) -> Vec<(String, String)> {
@@ -589,25 +479,6 @@ async fn a_file_changed_is_reloaded_and_a_new_algorithm_starts_fresh() {
     );
 }
 
-/// Waits until the server's `/metrics` shows `name` at `value` (a reload
-/// is asynchronous), for at most ten seconds.
-async fn wait_for_metric(server: &Server, name: &str, value: u64) {
-    let expected = format!("{name} {value}");
-    for _ in 0..200 {
-        let text = reqwest::get(format!("http://{}/metrics", server.http_address))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        if text.lines().any(|line| line == expected) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{expected} never showed");
-}
-
 /// A descriptor of cost 0 is decided and never refuses (its key may be
 /// spent: the request still passes, charged by its other descriptors); a
 /// limit brought in an unknown domain limits nothing; and past
@@ -730,15 +601,6 @@ async fn clients_cannot_grow_the_service_without_bound() {
         // Kept as `3:key30:vvv…`, each length before its text.
         "descriptor 0 holds 38 bytes, more than the 32 a descriptor may"
     );
-}
-
-/// Sends SIGHUP to the server.
-fn hang_up(server: &Server) {
-    let status = Command::new("kill")
-        .args(["-HUP", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
 }
 
 /// Asks `request` until `done` holds (a reload is asynchronous), for at

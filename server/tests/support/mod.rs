@@ -1,0 +1,149 @@
+//! What the server's tests share: the real binary on free loopback ports,
+//! and requests as Envoy sends them.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tonic::transport::Channel;
+
+/// A server process on a free port, killed when dropped.
+pub struct Server {
+    pub child: Child,
+    pub address: String,
+    pub http_address: String,
+    pub config: PathBuf,
+}
+
+impl Server {
+    pub fn start(config: &str) -> Server {
+        Server::start_with(config, &[])
+    }
+
+    /// A server given `flags` besides its address and configuration.
+    pub fn start_with(config: &str, flags: &[&str]) -> Server {
+        let file = std::env::temp_dir().join(format!(
+            "tollgate-rls-{}-{}.yaml",
+            std::process::id(),
+            unique()
+        ));
+        std::fs::write(&file, config).unwrap();
+        // The files are looked at once a minute unless a test asks sooner.
+        let watch: &[&str] = if flags.contains(&"--watch-ms") {
+            &[]
+        } else {
+            &["--watch-ms", "60000"]
+        };
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate-server"))
+            .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+            .args(watch)
+            .arg("--config")
+            .arg(&file)
+            .args(flags)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the tollgate-server binary starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let (address, http_address) = line
+            .trim()
+            .strip_prefix("tollgate-server listening on ")
+            .and_then(|rest| rest.strip_suffix(" (HTTP)"))
+            .and_then(|rest| rest.split_once(" (gRPC) and "))
+            .unwrap_or_else(|| panic!("the server printed {line:?}"));
+        Server {
+            address: address.to_owned(),
+            http_address: http_address.to_owned(),
+            child,
+            config: file,
+        }
+    }
+
+    pub async fn client(&self) -> RateLimitServiceClient<Channel> {
+        RateLimitServiceClient::connect(format!("http://{}", self.address))
+            .await
+            .expect("a gRPC connection")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.config);
+    }
+}
+
+pub fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|&(key, value)| Entry {
+                key: key.to_owned(),
+                value: value.to_owned(),
+            })
+            .collect(),
+        ..RateLimitDescriptor::default()
+    }
+}
+
+pub fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+pub async fn ask(
+    client: &mut RateLimitServiceClient<Channel>,
+    request: RateLimitRequest,
+) -> RateLimitResponse {
+    client
+        .should_rate_limit(request)
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// Waits until the server's `/metrics` shows `name` at `value` (a reload
+/// is asynchronous), for at most ten seconds.
+pub async fn wait_for_metric(server: &Server, name: &str, value: u64) {
+    let expected = format!("{name} {value}");
+    for _ in 0..200 {
+        let text = reqwest::get(format!("http://{}/metrics", server.http_address))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if text.lines().any(|line| line == expected) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{expected} never showed");
+}
+
+/// Sends SIGHUP to the server.
+pub fn hang_up(server: &Server) {
+    let status = Command::new("kill")
+        .args(["-HUP", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
