@@ -38,8 +38,8 @@ pub trait RuleLimiter: Send + Sync + fmt::Debug {
     fn change(&self, quota: Quota, carry: Carry) -> Result<(), ChangeError>;
     /// Removes the keys that decide as absent ones.
     fn evict_idle(&self) -> usize;
-    /// The keys held.
-    fn len(&self) -> usize;
+    /// Whether it holds no key.
+    fn is_empty(&self) -> bool;
 }
 
 impl<A: tollgate::algorithm::Algorithm> RuleLimiter for RateLimiter<String, A>
@@ -62,8 +62,8 @@ where
         RateLimiter::evict_idle(self)
     }
 
-    fn len(&self) -> usize {
-        RateLimiter::len(self)
+    fn is_empty(&self) -> bool {
+        RateLimiter::len(self) == 0
     }
 }
 
@@ -112,7 +112,7 @@ impl Backend for Memory {
     }
 
     fn holds_state(limiter: &Self::Limiter) -> bool {
-        limiter.len() > 0
+        !limiter.is_empty()
     }
 }
 

@@ -86,6 +86,7 @@ impl Service {
     }
 
     /// Removes idle keys held in this process; returns how many.
+    #[must_use = "the keys removed, for the log"]
     pub fn evict_idle(&self) -> usize {
         match self {
             Service::Memory(limits) => limits.evict_idle(),

@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
-use support::{Server, ask, descriptor, hang_up, request, wait_for_metric};
+use support::{Client, Server, ask, descriptor, hang_up, request, wait_for_metric};
 use tonic::transport::Channel;
 
 const CONFIG: &str = "\
@@ -606,7 +606,7 @@ async fn clients_cannot_grow_the_service_without_bound() {
 /// Asks `request` until `done` holds (a reload is asynchronous), for at
 /// most five seconds.
 async fn wait_for(
-    client: &mut RateLimitServiceClient<Channel>,
+    client: &mut Client,
     request: impl Fn() -> RateLimitRequest,
     done: impl Fn(&RateLimitResponse) -> bool,
 ) -> RateLimitResponse {

@@ -12,6 +12,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::transport::Channel;
 
+/// A gRPC client of the rate-limit service.
+pub type Client = RateLimitServiceClient<Channel>;
+
 /// A server process on a free port, killed when dropped.
 pub struct Server {
     pub child: Child,
