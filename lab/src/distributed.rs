@@ -122,21 +122,19 @@ fn pin(server: u32) -> bool {
         && taskset(&["-a", "-p", "-c", "0", &std::process::id().to_string()])
 }
 
-/// `tollgate-instance`, next to the lab's own binary: built by cargo (a
-/// no-op when fresh) when the lab runs under cargo.
+/// `tollgate-instance`, next to the lab's own binary.
 fn instance_binary() -> Result<PathBuf, String> {
+    workspace_binary("tollgate-redis", "tollgate-instance")
+}
+
+/// A workspace binary next to the lab's own: built by cargo (a no-op when
+/// fresh) when the lab runs under cargo.
+pub fn workspace_binary(package: &str, name: &str) -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|error| format!("no current exe: {error}"))?;
-    let binary = exe.with_file_name("tollgate-instance");
+    let binary = exe.with_file_name(name);
     if let Some(cargo) = std::env::var_os("CARGO") {
         let mut build = Command::new(cargo);
-        build.args([
-            "build",
-            "--quiet",
-            "-p",
-            "tollgate-redis",
-            "--bin",
-            "tollgate-instance",
-        ]);
+        build.args(["build", "--quiet", "-p", package, "--bin", name]);
         if !cfg!(debug_assertions) {
             build.arg("--release");
         }
@@ -144,14 +142,14 @@ fn instance_binary() -> Result<PathBuf, String> {
             .status()
             .map_err(|error| format!("running cargo: {error}"))?;
         if !status.success() {
-            return Err(format!("building tollgate-instance: {status}"));
+            return Err(format!("building {name}: {status}"));
         }
     }
     if binary.is_file() {
         Ok(binary)
     } else {
         Err(format!(
-            "{} is missing: `cargo build --release -p tollgate-redis`",
+            "{} is missing: `cargo build --release -p {package}`",
             binary.display()
         ))
     }

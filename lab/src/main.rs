@@ -9,7 +9,8 @@
 //! The report opens with a summary: each judged target, its measured ratio
 //! or size with the 95 % interval, and MET or MISSED (met only if the whole
 //! interval clears the target). The sections follow: correctness, memory,
-//! performance, the HTTP layer, and Redis when a `redis-server` starts.
+//! performance, the HTTP layer, and Redis and the service when a
+//! `redis-server` starts.
 //!
 //! Flags:
 //!
@@ -32,6 +33,8 @@
 //! - `--distributed`: only the Redis sections.
 //! - `--leases`: only the last Redis section (deciding locally: the deny
 //!   cache and leases).
+//! - `--service`: only the section on `tollgate-server` (in memory and on
+//!   Redis, against limitador behind the same front).
 //! - `--help`: these flags.
 //!
 //! The report ends with each section's wall time. On the 2-core AMD EPYC VM
@@ -71,6 +74,7 @@ mod redis_server;
 mod report;
 #[path = "../../tests/support/scenarios.rs"]
 mod scenarios;
+mod service;
 mod serving;
 mod stats;
 #[path = "../../tests/support/waves.rs"]
@@ -117,10 +121,11 @@ macro_rules! for_each_algorithm {
 
 const USAGE: &str = "\
 usage: tollgate-lab [--full] [--diagnostics] [--out DIR]
-                    [--perf | --growth | --peers | --http | --distributed | --leases]
+                    [--perf | --growth | --peers | --http | --distributed | --leases
+                     | --service]
 
   (no flag)      the quick report: the summary of the judged targets, then
-                 correctness, memory, performance, HTTP and Redis
+                 correctness, memory, performance, HTTP, Redis and the service
   --full         longer cells, more rounds and pairs, the whole memory sweep
   --diagnostics  also the tables, rows, ratios and plots that explain the
                  headline figures
@@ -131,6 +136,7 @@ usage: tollgate-lab [--full] [--diagnostics] [--out DIR]
   --http         only the section on the HTTP layer
   --distributed  only the Redis sections
   --leases       only the last Redis section (deciding locally)
+  --service      only the section on tollgate-server and limitador
 
        tollgate-lab --request-loop VARIANT N
                  N admitted requests through one HTTP variant's router (0 no
@@ -185,6 +191,7 @@ fn main() {
     let mut only_distributed = false;
     let mut only_http = false;
     let mut only_leases = false;
+    let mut only_service = false;
     let mut only_perf = false;
     let mut only_peers = false;
     let mut only_growth = false;
@@ -235,6 +242,7 @@ fn main() {
             "--distributed" => only_distributed = true,
             "--http" => only_http = true,
             "--leases" => only_leases = true,
+            "--service" => only_service = true,
             "--perf" => only_perf = true,
             "--growth" => only_growth = true,
             "--peers" => only_peers = true,
@@ -317,8 +325,16 @@ fn main() {
         times.print(started);
         return;
     }
-    if only_distributed || only_http || only_leases {
+    let service = service::Budget {
+        cell: std::time::Duration::from_millis(if full { 2_000 } else { 700 }),
+        rounds: if full { 10 } else { 6 },
+        build_limitador: full || only_service,
+    };
+    if only_distributed || only_http || only_leases || only_service {
         counting_alloc::stop();
+        if only_service {
+            times.time("service", || service::run(&service));
+        }
         if only_http {
             times.time("HTTP", || serving::run(&serving));
         }
@@ -353,6 +369,7 @@ fn main() {
     print!("{summary}{sections}");
     times.time("HTTP", || serving::run(&serving));
     times.time("Redis", || distributed::run(&distributed));
+    times.time("service", || service::run(&service));
     times.print(started);
 }
 

@@ -8,7 +8,8 @@
 //! [`remote`] (Redis, shared by every process on it), one of which a
 //! [`service`] runs on; [`rls`] answers Envoy's protocol over gRPC,
 //! [`http`] serves `/metrics`, a JSON check and a health check, and
-//! [`stats`] counts what was decided (notes/15).
+//! [`stats`] counts what was decided, and [`load`] is a load generator
+//! for any such service (notes/15).
 
 #![deny(missing_docs, missing_debug_implementations, unsafe_code)]
 #![warn(clippy::pedantic)]
@@ -17,6 +18,7 @@
 pub mod config;
 pub mod http;
 pub mod limits;
+pub mod load;
 pub mod memory;
 pub mod remote;
 pub mod rls;

@@ -42,6 +42,25 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// when the change cannot be carried (the rule then starts fresh).
     fn change(limiter: &Self::Limiter, quota: Quota, carry: Carry) -> Result<(), Refused>;
 
+    /// A limiter to take over from `held` (made for `old`) when it cannot
+    /// take `new` in place, or `None` when it can (its quota then changed
+    /// by [`Backend::change`]). The algorithm is the same. In memory,
+    /// always `None`; on Redis, a new limiter for a new mode, on the same
+    /// keys, carrying them by `carry` when the quota changed too.
+    ///
+    /// # Errors
+    ///
+    /// Why the backend cannot enforce `new`.
+    fn remade(
+        &self,
+        _held: &Self::Limiter,
+        _path: &str,
+        _change: (&Limit, &Limit, Carry),
+        _max_keys: NonZeroUsize,
+    ) -> Option<Result<Self::Limiter, String>> {
+        None
+    }
+
     /// Removes the keys of `limiter` that decide as absent ones; returns
     /// how many.
     fn evict_idle(limiter: &Self::Limiter) -> usize;
@@ -128,6 +147,9 @@ pub enum Reloaded {
     /// Its keys could not be carried now (a check stalled in the store):
     /// it keeps deciding by its old limit, and the next reload tries again.
     Pending(String),
+    /// Its mode changed: a new limiter on the same keys in Redis, which
+    /// carries them if its limit changed too.
+    Remade(String),
 }
 
 /// A rule the backend cannot enforce: the configuration is refused.
@@ -249,12 +271,25 @@ impl<B: Backend> Limits<B> {
         // refused changes nothing: a new rule's, and for a changed limit,
         // the one it starts fresh on if its keys cannot be carried.
         let mut made_now = HashMap::new();
+        let mut remade = HashMap::new();
         for rule in config.rules() {
             let Some(limit) = rule.limit else { continue };
-            let kept = self.limiters.get(&rule.path);
-            if kept.is_none_or(|held| {
-                held.limit.quota != limit.quota || held.limit.algorithm != limit.algorithm
-            }) {
+            let kept = self
+                .limiters
+                .get(&rule.path)
+                .filter(|held| held.limit.algorithm == limit.algorithm);
+            let taken_over = kept.and_then(|held| {
+                self.backend.remade(
+                    &held.limiter,
+                    &rule.path,
+                    (&held.limit, &limit, carry),
+                    self.capacity.max_keys,
+                )
+            });
+            if let Some(limiter) = taken_over {
+                let limiter = limiter.map_err(|reason| unenforceable(rule, reason))?;
+                remade.insert(rule.path.clone(), limiter);
+            } else if kept.is_none_or(|held| held.limit.quota != limit.quota) {
                 made_now.insert(
                     rule.path.clone(),
                     made(&*self.backend, rule, &limit, self.capacity)?,
@@ -267,6 +302,11 @@ impl<B: Backend> Limits<B> {
         for rule in config.rules() {
             let Some(limit) = rule.limit else { continue };
             let path = rule.path.clone();
+            if let Some(limiter) = remade.remove(&path) {
+                report.push(Reloaded::Remade(path.clone()));
+                limiters.insert(path, Held { limit, limiter });
+                continue;
+            }
             let fresh = made_now.remove(&path);
             let held = match (self.limiters.get(&path), fresh) {
                 (None, Some(limiter)) => Held { limit, limiter },
@@ -500,11 +540,16 @@ fn made<B: Backend>(
 ) -> Result<B::Limiter, Unenforceable> {
     backend
         .limiter(&Name::Rule(&rule.path), limit, capacity.max_keys)
-        .map_err(|reason| Unenforceable {
-            origin: rule.origin.to_string(),
-            path: rule.path.clone(),
-            reason,
-        })
+        .map_err(|reason| unenforceable(rule, reason))
+}
+
+/// `rule`, which the backend cannot enforce for `reason`.
+fn unenforceable(rule: &Rule, reason: String) -> Unenforceable {
+    Unenforceable {
+        origin: rule.origin.to_string(),
+        path: rule.path.clone(),
+        reason,
+    }
 }
 
 /// Evicts every override limiter's idle keys and drops the limiters left

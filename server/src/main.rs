@@ -170,6 +170,11 @@ fn reload(flags: &Flags, limits: &Shared) {
                         "limit changed, keys not carried yet (a check stalled): the old limit \
                          decides until the next reload"
                     ),
+                    Reloaded::Remade(path) => info!(
+                        %path,
+                        "mode changed: a new limiter on the same keys, carried if the limit \
+                         changed"
+                    ),
                 }
             }
             info!(config = %flags.config.display(), "configuration reloaded");

@@ -76,6 +76,8 @@ pub trait RedisRule: Send + Sync + fmt::Debug {
     ///
     /// As [`RedisLimiter::set_quota`].
     fn change(&self, quota: Quota, carry: Carry) -> Result<(), ConfigError>;
+    /// The quota's revision (raised by each change).
+    fn revision(&self) -> u32;
     /// Hands the `metrics` recorder what the limiter counted.
     fn publish_metrics(&self);
 }
@@ -99,6 +101,10 @@ impl<A: Scripted> RedisRule for RedisLimiter<A> {
 
     fn change(&self, quota: Quota, carry: Carry) -> Result<(), ConfigError> {
         self.set_quota(quota, carry)
+    }
+
+    fn revision(&self) -> u32 {
+        RedisLimiter::revision(self)
     }
 
     fn publish_metrics(&self) {
@@ -138,24 +144,22 @@ impl Redis {
     }
 }
 
-impl Backend for Redis {
-    type Limiter = Arc<dyn RedisRule>;
-
-    /// A [`RedisLimiter`] of `limit`'s algorithm, quota and mode, its local
-    /// half (a mode other than exact) holding at most `max_keys` keys; a
-    /// rule's counts its checks for the `metrics` facade under its name
-    /// (a limit requests bring does not: its name is theirs to choose).
-    fn limiter(
+impl Redis {
+    /// A limiter named by `name` enforcing `limit` from revision
+    /// `revision`, a key stamped by an earlier one carried by its carry.
+    fn build(
         &self,
         name: &Name<'_>,
         limit: &Limit,
         max_keys: NonZeroUsize,
-    ) -> Result<Self::Limiter, String> {
+        (revision, carry): (u32, Carry),
+    ) -> Result<Arc<dyn RedisRule>, String> {
         let (placed, prefix) = self.placed(name, limit);
         let mut builder = RedisLimiter::builder(placed, limit.quota)
             .prefix(prefix)
             .on_failure(self.on_failure)
             .local_keys(max_keys)
+            .revision(revision, carry)
             .mode(match limit.mode {
                 config::Mode::Exact => tollgate_redis::Mode::Exact,
                 config::Mode::DenyCached => tollgate_redis::Mode::DenyCached,
@@ -178,6 +182,47 @@ impl Backend for Redis {
                 built(builder.algorithm::<SlidingWindowLog>().build(connection))
             }
         }
+    }
+}
+
+impl Backend for Redis {
+    type Limiter = Arc<dyn RedisRule>;
+
+    /// A [`RedisLimiter`] of `limit`'s algorithm, quota and mode, its local
+    /// half (a mode other than exact) holding at most `max_keys` keys; a
+    /// rule's counts its checks for the `metrics` facade under its name
+    /// (a limit requests bring does not: its name is theirs to choose).
+    fn limiter(
+        &self,
+        name: &Name<'_>,
+        limit: &Limit,
+        max_keys: NonZeroUsize,
+    ) -> Result<Self::Limiter, String> {
+        self.build(name, limit, max_keys, (0, Carry::AsIs))
+    }
+
+    /// A limiter of the new mode, on the same keys: of the next revision
+    /// when the quota changed too (each key carried by `carry` at its next
+    /// check), else of the same.
+    fn remade(
+        &self,
+        held: &Self::Limiter,
+        path: &str,
+        (old, new, carry): (&Limit, &Limit, Carry),
+        max_keys: NonZeroUsize,
+    ) -> Option<Result<Self::Limiter, String>> {
+        if old.mode == new.mode {
+            return None;
+        }
+        let revision = if old.quota == new.quota {
+            Some(held.revision())
+        } else {
+            held.revision().checked_add(1)
+        };
+        Some(match revision {
+            Some(revision) => self.build(&Name::Rule(path), new, max_keys, (revision, carry)),
+            None => Err("its quota's revisions are exhausted".to_owned()),
+        })
     }
 
     fn change(limiter: &Self::Limiter, quota: Quota, carry: Carry) -> Result<(), Refused> {

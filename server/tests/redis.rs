@@ -405,3 +405,62 @@ async fn a_reload_under_traffic_on_redis() {
     let redis = start_redis();
     reload_under_traffic(&["--redis", &url(&redis)]).await;
 }
+
+/// A reload that changes a rule's mode makes it a new limiter on the same
+/// keys: the state in Redis is kept, the new mode decides (its denials
+/// cached), and a key is carried when the limit changes too (as is: the
+/// units free stay free).
+#[tokio::test]
+async fn a_reload_that_changes_a_rule_s_mode_keeps_its_keys() {
+    let config = |mode: &str, requests: u32| {
+        format!(
+            "domain: shop\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: day\n      \
+             requests_per_unit: {requests}\n      algorithm: gcra\n      mode: {mode}\n"
+        )
+    };
+    let redis = start_redis();
+    let server = Server::start_with(&config("exact", 5), &["--redis", &url(&redis)]);
+    let mut client = server.client().await;
+    let user = |name: &str| request("shop", vec![descriptor(&[("user", name)])]);
+    let remaining = async |client: &mut support::Client, name: &str| {
+        let response = ask(client, user(name)).await;
+        (
+            response.overall_code(),
+            response.statuses[0].limit_remaining,
+        )
+    };
+    assert_eq!(remaining(&mut client, "alice").await, (Code::Ok, 4));
+    assert_eq!(remaining(&mut client, "alice").await, (Code::Ok, 3));
+    std::fs::write(&server.config, config("deny_cached", 5)).unwrap();
+    hang_up(&server);
+    wait_for_metric(&server, "ratelimit_service_config_load_success", 1).await;
+    // The same keys, now with denials cached: once Alice's last unit is
+    // taken, her next three checks are denied without a round trip.
+    for left in [2, 1, 0] {
+        assert_eq!(remaining(&mut client, "alice").await, (Code::Ok, left));
+    }
+    for _ in 0..3 {
+        assert_eq!(remaining(&mut client, "alice").await.0, Code::OverLimit);
+    }
+    let local = metric(
+        &server,
+        "tollgate_redis_local_decisions_total",
+        "limiter=\"shop.user\"",
+    )
+    .await;
+    assert_eq!(local, 3, "denials cached");
+    for left in [4, 3, 2] {
+        assert_eq!(remaining(&mut client, "bob").await, (Code::Ok, left));
+    }
+    // Bob's two units free, carried as is to a limit of 10: one left after
+    // the check. (Read as it stands, a debt of three units of a day's 5
+    // would be six of 10: three left.)
+    std::fs::write(&server.config, config("exact", 10)).unwrap();
+    hang_up(&server);
+    wait_for_metric(&server, "ratelimit_service_config_load_success", 2).await;
+    assert_eq!(
+        remaining(&mut client, "bob").await,
+        (Code::Ok, 1),
+        "carried as is"
+    );
+}
