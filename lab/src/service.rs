@@ -277,8 +277,8 @@ struct Cell {
     errors: u64,
 }
 
-/// Redis's `total_commands_processed`.
-fn commands(redis: Option<&RedisServer>) -> u64 {
+/// Redis's `total_commands_processed`; `None` when it cannot be read.
+fn commands(redis: Option<&RedisServer>) -> Option<u64> {
     redis
         .and_then(|server| crate::redis_server::command(server.port(), &["INFO", "stats"]).ok())
         .and_then(|info| {
@@ -287,12 +287,11 @@ fn commands(redis: Option<&RedisServer>) -> u64 {
                     .and_then(|count| count.trim().parse().ok())
             })
         })
-        .unwrap_or(0)
 }
 
 /// The script calls tollgate's limiter of `key` sent, from its server's
-/// `/metrics`.
-fn round_trips(runtime: &Runtime, metrics: &str, key: &str) -> u64 {
+/// `/metrics`; `None` when they cannot be read.
+fn round_trips(runtime: &Runtime, metrics: &str, key: &str) -> Option<u64> {
     let sample = format!("tollgate_redis_calls_total{{limiter=\"bench.{key}\"}} ");
     runtime
         .block_on(async {
@@ -307,7 +306,6 @@ fn round_trips(runtime: &Runtime, metrics: &str, key: &str) -> u64 {
             text.lines()
                 .find_map(|line| line.strip_prefix(&sample)?.trim().parse().ok())
         })
-        .unwrap_or(0)
 }
 
 fn measure(
@@ -333,7 +331,7 @@ fn measure(
         variant
             .metrics
             .as_deref()
-            .map_or(0, |metrics| round_trips(runtime, metrics, key))
+            .and_then(|metrics| round_trips(runtime, metrics, key))
     };
     // A warm-up of its own, so that the counts read after it are the
     // measured calls' alone.
@@ -354,19 +352,23 @@ fn measure(
             ..Cell::default()
         };
     };
-    // The INFO that read `commands_before` is counted too.
-    let sent = commands(redis).saturating_sub(commands_before + 1);
-    let called = calls(runtime).saturating_sub(calls_before);
+    // The INFO that read `commands_before` is counted too. A count that
+    // could not be read is NaN, never 0: it must not meet a target.
     #[allow(clippy::cast_precision_loss)]
     let decisions = (seen.ok + seen.over_limit).max(1) as f64;
+    #[allow(clippy::cast_precision_loss)]
+    let per_decision = |before: Option<u64>, after: Option<u64>, extra: u64| match (before, after) {
+        (Some(before), Some(after)) => after.saturating_sub(before + extra) as f64 / decisions,
+        _ => f64::NAN,
+    };
     #[allow(clippy::cast_precision_loss)]
     Cell {
         rate: seen.decisions_per_second(load.measure),
         p50_us: f64::from(seen.quantile_us(0.50)),
         p99_us: f64::from(seen.quantile_us(0.99)),
         p999_us: f64::from(seen.quantile_us(0.999)),
-        commands: sent as f64 / decisions,
-        round_trips: called as f64 / decisions,
+        commands: per_decision(commands_before, commands(redis), 1),
+        round_trips: per_decision(calls_before, calls(runtime), 0),
         errors: seen.errors,
     }
 }
@@ -451,8 +453,8 @@ pub fn run(budget: &Budget) {
     println!(
         "Servers and Redis on CPU 1 (each started there), the load generator on CPU 0{}; one hot\n\
          descriptor. {} interleaved rounds of {:?} a cell, the order rotated each round: the median of\n\
-         the rounds and its 95 % interval. Round trips: tollgate's count (warm-up included); Redis\n\
-         commands: Redis's (a script's own commands included).\n",
+         the rounds and its 95 % interval, each cell after a warm-up of its own. Round trips: tollgate's\n\
+         count; Redis commands: Redis's (a script's own commands included).\n",
         if pinned {
             ""
         } else {

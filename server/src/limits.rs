@@ -67,7 +67,7 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
 
     /// Whether `limiter` holds anything a new one would not (a limiter of
     /// a limit requests bring is dropped when it holds nothing).
-    fn holds_state(limiter: &Self::Limiter) -> bool;
+    fn holds_state(&self, limiter: &Self::Limiter) -> bool;
 }
 
 /// Why a rule's change of limit was not carried.
@@ -392,7 +392,7 @@ impl<B: Backend> Limits<B> {
             .overrides
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        evicted + drop_idle::<B>(&mut overrides)
+        evicted + drop_idle(&*self.backend, &mut overrides)
     }
 
     /// Matches each descriptor of `request` to its limit, and sorts the
@@ -505,7 +505,7 @@ impl<B: Backend> Limits<B> {
             return Some(limiter.clone());
         }
         if overrides.len() >= self.capacity.max_overrides {
-            drop_idle::<B>(&mut overrides);
+            drop_idle(&*self.backend, &mut overrides);
             if overrides.len() >= self.capacity.max_overrides {
                 return None;
             }
@@ -554,11 +554,11 @@ fn unenforceable(rule: &Rule, reason: String) -> Unenforceable {
 
 /// Evicts every override limiter's idle keys and drops the limiters left
 /// holding nothing; returns the keys evicted.
-fn drop_idle<B: Backend>(overrides: &mut Overrides<B::Limiter>) -> usize {
+fn drop_idle<B: Backend>(backend: &B, overrides: &mut Overrides<B::Limiter>) -> usize {
     let mut evicted = 0;
     overrides.retain(|_, limiter| {
         evicted += B::evict_idle(limiter);
-        B::holds_state(limiter)
+        backend.holds_state(limiter)
     });
     evicted
 }

@@ -154,6 +154,20 @@ impl Load {
     }
 }
 
+/// The longest a call may take: one past it counts as an error, so that a
+/// stuck service cannot hang the run.
+const CALL_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Sends `request` on `client`, failing past [`CALL_DEADLINE`].
+async fn send(
+    client: &mut RateLimitServiceClient<Channel>,
+    request: RateLimitRequest,
+) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+    tokio::time::timeout(CALL_DEADLINE, client.should_rate_limit(request))
+        .await
+        .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no answer within 5 s")))
+}
+
 /// What one call saw: its latency and its answer, counted into `seen`.
 fn count(
     seen: &mut Seen,
@@ -188,7 +202,7 @@ async fn caller(
         }
         let value = (index + call * 7_919) % load.values.max(1);
         call += 1;
-        let answer = client.should_rate_limit(load.request(value)).await;
+        let answer = send(&mut client, load.request(value)).await;
         if sent >= measured {
             count(&mut seen, sent.elapsed(), &answer);
         }
@@ -217,7 +231,7 @@ async fn paced(
         }
         if let Some(early) = at.checked_duration_since(Instant::now()) {
             if early > Duration::from_millis(2) {
-                tokio::time::sleep_until((at - Duration::from_millis(1)).into()).await;
+                tokio::time::sleep(early.saturating_sub(Duration::from_millis(1))).await;
             }
             while Instant::now() < at {
                 tokio::task::yield_now().await;
@@ -235,7 +249,7 @@ async fn paced(
         );
         let request = load.request(call % load.values.max(1));
         calls.spawn(async move {
-            let answer = client.should_rate_limit(request).await;
+            let answer = send(&mut client, request).await;
             (at, at.elapsed(), answer)
         });
         in_flight += 1;

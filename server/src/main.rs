@@ -47,8 +47,10 @@ struct Flags {
     /// (and idle keys evicted), in milliseconds.
     #[arg(long, env = "TOLLGATE_WATCH_MS", default_value_t = 1_000)]
     watch_ms: u64,
-    /// The keys each rule holds at most: a descriptor that would add one
-    /// past them is over its limit, and the keys held keep working.
+    /// The keys each rule holds at most in this process: a descriptor that
+    /// would add one past them is over its limit, and the keys held keep
+    /// working. On Redis, the keys of a rule's local half (Redis's own
+    /// keys are bounded by its memory, each expiring with its window).
     #[arg(long, env = "TOLLGATE_MAX_KEYS", default_value = "100000")]
     max_keys: NonZeroUsize,
     /// The limiters of limits descriptors bring themselves (a count and a
@@ -72,6 +74,15 @@ struct Flags {
     /// `--redis` names a Redis Cluster's nodes.
     #[arg(long, env = "TOLLGATE_REDIS_CLUSTER", requires = "redis")]
     redis_cluster: bool,
+    /// On a Cluster, the most its masters' clocks differ by, in
+    /// milliseconds: what a rule deciding locally (`mode: deny_cached` or
+    /// `leased`) needs there (without it, such a rule is refused).
+    #[arg(
+        long,
+        env = "TOLLGATE_REDIS_CLUSTER_SKEW_MS",
+        requires = "redis_cluster"
+    )]
+    redis_cluster_skew_ms: Option<u64>,
     /// What a descriptor gets while Redis cannot decide it (down, timed
     /// out, or behind the open circuit breaker).
     #[arg(long, env = "TOLLGATE_REDIS_ON_FAILURE", value_enum, default_value_t = FailureFlag::Error)]
@@ -81,7 +92,9 @@ struct Flags {
     #[arg(long, env = "TOLLGATE_REDIS_SERVERS", default_value = "1")]
     redis_servers: std::num::NonZeroU32,
     /// The longest a Redis call may take, in milliseconds (a later reply
-    /// is a failure).
+    /// is a failure). Keep it below the proxy's own timeout on the
+    /// service (Envoy's `timeout`, 20 ms by default), or the proxy gives up
+    /// before the failure policy answers.
     #[arg(long, env = "TOLLGATE_REDIS_TIMEOUT_MS", default_value_t = 250)]
     redis_timeout_ms: u64,
     /// The prefix of every Redis key the server writes (no `{` or `}`).
@@ -216,11 +229,11 @@ async fn store(flags: &Flags) -> Result<Store, String> {
             flags.redis_prefix
         ));
     }
-    Ok(Store::Redis(Redis::new(
-        connection,
-        on_failure,
-        flags.redis_prefix.clone(),
-    )))
+    let redis = Redis::new(connection, on_failure, flags.redis_prefix.clone());
+    Ok(Store::Redis(match flags.redis_cluster_skew_ms {
+        Some(skew) => redis.cluster_clock_skew(Duration::from_millis(skew)),
+        None => redis,
+    }))
 }
 
 #[tokio::main]

@@ -111,7 +111,7 @@ impl Backend for Memory {
         limiter.evict_idle()
     }
 
-    fn holds_state(limiter: &Self::Limiter) -> bool {
+    fn holds_state(&self, limiter: &Self::Limiter) -> bool {
         !limiter.is_empty()
     }
 }

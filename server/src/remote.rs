@@ -7,14 +7,18 @@
 //! HTTP layer's rules are: every enforced descriptor is checked at once,
 //! and when one is refused the admissions of the others are given back
 //! before the answer (undone if nothing was written on their keys since).
-//! Nothing is ever over-admitted; an admission a local half decided, or
-//! one whose key moved on, stays charged (over-denial, never more).
+//! A give-back never over-admits: an admission a local half decided (a
+//! lease's unit, a deny-cached limiter's admission, which has no
+//! receipt), or one whose key moved on, stays charged (over-denial). While
+//! Redis decides, nothing is over-admitted; when it cannot, the failure
+//! policy answers (`admit` and `local` admit what Redis would not have).
 
 use std::fmt;
 use std::future::Future;
 use std::num::NonZeroUsize;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::future::join_all;
 use tollgate::algorithm::{
@@ -38,6 +42,7 @@ pub struct Redis {
     connection: Connection,
     on_failure: OnFailure,
     prefix: String,
+    cluster_skew: Option<Duration>,
 }
 
 impl Redis {
@@ -50,7 +55,18 @@ impl Redis {
             connection,
             on_failure,
             prefix: prefix.into(),
+            cluster_skew: None,
         }
+    }
+
+    /// The most the clocks of a Cluster's masters differ by, which a rule
+    /// deciding locally (`deny_cached`, `leased`) on a Cluster needs
+    /// ([`tollgate_redis::Builder::cluster_clock_skew`]); without it such
+    /// a rule is refused on a Cluster.
+    #[must_use]
+    pub fn cluster_clock_skew(mut self, skew: Duration) -> Self {
+        self.cluster_skew = Some(skew);
+        self
     }
 }
 
@@ -168,6 +184,9 @@ impl Redis {
         if matches!(name, Name::Rule(_)) {
             builder = builder.metrics();
         }
+        if let Some(skew) = self.cluster_skew {
+            builder = builder.cluster_clock_skew(skew);
+        }
         let connection = self.connection.clone();
         match limit.algorithm {
             Algorithm::FixedWindow => built(builder.algorithm::<FixedWindow>().build(connection)),
@@ -240,10 +259,12 @@ impl Backend for Redis {
         0
     }
 
-    /// Nothing a new limiter would not have: the state is in Redis (a
-    /// limit requests bring is decided exactly, so no lease is lost).
-    fn holds_state(_limiter: &Self::Limiter) -> bool {
-        false
+    /// Under the `local` failure policy, its share of the limit (kept, so
+    /// that an outage does not start it afresh at every tick); otherwise
+    /// nothing a new limiter would not have: the state is in Redis, and a
+    /// limit requests bring is decided exactly, so no lease is lost.
+    fn holds_state(&self, _limiter: &Self::Limiter) -> bool {
+        matches!(self.on_failure, OnFailure::Local { .. })
     }
 }
 
@@ -269,9 +290,11 @@ impl Limits<Redis> {
     ///
     /// # Errors
     ///
-    /// [`Error::Unavailable`] when Redis cannot decide an enforced
-    /// descriptor and the failure policy is to say so (the admissions of
-    /// the others are given back), and the errors of a failed script.
+    /// Under the `error` failure policy only: [`Error::Unavailable`] when
+    /// Redis cannot decide an enforced descriptor, and the errors of a
+    /// failed script (the other descriptors' admissions stay charged).
+    /// Under any other policy a failed script holds the request over the
+    /// limit.
     pub async fn decide<D: Descriptor>(
         &self,
         request: &Request<'_, D>,
@@ -297,7 +320,20 @@ impl Limits<Redis> {
             ),
             join_all(peeks.iter().map(|check| check.limiter.peek(&check.key))),
         );
-        for (check, outcome) in enforced.iter().zip(charged?) {
+        let charged = match charged {
+            Ok(charged) => charged,
+            Err(failed) if self.backend().on_failure == OnFailure::Error => return Err(failed),
+            // Under any other policy Redis's unavailability is the policy's
+            // to answer, and never reaches here: this is a failure the
+            // policy does not cover (a script refused, a reply malformed,
+            // a Cluster node asked without `--redis-cluster`). Over the
+            // limit: closed, whatever the policy.
+            Err(failed) => {
+                tracing::warn!(%failed, "Redis failed a check: its request is over the limit");
+                vec![None; enforced.len()]
+            }
+        };
+        for (check, outcome) in enforced.iter().zip(charged) {
             let status = &mut statuses[check.index];
             match outcome {
                 Some(decision) => {
@@ -339,7 +375,8 @@ impl Limits<Redis> {
 
 /// Checks `enforced` all or nothing: each one's decision, or `None` for a
 /// cost its limit can never admit. When any is refused, the admissions of
-/// the others are given back (awaited) before this returns.
+/// the others are given back (awaited) before this returns; when Redis
+/// fails one, nothing is given back and the failure is returned.
 async fn charge_all(enforced: &[Check]) -> Result<Vec<Option<Decision>>, Error> {
     if let [only] = enforced {
         // Nothing to give back to.
@@ -373,6 +410,13 @@ async fn charge_all(enforced: &[Check]) -> Result<Vec<Option<Decision>>, Error> 
             }
         }
     }
+    if let Some(failed) = failure {
+        // Nothing is given back: the answer is the failure's, which a
+        // proxy may read as leave to pass (Envoy does, unless
+        // `failure_mode_deny`), and a request passed must have been
+        // charged where it could be.
+        return Err(failed);
+    }
     let refused = decisions
         .iter()
         .any(|decision| decision.is_none_or(|decision| !decision.is_allowed()));
@@ -381,8 +425,5 @@ async fn charge_all(enforced: &[Check]) -> Result<Vec<Option<Decision>>, Error> 
         // admission charged: over-denial, never over-admission.
         join_all(receipts.into_iter().map(RedisReceipt::refund)).await;
     }
-    match failure {
-        Some(failed) => Err(failed),
-        None => Ok(decisions),
-    }
+    Ok(decisions)
 }

@@ -89,12 +89,7 @@ async fn drain(
 
 /// A sample of `name` with labels `labels` on a server's `/metrics`.
 async fn metric(server: &Server, name: &str, labels: &str) -> u64 {
-    let text = reqwest::get(format!("http://{}/metrics", server.http_address))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = support::metrics(server).await;
     let prefix = format!("{name}{{{labels}}} ");
     text.lines()
         .find_map(|line| line.strip_prefix(&prefix))
@@ -129,6 +124,16 @@ async fn three_servers_on_one_redis_admit_exactly_the_limit_in_every_mode() {
 
     let (admitted, _) = drain(&servers, 4, || hot("cached")).await;
     assert_eq!(admitted, 300, "deny-cached");
+    let mut cached = 0;
+    for server in &servers {
+        cached += metric(
+            server,
+            "tollgate_redis_local_decisions_total",
+            "limiter=\"fleet.cached\"",
+        )
+        .await;
+    }
+    assert!(cached > 0, "denials cached");
     let (admitted, _) = drain(&servers, 4, || hot("leased")).await;
     assert_eq!(admitted, 300, "leased");
     let mut local = 0;
@@ -160,8 +165,8 @@ descriptors:
 
 /// A request's descriptors all or nothing: the one a tenant's limit
 /// refuses gives the user's admission back before the answer, on a
-/// standalone server and on a Cluster (where the two keys are on
-/// different masters).
+/// standalone server and on a Cluster (where each key has a slot of its
+/// own, most often on different masters).
 async fn all_or_nothing(flags: &[&str]) {
     let server = Server::start_with(TWO_RULES, flags);
     let mut client = server.client().await;
@@ -232,17 +237,7 @@ async fn redis_killed_and_restarted() {
     let servers: Vec<Server> = policies
         .iter()
         .map(|policy| {
-            Server::start_with(
-                TWO_RULES,
-                &[
-                    "--redis",
-                    &url,
-                    "--redis-on-failure",
-                    policy,
-                    "--redis-timeout-ms",
-                    "100",
-                ],
-            )
+            Server::start_with(TWO_RULES, &["--redis", &url, "--redis-on-failure", policy])
         })
         .collect();
     let user = |name: &str| request("shop", vec![descriptor(&[("user", name)])]);
@@ -252,7 +247,7 @@ async fn redis_killed_and_restarted() {
     }
 
     redis.kill();
-    // Three failures open the breaker; the fourth call is kept back by it.
+    // Three failures open the breaker, and its gauge says so.
     let mut error = servers[0].client().await;
     for _ in 0..4 {
         let failed = error.should_rate_limit(user("during")).await.unwrap_err();
@@ -286,15 +281,15 @@ async fn redis_killed_and_restarted() {
 
     redis.restart().unwrap_or_else(|error| panic!("{error}"));
     // Back within a breaker's cooldown and a reconnection. The restarted
-    // Redis is empty, and the servers share its keys: one request each,
-    // in turn, leaves 4, 3, 2 and 1 of a new key. A server still deciding
-    // by its policy answers otherwise (an error, a refusal, 0 remaining,
-    // or its own share's 4), and is asked again.
-    for (server, remaining) in servers.iter().zip([4, 3, 2, 1]) {
-        let mut client = server.client().await;
+    // Redis is empty and the servers share its keys: one request each of
+    // the key drained during the outage leaves 4, 3, 2 and 1 of it, the
+    // local server first. No policy answers so: `error` fails, `deny`
+    // refuses, `admit` leaves 0, and the local share is drained.
+    for (index, remaining) in [(3, 4), (0, 3), (1, 2), (2, 1)] {
+        let mut client = servers[index].client().await;
         let mut decided = false;
         for _ in 0..100 {
-            if let Ok(response) = client.should_rate_limit(user("after")).await {
+            if let Ok(response) = client.should_rate_limit(user("during")).await {
                 let response = response.into_inner();
                 if response.overall_code() == Code::Ok
                     && response.statuses[0].limit_remaining == remaining
@@ -305,7 +300,7 @@ async fn redis_killed_and_restarted() {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert!(decided, "Redis decides again once it is back");
+        assert!(decided, "{} decides on Redis again", policies[index]);
     }
 }
 
@@ -462,5 +457,60 @@ async fn a_reload_that_changes_a_rule_s_mode_keeps_its_keys() {
         remaining(&mut client, "bob").await,
         (Code::Ok, 1),
         "carried as is"
+    );
+}
+
+/// A descriptor Redis fails (its key holds a list: the script errs) is not
+/// unavailability the policy covers: under `error` the request is
+/// `UNAVAILABLE`, under `deny` over its limit. Either way the request's
+/// other admission stays charged: given back, a request a proxy lets pass
+/// on the failure would have been charged nowhere.
+#[tokio::test]
+async fn a_failed_descriptor_gives_nothing_back() {
+    let redis = start_redis();
+    let connection = tollgate_redis::Connection::open(url(&redis))
+        .await
+        .expect("connecting to the test's redis-server");
+    // The key the server keeps for `tenant=acme` (rule `shop.tenant`, GCRA,
+    // the descriptor's length-prefixed entries), made a list.
+    let tenant =
+        tollgate_redis::RedisLimiter::builder("shop.tenant", tollgate::Quota::per_hour(2).unwrap())
+            .build(connection)
+            .unwrap();
+    let key = String::from_utf8(tenant.redis_key("6:tenant4:acme")).unwrap();
+    redis_server::command(redis.port(), &["LPUSH", &key, "not a count"]).unwrap();
+    let both = || {
+        request(
+            "shop",
+            vec![
+                descriptor(&[("user", "alice")]),
+                descriptor(&[("tenant", "acme")]),
+            ],
+        )
+    };
+    let alice = || request("shop", vec![descriptor(&[("user", "alice")])]);
+
+    let server = Server::start_with(TWO_RULES, &["--redis", &url(&redis)]);
+    let mut client = server.client().await;
+    let failed = client.should_rate_limit(both()).await.unwrap_err();
+    assert_eq!(failed.code(), tonic::Code::Unavailable);
+    // Alice's unit of the failed request stays charged: 3 left after the
+    // next.
+    assert_eq!(
+        ask(&mut client, alice()).await.statuses[0].limit_remaining,
+        3
+    );
+
+    let deny = Server::start_with(
+        TWO_RULES,
+        &["--redis", &url(&redis), "--redis-on-failure", "deny"],
+    );
+    let mut client = deny.client().await;
+    let refused = ask(&mut client, both()).await;
+    assert_eq!(refused.overall_code(), Code::OverLimit);
+    assert_eq!(refused.statuses[1].code(), Code::OverLimit);
+    assert_eq!(
+        ask(&mut client, alice()).await.statuses[0].limit_remaining,
+        1
     );
 }

@@ -706,12 +706,7 @@ async fn metrics_count_each_rule_s_hits_exactly() {
         )
         .await;
     }
-    let text = reqwest::get(format!("http://{}/metrics", server.http_address))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = support::metrics(&server).await;
     let sample = |name: &str, key: &str| -> Option<u64> {
         let prefix = format!("{name}{{domain=\"shop\",key=\"{key}\"}} ");
         text.lines()

@@ -123,18 +123,22 @@ pub async fn ask(
         .into_inner()
 }
 
+/// The server's `/metrics` page.
+pub async fn metrics(server: &Server) -> String {
+    reqwest::get(format!("http://{}/metrics", server.http_address))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// Waits until the server's `/metrics` shows `name` at `value` (a reload
 /// is asynchronous), for at most ten seconds.
 pub async fn wait_for_metric(server: &Server, name: &str, value: u64) {
     let expected = format!("{name} {value}");
     for _ in 0..200 {
-        let text = reqwest::get(format!("http://{}/metrics", server.http_address))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        if text.lines().any(|line| line == expected) {
+        if metrics(server).await.lines().any(|line| line == expected) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
