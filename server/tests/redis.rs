@@ -514,3 +514,31 @@ async fn a_failed_descriptor_gives_nothing_back() {
         1
     );
 }
+
+/// SIGTERM while a call is in flight (Redis paused by `CLIENT PAUSE`): the
+/// call is answered, decided, and the server then exits cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_shutdown_answers_what_is_in_flight() {
+    let redis = start_redis();
+    let mut server = Server::start_with(
+        TWO_RULES,
+        &["--redis", &url(&redis), "--redis-timeout-ms", "5000"],
+    );
+    let mut client = server.client().await;
+    // The connection is up and Redis's script loaded before the pause.
+    let alice = || request("shop", vec![descriptor(&[("user", "alice")])]);
+    assert_eq!(ask(&mut client, alice()).await.overall_code(), Code::Ok);
+    redis_server::command(redis.port(), &["CLIENT", "PAUSE", "700", "ALL"]).unwrap();
+    let in_flight = tokio::spawn(async move { ask(&mut client, alice()).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let answered = in_flight.await.unwrap();
+    assert_eq!(answered.overall_code(), Code::Ok);
+    assert_eq!(answered.statuses[0].limit_remaining, 3, "decided on Redis");
+    let exited = server.child.wait().unwrap();
+    assert!(exited.success(), "{exited}");
+}
