@@ -38,6 +38,10 @@ use wire::{
     lease_arguments, lease_reply, malformed,
 };
 
+/// The most replies of other checks' asks a check that misses waits for
+/// before it asks Redis itself (each wait is at most one call's flight).
+const MAX_WAITS: u32 = 4;
+
 /// A rate limiter whose state lives in Redis, so that every instance of a
 /// service shares one count per key.
 ///
@@ -558,21 +562,40 @@ impl<A: Scripted> RedisLimiter<A> {
                     .map_or_else(|| core.quota.load().quota, |current| current.quota),
             ),
         };
-        let local = match tier {
-            Some((_, _, remote)) => hybrid.view.check_under_then(key, cost, remote, decided)?,
-            None => hybrid.view.check_then(key, cost, decided)?,
-        };
-        match local {
-            Local::Decided(enforced) => {
-                #[cfg(feature = "metrics")]
-                if let Some(metrics) = &self.metrics {
-                    metrics.local();
+        // A check that misses while its key's claimed ask is in flight
+        // waits for that reply, and decides again from it: on a hot key,
+        // the checks arriving during a round trip would otherwise each ask
+        // too. Waiting changes no decision's rule, only its instant; a
+        // check waits for at most `MAX_WAITS` replies, then asks itself.
+        let mut waits = 0;
+        loop {
+            let local = match tier {
+                Some((_, _, remote)) => hybrid.view.check_under_then(key, cost, remote, decided)?,
+                None => hybrid.view.check_then(key, cost, decided)?,
+            };
+            match local {
+                Local::Decided(enforced) => {
+                    #[cfg(feature = "metrics")]
+                    if let Some(metrics) = &self.metrics {
+                        metrics.local();
+                    }
+                    return Ok((enforced, None));
                 }
-                Ok((enforced, None))
-            }
-            Local::Ask(ask) => {
-                let (quota, stamp) = under(ask.payload());
-                self.ask(ask, key, cost, carried, quota, &stamp).await
+                Local::Ask(ask) if ask.is_claim() => {
+                    let _flight = hybrid.fly(key);
+                    let (quota, stamp) = under(ask.payload());
+                    return self.ask(ask, key, cost, carried, quota, &stamp).await;
+                }
+                Local::Ask(ask) => {
+                    let Some(flight) = hybrid.in_flight(key).filter(|_| waits < MAX_WAITS) else {
+                        let (quota, stamp) = under(ask.payload());
+                        return self.ask(ask, key, cost, carried, quota, &stamp).await;
+                    };
+                    // Never sent: whatever it held is still here.
+                    ask.not_sent();
+                    waits += 1;
+                    drop(flight.lock().await);
+                }
             }
         }
     }

@@ -3,9 +3,10 @@
 //! locally (`tollgate::remote` holds the local half; the design notes
 //! argue the bounds).
 
+use std::collections::HashMap;
 use std::fmt;
 use std::num::NonZeroUsize;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tollgate::clock::Clock;
@@ -55,7 +56,11 @@ pub enum Mode {
     /// [reservation](RedisLimiter::reserve_n) or another instance's lease,
     /// a denial cached before can outlast Redis's by at most those units'
     /// intervals; and when another instance carries a key to a changed
-    /// quota, by at most a tolerance.)
+    /// quota, by at most a tolerance.) Checks of one key that miss while
+    /// another check's ask for it is in flight wait for that reply and
+    /// decide from it (for at most four replies) rather than each asking:
+    /// a hot key takes about a call per refilled unit, not one per check
+    /// arriving during a round trip.
     DenyCached,
     /// Denials cached, and leases: a check that asks Redis also takes up to
     /// a lease's units of the key's budget, spent here by later checks
@@ -126,6 +131,58 @@ impl Mode {
 pub(crate) struct Hybrid {
     pub(crate) view: LocalView<Vec<u8>, Option<Current>>,
     pub(crate) mode: Mode,
+    /// The keys whose claimed ask is in flight, each with a lock its
+    /// sender holds until the reply is installed (or the call fails or is
+    /// dropped): a check that misses meanwhile waits on it once and decides
+    /// again from what the reply taught, rather than asking too.
+    pub(crate) flights: Mutex<HashMap<Vec<u8>, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// A claimed ask in flight, registered in [`Hybrid::flights`] until
+/// dropped: the key is unregistered, then its lock released, so a waiter
+/// that wakes finds the reply installed.
+pub(crate) struct Flight<'a> {
+    flights: &'a Mutex<HashMap<Vec<u8>, Arc<tokio::sync::Mutex<()>>>>,
+    key: Vec<u8>,
+    _held: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        self.flights
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.key);
+    }
+}
+
+impl Hybrid {
+    /// Registers `key`'s claimed ask as in flight; `None` when one already
+    /// is (a claim taken over from a dropped caller): it then sends
+    /// unregistered.
+    pub(crate) fn fly(&self, key: &[u8]) -> Option<Flight<'_>> {
+        let mut flights = self.flights.lock().unwrap_or_else(PoisonError::into_inner);
+        if flights.contains_key(key) {
+            return None;
+        }
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        let held = Arc::clone(&lock).try_lock_owned().ok()?;
+        flights.insert(key.to_vec(), lock);
+        Some(Flight {
+            flights: &self.flights,
+            key: key.to_vec(),
+            _held: held,
+        })
+    }
+
+    /// The lock of `key`'s claimed ask in flight, if one is.
+    pub(crate) fn in_flight(&self, key: &[u8]) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        self.flights
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .cloned()
+    }
 }
 
 impl Hybrid {
@@ -155,7 +212,11 @@ impl Hybrid {
             claim_timeout,
         )
         .map_err(ConfigError::Local)?;
-        Ok(Self { view, mode })
+        Ok(Self {
+            view,
+            mode,
+            flights: Mutex::default(),
+        })
     }
 }
 

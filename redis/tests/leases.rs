@@ -739,3 +739,56 @@ fn local_modes_need_gcra_and_print_their_bound() {
         "{slack:?}"
     );
 }
+
+/// Checks that miss while their key's claimed ask is in flight wait for
+/// its reply and decide from it, rather than each asking too: ten
+/// concurrent checks of a new key while Redis is paused (`CLIENT PAUSE`)
+/// take one round trip, in each local mode. A quota of one an hour: the
+/// first is admitted, and the nine that waited are denied by what its
+/// reply taught.
+#[test]
+fn checks_that_miss_during_a_claimed_ask_wait_for_its_reply() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
+    for (name, mode) in [
+        ("coalesced-cached", Mode::DenyCached),
+        ("coalesced-leased", Mode::Leased(Leases::new())),
+    ] {
+        let connection = runtime
+            .block_on(Connection::open_with(
+                format!("redis://127.0.0.1:{}/", server.port()),
+                Options::default().call_timeout(Duration::from_secs(5)),
+            ))
+            .unwrap();
+        let limiter = std::sync::Arc::new(
+            RedisLimiter::builder(name, Quota::per_hour(1).unwrap())
+                .mode(mode)
+                .build(connection)
+                .unwrap(),
+        );
+        // The script loaded and the clocks' offset learnt, on another key.
+        assert!(
+            runtime
+                .block_on(limiter.check("warm"))
+                .unwrap()
+                .is_allowed()
+        );
+        support::redis::command(server.port(), &["CLIENT", "PAUSE", "500", "ALL"]).unwrap();
+        let checks: Vec<_> = (0..10)
+            .map(|_| {
+                let limiter = limiter.clone();
+                runtime.spawn(async move { limiter.check("hot").await })
+            })
+            .collect();
+        let admitted: usize = checks
+            .into_iter()
+            .map(|check| usize::from(runtime.block_on(check).unwrap().unwrap().is_allowed()))
+            .sum();
+        assert_eq!(admitted, 1, "{name}");
+        assert_eq!(limiter.remote_calls(), 2, "{name}: the warm-up and one ask");
+    }
+}
