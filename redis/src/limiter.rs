@@ -563,11 +563,14 @@ impl<A: Scripted> RedisLimiter<A> {
             ),
         };
         // A check that misses while its key's claimed ask is in flight
-        // waits for that reply, and decides again from it: on a hot key,
+        // waits for that reply and decides again from it: on a hot key,
         // the checks arriving during a round trip would otherwise each ask
-        // too. Waiting changes no decision's rule, only its instant; a
-        // check waits for at most `MAX_WAITS` replies, then asks itself.
+        // too. Waiting changes no decision's rule, only its instant. It
+        // waits again only while replies deny (a key over its limit), at
+        // most `MAX_WAITS` times, each wait at most a call's timeout; after
+        // an admission, a failure or a wait that timed out, it asks itself.
         let mut waits = 0;
+        let mut wait_again = true;
         loop {
             let local = match tier {
                 Some((_, _, remote)) => hybrid.view.check_under_then(key, cost, remote, decided)?,
@@ -582,19 +585,27 @@ impl<A: Scripted> RedisLimiter<A> {
                     return Ok((enforced, None));
                 }
                 Local::Ask(ask) if ask.is_claim() => {
-                    let _flight = hybrid.fly(key);
+                    let flight = hybrid.fly(key);
                     let (quota, stamp) = under(ask.payload());
-                    return self.ask(ask, key, cost, carried, quota, &stamp).await;
+                    let answer = self.ask(ask, key, cost, carried, quota, &stamp).await;
+                    if let (Some(flight), Ok((enforced, _))) = (&flight, &answer) {
+                        flight.answered(enforced.decision.is_allowed());
+                    }
+                    return answer;
                 }
                 Local::Ask(ask) => {
-                    let Some(flight) = hybrid.in_flight(key).filter(|_| waits < MAX_WAITS) else {
+                    let flight = hybrid
+                        .in_flight(key)
+                        .filter(|_| wait_again && waits < MAX_WAITS);
+                    let Some(flight) = flight else {
                         let (quota, stamp) = under(ask.payload());
                         return self.ask(ask, key, cost, carried, quota, &stamp).await;
                     };
-                    // Never sent: whatever it held is still here.
-                    ask.not_sent();
+                    // An unclaimed ask holds nothing: dropped, it was never
+                    // sent.
+                    drop(ask);
                     waits += 1;
-                    drop(flight.lock().await);
+                    wait_again = flight.wait(core.connection.call_timeout()).await;
                 }
             }
         }

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -133,18 +134,47 @@ pub(crate) struct Hybrid {
     pub(crate) mode: Mode,
     /// The keys whose claimed ask is in flight, each with a lock its
     /// sender holds until the reply is installed (or the call fails or is
-    /// dropped): a check that misses meanwhile waits on it once and decides
+    /// dropped): a check that misses meanwhile waits on it and decides
     /// again from what the reply taught, rather than asking too.
-    pub(crate) flights: Mutex<HashMap<Vec<u8>, Arc<tokio::sync::Mutex<()>>>>,
+    pub(crate) flights: Mutex<HashMap<Vec<u8>, Arc<InFlight>>>,
+}
+
+/// A claimed ask in flight: the lock its sender holds, and whether its
+/// reply denied (a key over its limit: a waiter may wait for the next
+/// reply too; after an admission or a failure it asks itself).
+#[derive(Default)]
+pub(crate) struct InFlight {
+    pub(crate) lock: Arc<tokio::sync::Mutex<()>>,
+    pub(crate) denied: AtomicBool,
 }
 
 /// A claimed ask in flight, registered in [`Hybrid::flights`] until
 /// dropped: the key is unregistered, then its lock released, so a waiter
 /// that wakes finds the reply installed.
 pub(crate) struct Flight<'a> {
-    flights: &'a Mutex<HashMap<Vec<u8>, Arc<tokio::sync::Mutex<()>>>>,
+    flights: &'a Mutex<HashMap<Vec<u8>, Arc<InFlight>>>,
     key: Vec<u8>,
+    state: Arc<InFlight>,
     _held: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Flight<'_> {
+    /// Records whether the reply admitted, for the checks waiting on it.
+    pub(crate) fn answered(&self, allowed: bool) {
+        // Released to the waiters by the lock's release.
+        self.state.denied.store(!allowed, Ordering::Relaxed);
+    }
+}
+
+impl InFlight {
+    /// Waits until the reply is in, for at most `timeout`; returns whether
+    /// a waiter may wait for the next one too (the reply denied).
+    pub(crate) async fn wait(&self, timeout: Duration) -> bool {
+        tokio::time::timeout(timeout, self.lock.lock())
+            .await
+            .is_ok()
+            && self.denied.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for Flight<'_> {
@@ -165,18 +195,20 @@ impl Hybrid {
         if flights.contains_key(key) {
             return None;
         }
-        let lock = Arc::new(tokio::sync::Mutex::new(()));
-        let held = Arc::clone(&lock).try_lock_owned().ok()?;
-        flights.insert(key.to_vec(), lock);
+        let state = Arc::new(InFlight::default());
+        // A new lock: taking it cannot fail.
+        let held = Arc::clone(&state.lock).try_lock_owned().ok()?;
+        flights.insert(key.to_vec(), Arc::clone(&state));
         Some(Flight {
             flights: &self.flights,
             key: key.to_vec(),
+            state,
             _held: held,
         })
     }
 
-    /// The lock of `key`'s claimed ask in flight, if one is.
-    pub(crate) fn in_flight(&self, key: &[u8]) -> Option<Arc<tokio::sync::Mutex<()>>> {
+    /// `key`'s claimed ask in flight, if one is.
+    pub(crate) fn in_flight(&self, key: &[u8]) -> Option<Arc<InFlight>> {
         self.flights
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
