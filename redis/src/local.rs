@@ -57,11 +57,12 @@ pub enum Mode {
     /// [reservation](RedisLimiter::reserve_n) or another instance's lease,
     /// a denial cached before can outlast Redis's by at most those units'
     /// intervals; and when another instance carries a key to a changed
-    /// quota, by at most a tolerance.) Checks of one key that miss while
-    /// another check's ask for it is in flight wait for that reply and
-    /// decide from it (for at most four replies) rather than each asking:
-    /// a hot key takes about a call per refilled unit, not one per check
-    /// arriving during a round trip.
+    /// quota, by at most a tolerance.) A check of a key that misses while
+    /// another check's ask for it is in flight waits for that reply (at
+    /// most a call's timeout) and decides from it rather than asking too,
+    /// and waits for the next reply as well while replies deny (at most
+    /// four): a hot key over its limit then takes a few calls per refilled
+    /// unit, not one per check arriving during a round trip.
     DenyCached,
     /// Denials cached, and leases: a check that asks Redis also takes up to
     /// a lease's units of the key's budget, spent here by later checks

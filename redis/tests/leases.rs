@@ -456,6 +456,15 @@ fn leases_admit_no_more_than_redis_alone_in_any_window_on_a_cluster() {
 // ---------------------------------------------------------------------------
 // A dead Redis.
 
+/// A runtime of two worker threads.
+fn two_workers() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// A runtime, a server to kill, and a leased limiter of 100 an hour named
 /// `name` on it (a client clock at `START_US`, the policy `Deny`, a breaker
 /// opening after 3 failures for `cooldown`).
@@ -468,11 +477,7 @@ fn leased_on_a_server_to_kill(
     RedisLimiter,
     ManualClock,
 ) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = two_workers();
     let server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
     let connection = runtime
         .block_on(Connection::open_with(
@@ -748,11 +753,7 @@ fn local_modes_need_gcra_and_print_their_bound() {
 /// reply taught.
 #[test]
 fn checks_that_miss_during_a_claimed_ask_wait_for_its_reply() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = two_workers();
     let server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
     for (name, mode) in [
         ("coalesced-cached", Mode::DenyCached),
