@@ -39,7 +39,8 @@ use wire::{
 };
 
 /// The most replies of other checks' asks a check that misses waits for
-/// before it asks Redis itself (each wait is at most one call's flight).
+/// (waiting again only while they deny) before it asks Redis itself; each
+/// wait lasts at most the call timeout.
 const MAX_WAITS: u32 = 4;
 
 /// A rate limiter whose state lives in Redis, so that every instance of a

@@ -158,9 +158,7 @@ impl Redis {
             ),
         }
     }
-}
 
-impl Redis {
     /// A limiter named by `name` enforcing `limit` from revision
     /// `revision`, a key stamped by an earlier one carried by its carry.
     fn build(

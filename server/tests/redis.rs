@@ -96,6 +96,15 @@ async fn metric(server: &Server, name: &str, labels: &str) -> u64 {
         .map_or(0, |value| value.parse().unwrap())
 }
 
+/// The sum of a sample over `servers`' `/metrics`.
+async fn summed(servers: &[Server], name: &str, labels: &str) -> u64 {
+    let mut sum = 0;
+    for server in servers {
+        sum += metric(server, name, labels).await;
+    }
+    sum
+}
+
 /// Three servers, each limiting in memory, admit three times the limit;
 /// three on one Redis admit exactly it, in every mode: every check a round
 /// trip, denials cached, or leases (each server drained by its own streams,
@@ -111,40 +120,31 @@ async fn three_servers_on_one_redis_admit_exactly_the_limit_in_every_mode() {
     let servers: Vec<Server> = (0..3).map(|_| Server::start_with(FLEET, &flags)).collect();
     let (admitted, refused) = drain(&servers, 4, || hot("exact")).await;
     assert_eq!(admitted, 300, "exact");
-    let mut calls = 0;
-    for server in &servers {
-        calls += metric(
-            server,
-            "tollgate_redis_calls_total",
-            "limiter=\"fleet.exact\"",
-        )
-        .await;
-    }
+    let calls = summed(
+        &servers,
+        "tollgate_redis_calls_total",
+        "limiter=\"fleet.exact\"",
+    )
+    .await;
     assert_eq!(calls, admitted + refused, "one round trip a check");
 
     let (admitted, _) = drain(&servers, 4, || hot("cached")).await;
     assert_eq!(admitted, 300, "deny-cached");
-    let mut cached = 0;
-    for server in &servers {
-        cached += metric(
-            server,
-            "tollgate_redis_local_decisions_total",
-            "limiter=\"fleet.cached\"",
-        )
-        .await;
-    }
+    let cached = summed(
+        &servers,
+        "tollgate_redis_local_decisions_total",
+        "limiter=\"fleet.cached\"",
+    )
+    .await;
     assert!(cached > 0, "denials cached");
     let (admitted, _) = drain(&servers, 4, || hot("leased")).await;
     assert_eq!(admitted, 300, "leased");
-    let mut local = 0;
-    for server in &servers {
-        local += metric(
-            server,
-            "tollgate_redis_local_decisions_total",
-            "limiter=\"fleet.leased\"",
-        )
-        .await;
-    }
+    let local = summed(
+        &servers,
+        "tollgate_redis_local_decisions_total",
+        "limiter=\"fleet.leased\"",
+    )
+    .await;
     assert!(local > 0, "leases decide without a round trip");
 }
 
