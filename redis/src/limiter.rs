@@ -586,16 +586,17 @@ impl<A: Scripted> RedisLimiter<A> {
                     return Ok((enforced, None));
                 }
                 Local::Ask(ask) if ask.is_claim() => {
-                    let flight = hybrid.fly(key);
+                    let flight = hybrid.flights.fly(key);
                     let (quota, stamp) = under(ask.payload());
                     let answer = self.ask(ask, key, cost, carried, quota, &stamp).await;
-                    if let (Some(flight), Ok((enforced, _))) = (&flight, &answer) {
+                    if let Ok((enforced, _)) = &answer {
                         flight.answered(enforced.decision.is_allowed());
                     }
                     return answer;
                 }
                 Local::Ask(ask) => {
                     let flight = hybrid
+                        .flights
                         .in_flight(key)
                         .filter(|_| wait_again && waits < MAX_WAITS);
                     let Some(flight) = flight else {

@@ -133,84 +133,111 @@ impl Mode {
 pub(crate) struct Hybrid {
     pub(crate) view: LocalView<Vec<u8>, Option<Current>>,
     pub(crate) mode: Mode,
-    /// The keys whose claimed ask is in flight, each with a lock its
-    /// sender holds until the reply is installed (or the call fails or is
-    /// dropped): a check that misses meanwhile waits on it and decides
-    /// again from what the reply taught, rather than asking too.
-    pub(crate) flights: Mutex<HashMap<Vec<u8>, Arc<InFlight>>>,
+    /// The keys whose claimed ask is in flight, until its reply is
+    /// installed (or the call fails or is dropped): a check that misses
+    /// meanwhile waits on it and decides again from what the reply taught,
+    /// rather than asking too.
+    pub(crate) flights: Flights,
 }
 
-/// A claimed ask in flight: the lock its sender holds, and whether its
-/// reply denied (a key over its limit: a waiter may wait for the next
-/// reply too; after an admission or a failure it asks itself).
+/// The claimed asks in flight, by key.
+#[derive(Default)]
+pub(crate) struct Flights(Mutex<HashMap<Vec<u8>, Arc<InFlight>>>);
+
+/// A claimed ask in flight, as the checks waiting on it see it: whether
+/// its flight is over, whether its reply denied (a key over its limit: a
+/// waiter may wait for the next reply too; after an admission or a
+/// failure it asks itself), and what wakes them.
 #[derive(Default)]
 pub(crate) struct InFlight {
-    pub(crate) lock: Arc<tokio::sync::Mutex<()>>,
-    pub(crate) denied: AtomicBool,
+    over: AtomicBool,
+    denied: AtomicBool,
+    landed: tokio::sync::Notify,
 }
 
 /// A claimed ask in flight, registered in [`Hybrid::flights`] until
-/// dropped: the key is unregistered, then its lock released, so a waiter
-/// that wakes finds the reply installed.
+/// dropped: the key is unregistered, then every waiter woken at once, so
+/// that each finds the reply installed. (One at a time, as a lock hands
+/// itself on, each woken check would wait for a turn of the scheduler
+/// before the next wakes: with a hundred waiters, some woke after the
+/// reply's knowledge had expired, and asked.)
 pub(crate) struct Flight<'a> {
-    flights: &'a Mutex<HashMap<Vec<u8>, Arc<InFlight>>>,
+    flights: &'a Flights,
     key: Vec<u8>,
     state: Arc<InFlight>,
-    _held: tokio::sync::OwnedMutexGuard<()>,
 }
 
 impl Flight<'_> {
     /// Records whether the reply admitted, for the checks waiting on it.
     pub(crate) fn answered(&self, allowed: bool) {
-        // Released to the waiters by the lock's release.
+        // Published to the waiters by `over`'s store.
         self.state.denied.store(!allowed, Ordering::Relaxed);
     }
 }
 
 impl InFlight {
-    /// Waits until the reply is in, for at most `timeout`; returns whether
-    /// a waiter may wait for the next one too (the reply denied).
+    /// Waits until the flight is over, for at most `timeout`; returns
+    /// whether a waiter may wait for the next one too (the reply denied).
     pub(crate) async fn wait(&self, timeout: Duration) -> bool {
-        tokio::time::timeout(timeout, self.lock.lock())
-            .await
-            .is_ok()
-            && self.denied.load(Ordering::Relaxed)
+        let landed = self.landed.notified();
+        tokio::pin!(landed);
+        // Registered before `over` is read: a flight that ends after the
+        // read wakes this waiter.
+        landed.as_mut().enable();
+        // Acquire: pairs with the Release store, so `denied` is the reply's.
+        if !self.over.load(Ordering::Acquire)
+            && tokio::time::timeout(timeout, landed).await.is_err()
+        {
+            return false;
+        }
+        // Woken: the notification orders the stores before it.
+        self.denied.load(Ordering::Relaxed)
     }
 }
 
 impl Drop for Flight<'_> {
     fn drop(&mut self) {
-        self.flights
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.key);
+        {
+            let mut flights = self
+                .flights
+                .0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            // Only this flight's entry: the next claim may have replaced it.
+            if flights
+                .get(&self.key)
+                .is_some_and(|registered| Arc::ptr_eq(registered, &self.state))
+            {
+                flights.remove(&self.key);
+            }
+        }
+        self.state.over.store(true, Ordering::Release);
+        self.state.landed.notify_waiters();
     }
 }
 
-impl Hybrid {
-    /// Registers `key`'s claimed ask as in flight; `None` when one already
-    /// is (a claim taken over from a dropped caller): it then sends
-    /// unregistered.
-    pub(crate) fn fly(&self, key: &[u8]) -> Option<Flight<'_>> {
-        let mut flights = self.flights.lock().unwrap_or_else(PoisonError::into_inner);
-        if flights.contains_key(key) {
-            return None;
-        }
+impl Flights {
+    /// Registers `key`'s claimed ask as in flight, in place of any ask
+    /// registered before it: that one's claim is over (its reply was
+    /// installed and its flight is about to end, or its claim went stale
+    /// and was taken over), and a check that misses now must wait on this
+    /// one.
+    pub(crate) fn fly(&self, key: &[u8]) -> Flight<'_> {
         let state = Arc::new(InFlight::default());
-        // A new lock: taking it cannot fail.
-        let held = Arc::clone(&state.lock).try_lock_owned().ok()?;
-        flights.insert(key.to_vec(), Arc::clone(&state));
-        Some(Flight {
-            flights: &self.flights,
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.to_vec(), Arc::clone(&state));
+        Flight {
+            flights: self,
             key: key.to_vec(),
             state,
-            _held: held,
-        })
+        }
     }
 
     /// `key`'s claimed ask in flight, if one is.
     pub(crate) fn in_flight(&self, key: &[u8]) -> Option<Arc<InFlight>> {
-        self.flights
+        self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(key)
@@ -248,7 +275,7 @@ impl Hybrid {
         Ok(Self {
             view,
             mode,
-            flights: Mutex::default(),
+            flights: Flights::default(),
         })
     }
 }
@@ -292,3 +319,60 @@ impl Clock for BootClock {
 /// system is suspended, as the design notes discuss).
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 pub(crate) type BootClock = tollgate::clock::MonotonicClock;
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Waker};
+    use std::time::Duration;
+
+    use super::Flights;
+
+    fn poll<F: Future>(future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+        future.poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    #[test]
+    fn a_flight_that_ends_leaves_the_next_one_registered() {
+        let flights = Flights::default();
+        let first = flights.fly(b"key");
+        // The next claim, taken before the first flight was dropped.
+        let second = flights.fly(b"key");
+        drop(first);
+        let registered = flights.in_flight(b"key").expect("the second flight");
+        assert!(Arc::ptr_eq(&registered, &second.state));
+        drop(second);
+        assert!(flights.in_flight(b"key").is_none());
+    }
+
+    #[test]
+    fn every_waiter_wakes_when_the_flight_lands() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let _entered = runtime.enter();
+        let flights = Flights::default();
+        let flight = flights.fly(b"key");
+        flight.answered(false);
+        let state = flights.in_flight(b"key").unwrap();
+        let mut waiters: Vec<_> = (0..3)
+            .map(|_| Box::pin(state.wait(Duration::from_secs(60))))
+            .collect();
+        for waiter in &mut waiters {
+            assert!(poll(waiter.as_mut()).is_pending());
+        }
+        drop(flight);
+        // The last waiter first: none waits for another to run.
+        for waiter in waiters.iter_mut().rev() {
+            assert_eq!(poll(waiter.as_mut()), Poll::Ready(true), "told: denied");
+        }
+        // After the landing, at once.
+        assert_eq!(
+            poll(pin!(state.wait(Duration::from_secs(60)))),
+            Poll::Ready(true)
+        );
+    }
+}
