@@ -24,7 +24,7 @@ use crate::connection::{CallError, Connection};
 use crate::error::{ConfigError, Error};
 use crate::failure::{Enforced, Fallback, Unavailable};
 use crate::key::Namespace;
-use crate::local::{Hybrid, Mode};
+use crate::local::{Flight, Hybrid, Mode};
 use crate::script::{ScriptLimit, Scripted};
 
 pub use builder::Builder;
@@ -587,12 +587,10 @@ impl<A: Scripted> RedisLimiter<A> {
                 }
                 Local::Ask(ask) if ask.is_claim() => {
                     let flight = hybrid.flights.fly(key);
-                    let (quota, stamp) = under(ask.payload());
-                    let answer = self.ask(ask, key, cost, carried, quota, &stamp).await;
-                    if let Ok((enforced, _)) = &answer {
-                        flight.answered(enforced.decision.is_allowed());
-                    }
-                    return answer;
+                    let under = under(ask.payload());
+                    return self
+                        .ask(ask, key, cost, carried, under, Some(&flight))
+                        .await;
                 }
                 Local::Ask(ask) => {
                     let flight = hybrid
@@ -600,8 +598,8 @@ impl<A: Scripted> RedisLimiter<A> {
                         .in_flight(key)
                         .filter(|_| wait_again && waits < MAX_WAITS);
                     let Some(flight) = flight else {
-                        let (quota, stamp) = under(ask.payload());
-                        return self.ask(ask, key, cost, carried, quota, &stamp).await;
+                        let under = under(ask.payload());
+                        return self.ask(ask, key, cost, carried, under, None).await;
                     };
                     // An unclaimed ask holds nothing: dropped, it was never
                     // sent.
@@ -613,17 +611,18 @@ impl<A: Scripted> RedisLimiter<A> {
         }
     }
 
-    /// Sends the local half's `ask` (mode "4") under `stamp`, the quota
-    /// `quota`'s, and installs its reply: a check of `cost` units for
-    /// `key`, carrying `carried` if it does.
+    /// Sends the local half's `ask` (mode "4") under a stamp, the quota's
+    /// (`under`), and installs its reply, telling the checks waiting on
+    /// its `flight` (a claimed ask's) whether Redis denied: a check of
+    /// `cost` units for `key`, carrying `carried` if it does.
     async fn ask(
         &self,
         ask: Ask<'_, Vec<u8>, Option<Current>>,
         key: &[u8],
         cost: u32,
         carried: Option<&Quota>,
-        quota: Quota,
-        stamp: &Stamp,
+        (quota, stamp): (Quota, Stamp),
+        flight: Option<&Flight<'_>>,
     ) -> Result<(Enforced, Option<RedisReceipt>), Error> {
         let core = &self.core;
         // A client clock decides at the ask's reading (taken after the
@@ -636,7 +635,7 @@ impl<A: Scripted> RedisLimiter<A> {
         let sent: Result<Vec<i64>, _> = evaluate(&core.connection, &core.script, |name, body| {
             let mut command = redis::cmd(name);
             command.arg(body).arg(1).arg(&redis_key);
-            lease_arguments(&mut command, &now, &remote, &request, core.grace_ms, stamp);
+            lease_arguments(&mut command, &now, &remote, &request, core.grace_ms, &stamp);
             command
         })
         .await;
@@ -646,6 +645,11 @@ impl<A: Scripted> RedisLimiter<A> {
             Ok(replies) => {
                 let reply = lease_reply(&replies, &request)?;
                 ask.complete(&reply);
+                if let Some(flight) = flight {
+                    // Redis's answer, not a failure policy's: only a denial
+                    // of Redis's is worth waiting on the next reply for.
+                    flight.answered(reply.allowed);
+                }
                 // The units this instance may admit now: its lease's, and
                 // those still free on Redis.
                 let remaining = reply.remaining.saturating_add(reply.granted);

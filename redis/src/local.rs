@@ -133,8 +133,8 @@ impl Mode {
 pub(crate) struct Hybrid {
     pub(crate) view: LocalView<Vec<u8>, Option<Current>>,
     pub(crate) mode: Mode,
-    /// The keys whose claimed ask is in flight, until its reply is
-    /// installed (or the call fails or is dropped): a check that misses
+    /// The keys whose claimed ask is in flight (until its [`Flight`] is
+    /// dropped, or replaced by the next claim's): a check that misses
     /// meanwhile waits on it and decides again from what the reply taught,
     /// rather than asking too.
     pub(crate) flights: Flights,
@@ -145,9 +145,9 @@ pub(crate) struct Hybrid {
 pub(crate) struct Flights(Mutex<HashMap<Vec<u8>, Arc<InFlight>>>);
 
 /// A claimed ask in flight, as the checks waiting on it see it: whether
-/// its flight is over, whether its reply denied (a key over its limit: a
-/// waiter may wait for the next reply too; after an admission or a
-/// failure it asks itself), and what wakes them.
+/// its flight is over, whether Redis denied it (a key over its limit: a
+/// waiter may wait for the next reply too; after an admission, a failure
+/// or a dropped caller it asks itself), and what wakes them.
 #[derive(Default)]
 pub(crate) struct InFlight {
     over: AtomicBool,
@@ -156,11 +156,11 @@ pub(crate) struct InFlight {
 }
 
 /// A claimed ask in flight, registered in [`Hybrid::flights`] until
-/// dropped: the key is unregistered, then every waiter woken at once, so
-/// that each finds the reply installed. (One at a time, as a lock hands
-/// itself on, each woken check would wait for a turn of the scheduler
-/// before the next wakes: with a hundred waiters, some woke after the
-/// reply's knowledge had expired, and asked.)
+/// dropped or replaced by the next claim's. Dropped (after its reply was
+/// installed, or its call failed, or its caller went away), it
+/// unregisters itself if still registered, then wakes every check waiting
+/// on it at once: each decides again from what the view knows then, which
+/// a later waker could find expired.
 pub(crate) struct Flight<'a> {
     flights: &'a Flights,
     key: Vec<u8>,
@@ -168,7 +168,8 @@ pub(crate) struct Flight<'a> {
 }
 
 impl Flight<'_> {
-    /// Records whether the reply admitted, for the checks waiting on it.
+    /// Records whether Redis admitted the ask, for the checks waiting on
+    /// it.
     pub(crate) fn answered(&self, allowed: bool) {
         // Published to the waiters by `over`'s store.
         self.state.denied.store(!allowed, Ordering::Relaxed);
@@ -219,9 +220,9 @@ impl Drop for Flight<'_> {
 impl Flights {
     /// Registers `key`'s claimed ask as in flight, in place of any ask
     /// registered before it: that one's claim is over (its reply was
-    /// installed and its flight is about to end, or its claim went stale
-    /// and was taken over), and a check that misses now must wait on this
-    /// one.
+    /// installed or its call failed, and its flight is about to end; or
+    /// its claim went stale and was taken over), and a check that misses
+    /// now must wait on this one.
     pub(crate) fn fly(&self, key: &[u8]) -> Flight<'_> {
         let state = Arc::new(InFlight::default());
         self.0

@@ -793,3 +793,57 @@ fn checks_that_miss_during_a_claimed_ask_wait_for_its_reply() {
         assert_eq!(limiter.remote_calls(), 2, "{name}: the warm-up and one ask");
     }
 }
+
+/// A claimed ask that fails is no denial of Redis's, whatever the failure
+/// policy answers: the checks waiting on it ask themselves at once rather
+/// than wait on the next claimant's call, which would add a call's timeout
+/// a wait (four or five here, where every check ends within two).
+#[test]
+fn checks_waiting_on_a_failed_ask_do_not_wait_again() {
+    let runtime = two_workers();
+    let server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
+    let timeout = Duration::from_millis(500);
+    let connection = runtime
+        .block_on(Connection::open_with(
+            format!("redis://127.0.0.1:{}/", server.port()),
+            // No breaker within the test: every call waits its timeout.
+            Options::default()
+                .call_timeout(timeout)
+                .breaker(1_000, Duration::from_secs(1)),
+        ))
+        .unwrap();
+    let limiter = std::sync::Arc::new(
+        RedisLimiter::builder("failed-flight", Quota::per_hour(5).unwrap())
+            .mode(Mode::DenyCached)
+            .on_failure(OnFailure::Deny)
+            .build(connection)
+            .unwrap(),
+    );
+    assert!(
+        runtime
+            .block_on(limiter.check("warm"))
+            .unwrap()
+            .is_allowed()
+    );
+    support::redis::command(server.port(), &["CLIENT", "PAUSE", "4000", "ALL"]).unwrap();
+    let started = std::time::Instant::now();
+    let checks: Vec<_> = (0..6)
+        .map(|_| {
+            let limiter = limiter.clone();
+            runtime.spawn(async move {
+                let denied = !limiter.check("hot").await.unwrap().is_allowed();
+                (denied, started.elapsed())
+            })
+        })
+        .collect();
+    let ended: Vec<_> = checks
+        .into_iter()
+        .map(|check| runtime.block_on(check).unwrap())
+        .collect();
+    assert!(ended.iter().all(|&(denied, _)| denied), "the policy denies");
+    let last = ended.iter().map(|&(_, elapsed)| elapsed).max().unwrap();
+    // Two timeouts: the claim's, then each waiter's own. Waiting on each
+    // next claimant takes four or five (the first claim and four waits).
+    assert!(last < timeout * 3, "the last check ended after {last:?}");
+    assert_eq!(limiter.remote_calls(), 7, "the warm-up and six asks");
+}

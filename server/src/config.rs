@@ -418,9 +418,18 @@ impl Config {
         None
     }
 
-    /// Every rule, in no order.
+    /// Every rule, in the order the files give them (by file, then line):
+    /// a configuration is refused for the first rule it cannot hold.
     pub fn rules(&self) -> impl Iterator<Item = &Arc<Rule>> {
-        self.domains.values().flat_map(Level::rules)
+        let mut rules: Vec<&Arc<Rule>> = self.domains.values().flat_map(Level::rules).collect();
+        rules.sort_by(|a, b| {
+            (&a.origin.file, a.origin.line, a.origin.column).cmp(&(
+                &b.origin.file,
+                b.origin.line,
+                b.origin.column,
+            ))
+        });
+        rules.into_iter()
     }
 }
 

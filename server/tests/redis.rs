@@ -50,6 +50,20 @@ fn url(server: &RedisServer) -> String {
     format!("redis://127.0.0.1:{}/", server.port())
 }
 
+fn start_cluster() -> RedisCluster {
+    RedisCluster::start().unwrap_or_else(|error| panic!("{error}"))
+}
+
+/// The `--redis` list of `cluster`'s masters.
+fn nodes(cluster: &RedisCluster) -> String {
+    let urls: Vec<String> = cluster
+        .ports()
+        .iter()
+        .map(|port| format!("redis://127.0.0.1:{port}/"))
+        .collect();
+    urls.join(",")
+}
+
 /// `key`'s hot descriptor.
 fn hot(key: &str) -> RateLimitRequest {
     request("fleet", vec![descriptor(&[(key, "hot")])])
@@ -106,9 +120,7 @@ async fn summed(servers: &[Server], name: &str, labels: &str) -> u64 {
 }
 
 /// Three servers, each limiting in memory, admit three times the limit;
-/// three on one Redis admit exactly it, in every mode: every check a round
-/// trip, denials cached, or leases (each server drained by its own streams,
-/// so no lease is left unspent). Exact takes one round trip a check.
+/// three on one Redis admit exactly it, in every mode.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_servers_on_one_redis_admit_exactly_the_limit_in_every_mode() {
     let apart: Vec<Server> = (0..3).map(|_| Server::start(FLEET)).collect();
@@ -116,8 +128,38 @@ async fn three_servers_on_one_redis_admit_exactly_the_limit_in_every_mode() {
     assert_eq!(admitted, 900, "three servers each holding the limit");
 
     let redis = start_redis();
-    let flags = ["--redis", &url(&redis)];
-    let servers: Vec<Server> = (0..3).map(|_| Server::start_with(FLEET, &flags)).collect();
+    fleet_on_one_redis(&["--redis", &url(&redis)]).await;
+}
+
+/// On a Cluster, each master decides on its own clock: the local modes
+/// are refused until the most the masters' clocks differ is declared, and
+/// then admit exactly the limit as on one server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_servers_on_a_redis_cluster_admit_exactly_the_limit_in_every_mode() {
+    let cluster = start_cluster();
+    let nodes = nodes(&cluster);
+    let refused = Server::refused(FLEET, &["--redis", &nodes, "--redis-cluster"]);
+    assert!(
+        refused.contains(": fleet.cached: ") && refused.contains("cluster_clock_skew"),
+        "{refused}"
+    );
+    fleet_on_one_redis(&[
+        "--redis",
+        &nodes,
+        "--redis-cluster",
+        "--redis-cluster-skew-ms",
+        "5",
+    ])
+    .await;
+}
+
+/// Three servers with `flags` on one Redis admit exactly the limit in
+/// every mode: every check a round trip, denials cached, or leases (each
+/// server drained by its own streams, so no lease is left unspent). Exact
+/// takes one round trip a check; the local modes decide some checks
+/// themselves.
+async fn fleet_on_one_redis(flags: &[&str]) {
+    let servers: Vec<Server> = (0..3).map(|_| Server::start_with(FLEET, flags)).collect();
     let (admitted, refused) = drain(&servers, 4, || hot("exact")).await;
     assert_eq!(admitted, 300, "exact");
     let calls = summed(
@@ -216,13 +258,8 @@ async fn a_request_is_all_or_nothing_on_a_standalone_redis() {
 
 #[tokio::test]
 async fn a_request_is_all_or_nothing_on_a_redis_cluster() {
-    let cluster = RedisCluster::start().unwrap_or_else(|error| panic!("{error}"));
-    let nodes: Vec<String> = cluster
-        .ports()
-        .iter()
-        .map(|port| format!("redis://127.0.0.1:{port}/"))
-        .collect();
-    all_or_nothing(&["--redis", &nodes.join(","), "--redis-cluster"]).await;
+    let cluster = start_cluster();
+    all_or_nothing(&["--redis", &nodes(&cluster), "--redis-cluster"]).await;
 }
 
 /// Redis killed under four servers, one a failure policy: `error` answers

@@ -439,6 +439,29 @@ async fn health_and_a_reload_that_keeps_each_key() {
     );
 }
 
+/// A bad file at start: the server does not start, and says the file,
+/// line, column and rule.
+#[test]
+fn a_bad_file_at_start_names_its_file_line_and_rule() {
+    let bad = "\
+domain: shop
+descriptors:
+  - key: tenant
+    rate_limit:
+      unit: fortnight
+      requests_per_unit: 10
+";
+    let refused = Server::refused(bad, &[]);
+    let (file, rest) = refused
+        .trim()
+        .strip_prefix("tollgate-server: ")
+        .and_then(|message| message.split_once(".yaml:"))
+        .unwrap_or_else(|| panic!("{refused}"));
+    assert!(file.starts_with(&std::env::temp_dir().display().to_string()));
+    assert!(rest.starts_with("5:13: shop.tenant: "), "{refused}");
+    assert!(rest.contains("fortnight"), "{refused}");
+}
+
 /// A file changed is read again without a signal, once it has stayed
 /// unchanged for a tick; a rule whose algorithm changed starts fresh, and
 /// the others keep their keys.

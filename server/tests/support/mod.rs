@@ -30,24 +30,8 @@ impl Server {
 
     /// A server given `flags` besides its address and configuration.
     pub fn start_with(config: &str, flags: &[&str]) -> Server {
-        let file = std::env::temp_dir().join(format!(
-            "tollgate-rls-{}-{}.yaml",
-            std::process::id(),
-            unique()
-        ));
-        std::fs::write(&file, config).unwrap();
-        // The files are looked at once a minute unless a test asks sooner.
-        let watch: &[&str] = if flags.contains(&"--watch-ms") {
-            &[]
-        } else {
-            &["--watch-ms", "60000"]
-        };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate-server"))
-            .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
-            .args(watch)
-            .arg("--config")
-            .arg(&file)
-            .args(flags)
+        let (mut command, file) = Server::command(config, flags);
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -68,6 +52,41 @@ impl Server {
             child,
             config: file,
         }
+    }
+
+    /// A server that refuses to start on `config` with `flags`: what it
+    /// said.
+    pub fn refused(config: &str, flags: &[&str]) -> String {
+        let (mut command, file) = Server::command(config, flags);
+        let output = command.output().expect("the tollgate-server binary runs");
+        let _ = std::fs::remove_file(file);
+        assert!(!output.status.success(), "the server started");
+        String::from_utf8(output.stderr).unwrap()
+    }
+
+    /// The command that starts a server on `config` (written to the file
+    /// returned) with `flags`.
+    fn command(config: &str, flags: &[&str]) -> (Command, PathBuf) {
+        let file = std::env::temp_dir().join(format!(
+            "tollgate-rls-{}-{}.yaml",
+            std::process::id(),
+            unique()
+        ));
+        std::fs::write(&file, config).unwrap();
+        // The files are looked at once a minute unless a test asks sooner.
+        let watch: &[&str] = if flags.contains(&"--watch-ms") {
+            &[]
+        } else {
+            &["--watch-ms", "60000"]
+        };
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate-server"));
+        command
+            .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+            .args(watch)
+            .arg("--config")
+            .arg(&file)
+            .args(flags);
+        (command, file)
     }
 
     pub async fn client(&self) -> RateLimitServiceClient<Channel> {
