@@ -138,13 +138,17 @@ fn a_claim_stands_until_stale_and_is_then_taken_over() {
         panic!("a new key is asked");
     };
     assert!(claim.is_claim());
+    assert_eq!(claim.free_at_most(), None);
     std::mem::forget(claim);
-    // Meanwhile others ask without the claim: plain checks, no lease.
+    // Meanwhile others ask without the claim: plain checks, no lease, and
+    // by what the view knows of the key (nothing yet), the whole burst
+    // may be free.
     let Local::Ask(other) = node.at(T0 + 1).check("k", 1).unwrap() else {
         panic!("asked")
     };
     assert!(!other.is_claim());
     assert_eq!(other.request().want, 0);
+    assert_eq!(other.free_at_most(), Some(10));
     drop(other);
     // Claims of 1 s: epochs of a second; the claim's epoch (5), the next
     // (6) and the one before stand; from epoch 7 it is stale. (The instant

@@ -567,9 +567,10 @@ impl<A: Scripted> RedisLimiter<A> {
         // waits for that reply and decides again from it: on a hot key,
         // the checks arriving during a round trip would otherwise each ask
         // too. Waiting changes no decision's rule, only its instant. It
-        // waits again only while replies deny (a key over its limit), at
+        // waits again only while Redis denies (a key over its limit), at
         // most `MAX_WAITS` times, each wait at most a call's timeout; after
         // an admission, a failure or a wait that timed out, it asks itself.
+        // A key with room is not waited on ([`Hybrid::may_learn`]).
         let mut waits = 0;
         let mut wait_again = true;
         loop {
@@ -593,19 +594,22 @@ impl<A: Scripted> RedisLimiter<A> {
                         .await;
                 }
                 Local::Ask(ask) => {
-                    let flight = hybrid
-                        .flights
-                        .in_flight(key)
-                        .filter(|_| wait_again && waits < MAX_WAITS);
-                    let Some(flight) = flight else {
+                    if !(wait_again && waits < MAX_WAITS && hybrid.may_learn(&ask)) {
                         let under = under(ask.payload());
                         return self.ask(ask, key, cost, carried, under, None).await;
-                    };
+                    }
                     // An unclaimed ask holds nothing: dropped, it was never
                     // sent.
                     drop(ask);
                     waits += 1;
-                    wait_again = flight.wait(core.connection.call_timeout()).await;
+                    match hybrid.flights.in_flight(key) {
+                        Some(flight) => {
+                            wait_again = flight.wait(core.connection.call_timeout()).await;
+                        }
+                        // Claimed, its flight not registered yet: the
+                        // claimant is between the two, on another thread.
+                        None => tokio::task::yield_now().await,
+                    }
                 }
             }
         }

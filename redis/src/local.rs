@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tollgate::clock::Clock;
-use tollgate::remote::{Leases, LocalView, RemoteClock, RemoteQuota};
+use tollgate::remote::{Ask, Leases, LocalView, RemoteClock, RemoteQuota};
 
 #[cfg(doc)]
 use crate::RedisLimiter;
@@ -247,6 +247,25 @@ impl Flights {
 }
 
 impl Hybrid {
+    /// Whether a check that missed (`ask`, without the claim) may learn
+    /// from the reply to its key's claimed ask: not when this instance
+    /// knows nothing of the key (no claim can be in flight); with leases,
+    /// otherwise always (the reply may bring one); without, not when by
+    /// what this instance knows the key has more than half its burst free,
+    /// and more than the check's cost: the reply, an admission that leaves
+    /// no lease, would teach nothing that decides here.
+    pub(crate) fn may_learn(&self, ask: &Ask<'_, Vec<u8>, Option<Current>>) -> bool {
+        let Some(free) = ask.free_at_most() else {
+            return false;
+        };
+        match self.mode {
+            Mode::Leased(_) => true,
+            Mode::Exact | Mode::DenyCached => {
+                free <= (ask.quota().burst() / 2).max(ask.request().cost)
+            }
+        }
+    }
+
     /// Makes the local half for `mode` (a deny cache for [`Mode::Exact`] too,
     /// which is never built), its instants read from `clock`, the remote
     /// deciding on `remote`.

@@ -794,15 +794,12 @@ fn checks_that_miss_during_a_claimed_ask_wait_for_its_reply() {
     }
 }
 
-/// A claimed ask that fails is no denial of Redis's, whatever the failure
-/// policy answers: the checks waiting on it ask themselves at once rather
-/// than wait on the next claimant's call, which would add a call's timeout
-/// a wait (four or five here, where every check ends within two).
-#[test]
-fn checks_waiting_on_a_failed_ask_do_not_wait_again() {
+/// Six checks of one key on a paused Redis whose calls time out (after
+/// `timeout`, each denied by the failure policy), by a limiter of `quota`
+/// in `mode`: when the last one ended, and the calls made.
+fn six_checks_on_a_paused_redis(quota: Quota, mode: Mode, timeout: Duration) -> (Duration, u64) {
     let runtime = two_workers();
     let server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
-    let timeout = Duration::from_millis(500);
     let connection = runtime
         .block_on(Connection::open_with(
             format!("redis://127.0.0.1:{}/", server.port()),
@@ -813,8 +810,8 @@ fn checks_waiting_on_a_failed_ask_do_not_wait_again() {
         ))
         .unwrap();
     let limiter = std::sync::Arc::new(
-        RedisLimiter::builder("failed-flight", Quota::per_hour(5).unwrap())
-            .mode(Mode::DenyCached)
+        RedisLimiter::builder("paused-flight", quota)
+            .mode(mode)
             .on_failure(OnFailure::Deny)
             .build(connection)
             .unwrap(),
@@ -842,8 +839,35 @@ fn checks_waiting_on_a_failed_ask_do_not_wait_again() {
         .collect();
     assert!(ended.iter().all(|&(denied, _)| denied), "the policy denies");
     let last = ended.iter().map(|&(_, elapsed)| elapsed).max().unwrap();
-    // Two timeouts: the claim's, then each waiter's own. Waiting on each
-    // next claimant takes four or five (the first claim and four waits).
+    (last, limiter.remote_calls())
+}
+
+/// A claimed ask that fails is no denial of Redis's, whatever the failure
+/// policy answers: the checks waiting on it ask themselves at once rather
+/// than wait on the next claimant's call, which would add a call's timeout
+/// a wait (four or five here, where every check ends within two).
+#[test]
+fn checks_waiting_on_a_failed_ask_do_not_wait_again() {
+    let timeout = Duration::from_millis(500);
+    let (last, calls) =
+        six_checks_on_a_paused_redis(Quota::per_hour(1).unwrap(), Mode::DenyCached, timeout);
+    // Two timeouts: the claim's, then each waiter's own.
     assert!(last < timeout * 3, "the last check ended after {last:?}");
-    assert_eq!(limiter.remote_calls(), 7, "the warm-up and six asks");
+    assert_eq!(calls, 7, "the warm-up and six asks");
+}
+
+/// Without leases, a check does not wait on the claimed ask of a key with
+/// more than half its burst free by what the instance knows (here, all of
+/// it: a key it has never asked): the reply would teach it nothing. Each
+/// check asks at once, and all end at one timeout, not two.
+#[test]
+fn checks_of_a_key_with_room_do_not_wait_without_leases() {
+    let timeout = Duration::from_millis(500);
+    let (last, calls) =
+        six_checks_on_a_paused_redis(Quota::per_hour(100).unwrap(), Mode::DenyCached, timeout);
+    assert!(
+        last < timeout * 3 / 2,
+        "the last check ended after {last:?}"
+    );
+    assert_eq!(calls, 7, "the warm-up and six asks");
 }

@@ -315,7 +315,7 @@ impl Miss {
                 decision: Decision::allow(MARKER, (back << TAG_BITS) | class, word),
                 admission: Knowledge(word),
             },
-            Miss::Unclaimed => Verdict::Deny(Decision::deny(MARKER, 0, 1, 1)),
+            Miss::Unclaimed { free } => Verdict::Deny(Decision::deny(MARKER, free, 1, 1)),
         }
     }
 
@@ -326,7 +326,9 @@ impl Miss {
             return None;
         }
         if !decision.is_allowed() {
-            return Some(Miss::Unclaimed);
+            return Some(Miss::Unclaimed {
+                free: decision.remaining(),
+            });
         }
         let carried = decision.remaining();
         Some(Miss::Claim {
@@ -450,6 +452,9 @@ struct Asked<K, P> {
     quota: RemoteQuota,
     payload: P,
     sent_ns: u64,
+    /// For an unclaimed ask, the most units the remote can have free, by
+    /// what this node knew when the check missed.
+    free: Option<u32>,
 }
 
 /// What a check's generation tells an ask: the number of the generation,
@@ -721,8 +726,10 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
         };
         Ok(match finished {
             Finished::Decided(decided) => Local::Decided(decided),
-            Finished::Missed(Miss::Unclaimed, decided) => {
-                Local::Ask(self.ask(None, cost, 0, 0, decided.rules.quota(), decided.payload))
+            Finished::Missed(Miss::Unclaimed { free }, decided) => {
+                let mut ask = self.ask(None, cost, 0, 0, decided.rules.quota(), decided.payload);
+                ask.asked.free = Some(free);
+                Local::Ask(ask)
             }
             Finished::Missed(Miss::Claim { word, class, back }, decided) => {
                 Local::Ask(self.claimed(key, cost, word, class, back, *decided))
@@ -849,6 +856,7 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
                 payload,
                 // Read after the claim: the ask is sent no earlier.
                 sent_ns: self.sending(),
+                free: None,
             }),
         }
     }
@@ -953,6 +961,16 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
     #[must_use]
     pub fn is_claim(&self) -> bool {
         self.asked.claim.is_some()
+    }
+
+    /// For an ask without the claim, of a key this node knows: the most
+    /// units the remote can have free for it, by that knowledge (the key's
+    /// floor, at an upper bound of the remote's clock). Other callers may
+    /// have taken some since; none can be free beyond it. `None` for a
+    /// claim, or a key this node knows nothing of.
+    #[must_use]
+    pub fn free_at_most(&self) -> Option<u32> {
+        self.asked.free
     }
 
     /// Installs what the remote's `reply` teaches: the clocks' offset, and

@@ -147,8 +147,10 @@ pub(crate) enum Miss {
     /// back). The next lease is of size `class`.
     Claim { word: u64, class: u32, back: u32 },
     /// Ask without a claim (another caller holds it, and its claim is
-    /// fresh). Writes nothing.
-    Unclaimed,
+    /// fresh). Writes nothing. `free`: the most units the remote can have
+    /// free now, by this node's knowledge (what it would have once this
+    /// node's units were back).
+    Unclaimed { free: u32 },
 }
 
 impl Rules {
@@ -244,26 +246,26 @@ impl Rules {
         if crate::sync::canary::planted(crate::sync::canary::Canary::DenyCacheOutlives) {
             max_debt_us = max_debt_us.saturating_sub(self.interval_us);
         }
+        // What the remote would have free once this node's units were back
+        // (which counts them: not added again).
+        let free = to_u32((self.tolerance_us - debt_us.min(self.tolerance_us)) / self.interval_us)
+            .min(self.burst);
         let at_the_boundary = debt_us == max_debt_us
             && debt_us > 0
             && crate::sync::canary::planted(crate::sync::canary::Canary::DenyAtTheBoundary);
         if debt_us > max_debt_us || at_the_boundary {
             let end_ns = floor_us * 1_000;
             let conforms_ns = (floor_us - max_debt_us) * 1_000;
-            // What the remote would have free once this node's units were
-            // back (which counts them: not added again).
-            let free =
-                to_u32((self.tolerance_us - debt_us.min(self.tolerance_us)) / self.interval_us);
             return Outcome::Deny(Decision::deny(
                 self.burst,
-                free.min(self.burst),
+                free,
                 // Positive (the debt exceeds its most), but for a canary's.
                 conforms_ns.saturating_sub(reading_ns).max(1),
                 end_ns - reading_ns,
             ));
         }
         if word.units == CLAIMED && self.stands(word.tag, now_us) {
-            return Outcome::Ask(Miss::Unclaimed);
+            return Outcome::Ask(Miss::Unclaimed { free });
         }
         if self.max_units == 0
             && word.units != CLAIMED
@@ -272,7 +274,7 @@ impl Rules {
         {
             // A check of another quota than the lease's: a claim would give
             // the units back at its own interval, not theirs.
-            return Outcome::Ask(Miss::Unclaimed);
+            return Outcome::Ask(Miss::Unclaimed { free });
         }
         let (claimed, class) = self.claim(word, usable, now_us);
         Outcome::Ask(Miss::Claim {
@@ -526,9 +528,14 @@ mod tests {
             rules.outcome(claimed, 2_400_000_000, 1),
             Outcome::Deny(_)
         ));
+        // Past the floor, by 50 µs of its 100: at most 5 units free.
+        assert_eq!(
+            rules.outcome(claimed, 2_499_950_000, 1),
+            Outcome::Ask(Miss::Unclaimed { free: 5 })
+        );
         assert_eq!(
             rules.outcome(claimed, 2_900_000_000, 1),
-            Outcome::Ask(Miss::Unclaimed)
+            Outcome::Ask(Miss::Unclaimed { free: 10 })
         );
         // Epochs 1 (an older reading), 2 and 3 stand; from 4 it is stale.
         assert_eq!(
@@ -540,7 +547,7 @@ mod tests {
         );
         assert_eq!(
             rules.outcome(claimed, 3_999_999_000, 1),
-            Outcome::Ask(Miss::Unclaimed)
+            Outcome::Ask(Miss::Unclaimed { free: 10 })
         );
         assert!(matches!(
             rules.outcome(claimed, 4_000_000_000, 1),
