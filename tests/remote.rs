@@ -138,17 +138,17 @@ fn a_claim_stands_until_stale_and_is_then_taken_over() {
         panic!("a new key is asked");
     };
     assert!(claim.is_claim());
-    assert_eq!(claim.free_at_most(), None);
+    assert_eq!(claim.behind_claim(), None);
     std::mem::forget(claim);
-    // Meanwhile others ask without the claim: plain checks, no lease, and
-    // by what the view knows of the key (nothing yet), the whole burst
-    // may be free.
+    // Meanwhile others ask without the claim, behind it: plain checks, no
+    // lease, and by what the view knows of the key (nothing yet), the
+    // whole burst may be free.
     let Local::Ask(other) = node.at(T0 + 1).check("k", 1).unwrap() else {
         panic!("asked")
     };
     assert!(!other.is_claim());
     assert_eq!(other.request().want, 0);
-    assert_eq!(other.free_at_most(), Some(10));
+    assert_eq!(other.behind_claim(), Some(10));
     drop(other);
     // Claims of 1 s: epochs of a second; the claim's epoch (5), the next
     // (6) and the one before stand; from epoch 7 it is stale. (The instant
@@ -229,6 +229,7 @@ fn a_check_of_another_quota_decides_by_it_and_leaves_the_lease() {
             break;
         };
         assert!(!ask.is_claim(), "the word holds the view's lease");
+        assert_eq!(ask.behind_claim(), None, "and no claim stands");
         assert_eq!(*ask.quota(), slower);
         let reply = remote.answer_under("k", ask.sent_ns(), ask.quota(), ask.request());
         assert!(!ask.complete(&reply), "a plain check installs nothing");

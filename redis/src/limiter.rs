@@ -39,8 +39,9 @@ use wire::{
 };
 
 /// The most replies of other checks' asks a check that misses waits for
-/// (waiting again only while they deny) before it asks Redis itself; each
-/// wait lasts at most the call timeout.
+/// (waiting again only while Redis denies) before it asks Redis itself;
+/// each wait lasts at most the call timeout. A yield to a claimant that has
+/// not registered its flight yet counts as a wait.
 const MAX_WAITS: u32 = 4;
 
 /// A rate limiter whose state lives in Redis, so that every instance of a
@@ -594,7 +595,8 @@ impl<A: Scripted> RedisLimiter<A> {
                         .await;
                 }
                 Local::Ask(ask) => {
-                    if !(wait_again && waits < MAX_WAITS && hybrid.may_learn(&ask)) {
+                    if !(wait_again && waits < MAX_WAITS && hybrid.may_learn(&ask, tier.is_some()))
+                    {
                         let under = under(ask.payload());
                         return self.ask(ask, key, cost, carried, under, None).await;
                     }

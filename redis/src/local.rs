@@ -247,23 +247,20 @@ impl Flights {
 }
 
 impl Hybrid {
-    /// Whether a check that missed (`ask`, without the claim) may learn
-    /// from the reply to its key's claimed ask: not when this instance
-    /// knows nothing of the key (no claim can be in flight); with leases,
-    /// otherwise always (the reply may bring one); without, not when by
-    /// what this instance knows the key has more than half its burst free,
-    /// and more than the check's cost: the reply, an admission that leaves
-    /// no lease, would teach nothing that decides here.
-    pub(crate) fn may_learn(&self, ask: &Ask<'_, Vec<u8>, Option<Current>>) -> bool {
-        let Some(free) = ask.free_at_most() else {
+    /// Whether a check that missed (`ask`, without the claim; under the
+    /// limiter's own quota or, `tier`, one it carried) may learn from the
+    /// reply to its key's claimed ask: only when another caller holds the
+    /// claim ([`Ask::behind_claim`]); then, with leases the check may spend
+    /// (its own quota's), always: the reply may bring one. Otherwise not
+    /// when by what this instance knows the key has more than half its
+    /// burst free, and more than the check's cost: the reply then most
+    /// likely admits, which teaches nothing that decides here.
+    pub(crate) fn may_learn(&self, ask: &Ask<'_, Vec<u8>, Option<Current>>, tier: bool) -> bool {
+        let Some(free) = ask.behind_claim() else {
             return false;
         };
-        match self.mode {
-            Mode::Leased(_) => true,
-            Mode::Exact | Mode::DenyCached => {
-                free <= (ask.quota().burst() / 2).max(ask.request().cost)
-            }
-        }
+        matches!(self.mode, Mode::Leased(_)) && !tier
+            || free <= (ask.quota().burst() / 2).max(ask.request().cost)
     }
 
     /// Makes the local half for `mode` (a deny cache for [`Mode::Exact`] too,

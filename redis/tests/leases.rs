@@ -794,10 +794,26 @@ fn checks_that_miss_during_a_claimed_ask_wait_for_its_reply() {
     }
 }
 
-/// Six checks of one key on a paused Redis whose calls time out (after
-/// `timeout`, each denied by the failure policy), by a limiter of `quota`
-/// in `mode`: when the last one ended, and the calls made.
-fn six_checks_on_a_paused_redis(quota: Quota, mode: Mode, timeout: Duration) -> (Duration, u64) {
+/// What six concurrent checks of one key saw on a paused Redis: how many
+/// were admitted, the asks they made, and when the last one ended.
+struct Six {
+    admitted: usize,
+    asks: u64,
+    last: Duration,
+}
+
+/// A limiter of `quota` in `mode` (calls timing out after `timeout`, the
+/// failure policy denying) on a fresh Redis, its script loaded and the
+/// clocks' offset learnt on another key; `consumed` checks of key `hot`
+/// first, one at a time; then Redis paused for `pause` and six concurrent
+/// checks of `hot`.
+fn six_checks(
+    quota: Quota,
+    mode: Mode,
+    consumed: usize,
+    timeout: Duration,
+    pause: Duration,
+) -> Six {
     let runtime = two_workers();
     let server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
     let connection = runtime
@@ -810,26 +826,25 @@ fn six_checks_on_a_paused_redis(quota: Quota, mode: Mode, timeout: Duration) -> 
         ))
         .unwrap();
     let limiter = std::sync::Arc::new(
-        RedisLimiter::builder("paused-flight", quota)
+        RedisLimiter::builder("six", quota)
             .mode(mode)
             .on_failure(OnFailure::Deny)
             .build(connection)
             .unwrap(),
     );
-    assert!(
-        runtime
-            .block_on(limiter.check("warm"))
-            .unwrap()
-            .is_allowed()
-    );
-    support::redis::command(server.port(), &["CLIENT", "PAUSE", "4000", "ALL"]).unwrap();
+    for key in std::iter::once("warm").chain(std::iter::repeat_n("hot", consumed)) {
+        assert!(runtime.block_on(limiter.check(key)).unwrap().is_allowed());
+    }
+    let before = limiter.remote_calls();
+    let millis = pause.as_millis().to_string();
+    support::redis::command(server.port(), &["CLIENT", "PAUSE", &millis, "ALL"]).unwrap();
     let started = std::time::Instant::now();
     let checks: Vec<_> = (0..6)
         .map(|_| {
             let limiter = limiter.clone();
             runtime.spawn(async move {
-                let denied = !limiter.check("hot").await.unwrap().is_allowed();
-                (denied, started.elapsed())
+                let admitted = limiter.check("hot").await.unwrap().is_allowed();
+                (admitted, started.elapsed())
             })
         })
         .collect();
@@ -837,37 +852,100 @@ fn six_checks_on_a_paused_redis(quota: Quota, mode: Mode, timeout: Duration) -> 
         .into_iter()
         .map(|check| runtime.block_on(check).unwrap())
         .collect();
-    assert!(ended.iter().all(|&(denied, _)| denied), "the policy denies");
-    let last = ended.iter().map(|&(_, elapsed)| elapsed).max().unwrap();
-    (last, limiter.remote_calls())
+    Six {
+        admitted: ended.iter().filter(|&&(admitted, _)| admitted).count(),
+        asks: limiter.remote_calls() - before,
+        last: ended.iter().map(|&(_, elapsed)| elapsed).max().unwrap(),
+    }
 }
+
+/// Calls that time out after half a second, under a pause of four.
+const TIMEOUT: Duration = Duration::from_millis(500);
+const LONG_PAUSE: Duration = Duration::from_secs(4);
 
 /// A claimed ask that fails is no denial of Redis's, whatever the failure
 /// policy answers: the checks waiting on it ask themselves at once rather
 /// than wait on the next claimant's call, which would add a call's timeout
-/// a wait (four or five here, where every check ends within two).
+/// a wait (four or five here, where every check ends within two: the
+/// claim's, then each waiter's own).
 #[test]
 fn checks_waiting_on_a_failed_ask_do_not_wait_again() {
-    let timeout = Duration::from_millis(500);
-    let (last, calls) =
-        six_checks_on_a_paused_redis(Quota::per_hour(1).unwrap(), Mode::DenyCached, timeout);
-    // Two timeouts: the claim's, then each waiter's own.
-    assert!(last < timeout * 3, "the last check ended after {last:?}");
-    assert_eq!(calls, 7, "the warm-up and six asks");
+    let six = six_checks(
+        Quota::per_hour(1).unwrap(),
+        Mode::DenyCached,
+        0,
+        TIMEOUT,
+        LONG_PAUSE,
+    );
+    assert!(
+        six.last < TIMEOUT * 3,
+        "the last check ended after {:?}",
+        six.last
+    );
+    assert_eq!((six.admitted, six.asks), (0, 6));
 }
 
 /// Without leases, a check does not wait on the claimed ask of a key with
 /// more than half its burst free by what the instance knows (here, all of
 /// it: a key it has never asked): the reply would teach it nothing. Each
-/// check asks at once, and all end at one timeout, not two.
+/// check asks at once, and all end at one timeout. A key with 4 units of
+/// 10 free is waited on: its checks end at two.
 #[test]
 fn checks_of_a_key_with_room_do_not_wait_without_leases() {
-    let timeout = Duration::from_millis(500);
-    let (last, calls) =
-        six_checks_on_a_paused_redis(Quota::per_hour(100).unwrap(), Mode::DenyCached, timeout);
-    assert!(
-        last < timeout * 3 / 2,
-        "the last check ended after {last:?}"
+    let room = six_checks(
+        Quota::per_hour(100).unwrap(),
+        Mode::DenyCached,
+        0,
+        TIMEOUT,
+        LONG_PAUSE,
     );
-    assert_eq!(calls, 7, "the warm-up and six asks");
+    assert!(
+        room.last < TIMEOUT * 3 / 2,
+        "the last check ended after {:?}",
+        room.last
+    );
+    assert_eq!((room.admitted, room.asks), (0, 6));
+    let tight = six_checks(
+        Quota::per_hour(10).unwrap(),
+        Mode::DenyCached,
+        6,
+        TIMEOUT,
+        LONG_PAUSE,
+    );
+    assert!(
+        tight.last > TIMEOUT * 3 / 2,
+        "the last check ended after {:?}",
+        tight.last
+    );
+    assert_eq!((tight.admitted, tight.asks), (0, 6));
+}
+
+/// A key with one unit of ten left, by what the instance knows: checks
+/// behind the claimed ask wait for it, and decide from its reply (it took
+/// the last unit): one ask for six checks. Asking at once would make six.
+#[test]
+fn checks_of_a_key_near_its_limit_wait_for_the_claimed_ask() {
+    let six = six_checks(
+        Quota::per_hour(10).unwrap(),
+        Mode::DenyCached,
+        9,
+        Duration::from_secs(5),
+        Duration::from_millis(500),
+    );
+    assert_eq!((six.admitted, six.asks), (1, 1));
+}
+
+/// With leases, checks behind the claimed ask wait for it even on a key
+/// with room: its reply brings a lease, which the five others spend. One
+/// ask for six checks; asking at once would make six.
+#[test]
+fn checks_behind_a_claimed_ask_for_a_lease_wait_for_it() {
+    let six = six_checks(
+        Quota::per_hour(100).unwrap(),
+        Mode::Leased(Leases::new()),
+        0,
+        Duration::from_secs(5),
+        Duration::from_millis(500),
+    );
+    assert_eq!((six.admitted, six.asks), (6, 1));
 }

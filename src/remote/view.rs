@@ -315,7 +315,12 @@ impl Miss {
                 decision: Decision::allow(MARKER, (back << TAG_BITS) | class, word),
                 admission: Knowledge(word),
             },
-            Miss::Unclaimed { free } => Verdict::Deny(Decision::deny(MARKER, free, 1, 1)),
+            // Behind a claim: its free units, and a reset of 1 ns; behind
+            // none, a reset of 2 ns.
+            Miss::Unclaimed { behind } => Verdict::Deny(match behind {
+                Some(free) => Decision::deny(MARKER, free, 1, 1),
+                None => Decision::deny(MARKER, 0, 1, 2),
+            }),
         }
     }
 
@@ -327,7 +332,7 @@ impl Miss {
         }
         if !decision.is_allowed() {
             return Some(Miss::Unclaimed {
-                free: decision.remaining(),
+                behind: (decision.reset_after().as_nanos() == 1).then(|| decision.remaining()),
             });
         }
         let carried = decision.remaining();
@@ -452,9 +457,10 @@ struct Asked<K, P> {
     quota: RemoteQuota,
     payload: P,
     sent_ns: u64,
-    /// For an unclaimed ask, the most units the remote can have free, by
-    /// what this node knew when the check missed.
-    free: Option<u32>,
+    /// For an ask made while another caller holds the key's claim, the
+    /// most units the remote can have free, by what this node knew when
+    /// the check missed.
+    behind: Option<u32>,
 }
 
 /// What a check's generation tells an ask: the number of the generation,
@@ -726,9 +732,9 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
         };
         Ok(match finished {
             Finished::Decided(decided) => Local::Decided(decided),
-            Finished::Missed(Miss::Unclaimed { free }, decided) => {
+            Finished::Missed(Miss::Unclaimed { behind }, decided) => {
                 let mut ask = self.ask(None, cost, 0, 0, decided.rules.quota(), decided.payload);
-                ask.asked.free = Some(free);
+                ask.asked.behind = behind;
                 Local::Ask(ask)
             }
             Finished::Missed(Miss::Claim { word, class, back }, decided) => {
@@ -856,7 +862,7 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
                 payload,
                 // Read after the claim: the ask is sent no earlier.
                 sent_ns: self.sending(),
-                free: None,
+                behind: None,
             }),
         }
     }
@@ -963,14 +969,18 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
         self.asked.claim.is_some()
     }
 
-    /// For an ask without the claim, of a key this node knows: the most
-    /// units the remote can have free for it, by that knowledge (the key's
-    /// floor, at an upper bound of the remote's clock). Other callers may
-    /// have taken some since; none can be free beyond it. `None` for a
-    /// claim, or a key this node knows nothing of.
+    /// For an ask made because another caller holds the key's claim (a
+    /// call of its own in flight, whose reply this check might wait for):
+    /// the most units the remote can have free for the key, by what this
+    /// node knows (the key's floor, at an upper bound of the remote's
+    /// clock; a key it holds nothing of yet, its whole burst). Other
+    /// callers may have taken some since. `None` when the ask holds the
+    /// claim, or when no claim stood: a check the table did not judge
+    /// (before the first round trip, a key it cannot hold now, a quota
+    /// beyond its judges) or of another quota on a key holding a lease.
     #[must_use]
-    pub fn free_at_most(&self) -> Option<u32> {
-        self.asked.free
+    pub fn behind_claim(&self) -> Option<u32> {
+        self.asked.behind
     }
 
     /// Installs what the remote's `reply` teaches: the clocks' offset, and

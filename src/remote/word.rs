@@ -146,11 +146,12 @@ pub(crate) enum Miss {
     /// leaves out the `back` units the old word held, which the ask gives
     /// back). The next lease is of size `class`.
     Claim { word: u64, class: u32, back: u32 },
-    /// Ask without a claim (another caller holds it, and its claim is
-    /// fresh). Writes nothing. `free`: the most units the remote can have
-    /// free now, by this node's knowledge (what it would have once this
-    /// node's units were back).
-    Unclaimed { free: u32 },
+    /// Ask without a claim. Writes nothing. `behind`: when another
+    /// caller holds the key's claim (fresh), the most units the remote can
+    /// have free now by this node's knowledge (what it would have once
+    /// this node's units were back); `None` when no claim stands (a check
+    /// of another quota on a word holding lease units).
+    Unclaimed { behind: Option<u32> },
 }
 
 impl Rules {
@@ -265,7 +266,7 @@ impl Rules {
             ));
         }
         if word.units == CLAIMED && self.stands(word.tag, now_us) {
-            return Outcome::Ask(Miss::Unclaimed { free });
+            return Outcome::Ask(Miss::Unclaimed { behind: Some(free) });
         }
         if self.max_units == 0
             && word.units != CLAIMED
@@ -274,7 +275,7 @@ impl Rules {
         {
             // A check of another quota than the lease's: a claim would give
             // the units back at its own interval, not theirs.
-            return Outcome::Ask(Miss::Unclaimed { free });
+            return Outcome::Ask(Miss::Unclaimed { behind: None });
         }
         let (claimed, class) = self.claim(word, usable, now_us);
         Outcome::Ask(Miss::Claim {
@@ -528,14 +529,14 @@ mod tests {
             rules.outcome(claimed, 2_400_000_000, 1),
             Outcome::Deny(_)
         ));
-        // Past the floor, by 50 µs of its 100: at most 5 units free.
+        // 50 µs before the floor, of its 100: at most 5 units free.
         assert_eq!(
             rules.outcome(claimed, 2_499_950_000, 1),
-            Outcome::Ask(Miss::Unclaimed { free: 5 })
+            Outcome::Ask(Miss::Unclaimed { behind: Some(5) })
         );
         assert_eq!(
             rules.outcome(claimed, 2_900_000_000, 1),
-            Outcome::Ask(Miss::Unclaimed { free: 10 })
+            Outcome::Ask(Miss::Unclaimed { behind: Some(10) })
         );
         // Epochs 1 (an older reading), 2 and 3 stand; from 4 it is stale.
         assert_eq!(
@@ -547,7 +548,7 @@ mod tests {
         );
         assert_eq!(
             rules.outcome(claimed, 3_999_999_000, 1),
-            Outcome::Ask(Miss::Unclaimed { free: 10 })
+            Outcome::Ask(Miss::Unclaimed { behind: Some(10) })
         );
         assert!(matches!(
             rules.outcome(claimed, 4_000_000_000, 1),

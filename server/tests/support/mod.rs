@@ -58,10 +58,30 @@ impl Server {
     /// said.
     pub fn refused(config: &str, flags: &[&str]) -> String {
         let (mut command, file) = Server::command(config, flags);
-        let output = command.output().expect("the tollgate-server binary runs");
+        let mut child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the tollgate-server binary runs");
+        // A server that started would never exit: ten seconds at most.
+        let mut status = None;
+        for _ in 0..200 {
+            status = child.try_wait().unwrap();
+            if status.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = std::fs::remove_file(file);
-        assert!(!output.status.success(), "the server started");
-        String::from_utf8(output.stderr).unwrap()
+        let Some(status) = status else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the server started");
+        };
+        assert!(!status.success(), "the server exited successfully");
+        let mut said = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut said).unwrap();
+        said
     }
 
     /// The command that starts a server on `config` (written to the file
