@@ -60,9 +60,13 @@ pub enum Mode {
     /// quota, by at most a tolerance.) A check of a key that misses while
     /// another check's ask for it is in flight waits for that reply (at
     /// most a call's timeout) and decides from it rather than asking too,
-    /// and waits for the next reply as well while replies deny (at most
+    /// and waits for the next reply as well while Redis denies (at most
     /// four): a hot key over its limit then takes a few calls per refilled
-    /// unit, not one per check arriving during a round trip.
+    /// unit, not one per check arriving during a round trip. It does not
+    /// wait on a key with more than half its burst free by what this
+    /// instance knows: the reply would most likely admit, and teach
+    /// nothing that decides here. (In [`Mode::Leased`], it always waits:
+    /// the reply may bring a lease.)
     DenyCached,
     /// Denials cached, and leases: a check that asks Redis also takes up to
     /// a lease's units of the key's budget, spent here by later checks
