@@ -753,50 +753,21 @@ fn local_modes_need_gcra_and_print_their_bound() {
 /// reply taught.
 #[test]
 fn checks_that_miss_during_a_claimed_ask_wait_for_its_reply() {
-    let runtime = two_workers();
-    let server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
-    for (name, mode) in [
-        ("coalesced-cached", Mode::DenyCached),
-        ("coalesced-leased", Mode::Leased(Leases::new())),
-    ] {
-        let connection = runtime
-            .block_on(Connection::open_with(
-                format!("redis://127.0.0.1:{}/", server.port()),
-                Options::default().call_timeout(Duration::from_secs(5)),
-            ))
-            .unwrap();
-        let limiter = std::sync::Arc::new(
-            RedisLimiter::builder(name, Quota::per_hour(1).unwrap())
-                .mode(mode)
-                .build(connection)
-                .unwrap(),
+    for mode in [Mode::DenyCached, Mode::Leased(Leases::new())] {
+        let ten = concurrent_checks(
+            10,
+            Quota::per_hour(1).unwrap(),
+            mode,
+            0,
+            (Duration::from_secs(5), Duration::from_millis(500)),
         );
-        // The script loaded and the clocks' offset learnt, on another key.
-        assert!(
-            runtime
-                .block_on(limiter.check("warm"))
-                .unwrap()
-                .is_allowed()
-        );
-        support::redis::command(server.port(), &["CLIENT", "PAUSE", "500", "ALL"]).unwrap();
-        let checks: Vec<_> = (0..10)
-            .map(|_| {
-                let limiter = limiter.clone();
-                runtime.spawn(async move { limiter.check("hot").await })
-            })
-            .collect();
-        let admitted: usize = checks
-            .into_iter()
-            .map(|check| usize::from(runtime.block_on(check).unwrap().unwrap().is_allowed()))
-            .sum();
-        assert_eq!(admitted, 1, "{name}");
-        assert_eq!(limiter.remote_calls(), 2, "{name}: the warm-up and one ask");
+        assert_eq!((ten.admitted, ten.asks), (1, 1), "{mode:?}");
     }
 }
 
-/// What six concurrent checks of one key saw on a paused Redis: how many
-/// were admitted, the asks they made, and when the last one ended.
-struct Six {
+/// What concurrent checks of one key saw on a paused Redis: how many were
+/// admitted, the asks they made, and when the last one ended.
+struct Concurrent {
     admitted: usize,
     asks: u64,
     last: Duration,
@@ -805,15 +776,15 @@ struct Six {
 /// A limiter of `quota` in `mode` (calls timing out after `timeout`, the
 /// failure policy denying) on a fresh Redis, its script loaded and the
 /// clocks' offset learnt on another key; `consumed` checks of key `hot`
-/// first, one at a time; then Redis paused for `pause` and six concurrent
-/// checks of `hot`.
-fn six_checks(
+/// first, one at a time; then Redis paused for `pause` and `checks`
+/// concurrent checks of `hot`.
+fn concurrent_checks(
+    checks: usize,
     quota: Quota,
     mode: Mode,
     consumed: usize,
-    timeout: Duration,
-    pause: Duration,
-) -> Six {
+    (timeout, pause): (Duration, Duration),
+) -> Concurrent {
     let runtime = two_workers();
     let server = RedisServer::start().unwrap_or_else(|error| panic!("{error}"));
     let connection = runtime
@@ -826,7 +797,7 @@ fn six_checks(
         ))
         .unwrap();
     let limiter = std::sync::Arc::new(
-        RedisLimiter::builder("six", quota)
+        RedisLimiter::builder("concurrent", quota)
             .mode(mode)
             .on_failure(OnFailure::Deny)
             .build(connection)
@@ -839,7 +810,7 @@ fn six_checks(
     let millis = pause.as_millis().to_string();
     support::redis::command(server.port(), &["CLIENT", "PAUSE", &millis, "ALL"]).unwrap();
     let started = std::time::Instant::now();
-    let checks: Vec<_> = (0..6)
+    let spawned: Vec<_> = (0..checks)
         .map(|_| {
             let limiter = limiter.clone();
             runtime.spawn(async move {
@@ -848,11 +819,11 @@ fn six_checks(
             })
         })
         .collect();
-    let ended: Vec<_> = checks
+    let ended: Vec<_> = spawned
         .into_iter()
         .map(|check| runtime.block_on(check).unwrap())
         .collect();
-    Six {
+    Concurrent {
         admitted: ended.iter().filter(|&&(admitted, _)| admitted).count(),
         asks: limiter.remote_calls() - before,
         last: ended.iter().map(|&(_, elapsed)| elapsed).max().unwrap(),
@@ -870,12 +841,12 @@ const LONG_PAUSE: Duration = Duration::from_secs(4);
 /// claim's, then each waiter's own).
 #[test]
 fn checks_waiting_on_a_failed_ask_do_not_wait_again() {
-    let six = six_checks(
+    let six = concurrent_checks(
+        6,
         Quota::per_hour(1).unwrap(),
         Mode::DenyCached,
         0,
-        TIMEOUT,
-        LONG_PAUSE,
+        (TIMEOUT, LONG_PAUSE),
     );
     assert!(
         six.last < TIMEOUT * 3,
@@ -892,12 +863,12 @@ fn checks_waiting_on_a_failed_ask_do_not_wait_again() {
 /// 10 free is waited on: its checks end at two.
 #[test]
 fn checks_of_a_key_with_room_do_not_wait_without_leases() {
-    let room = six_checks(
+    let room = concurrent_checks(
+        6,
         Quota::per_hour(100).unwrap(),
         Mode::DenyCached,
         0,
-        TIMEOUT,
-        LONG_PAUSE,
+        (TIMEOUT, LONG_PAUSE),
     );
     assert!(
         room.last < TIMEOUT * 3 / 2,
@@ -905,12 +876,12 @@ fn checks_of_a_key_with_room_do_not_wait_without_leases() {
         room.last
     );
     assert_eq!((room.admitted, room.asks), (0, 6));
-    let tight = six_checks(
+    let tight = concurrent_checks(
+        6,
         Quota::per_hour(10).unwrap(),
         Mode::DenyCached,
         6,
-        TIMEOUT,
-        LONG_PAUSE,
+        (TIMEOUT, LONG_PAUSE),
     );
     assert!(
         tight.last > TIMEOUT * 3 / 2,
@@ -925,12 +896,12 @@ fn checks_of_a_key_with_room_do_not_wait_without_leases() {
 /// the last unit): one ask for six checks. Asking at once would make six.
 #[test]
 fn checks_of_a_key_near_its_limit_wait_for_the_claimed_ask() {
-    let six = six_checks(
+    let six = concurrent_checks(
+        6,
         Quota::per_hour(10).unwrap(),
         Mode::DenyCached,
         9,
-        Duration::from_secs(5),
-        Duration::from_millis(500),
+        (Duration::from_secs(5), Duration::from_millis(500)),
     );
     assert_eq!((six.admitted, six.asks), (1, 1));
 }
@@ -940,12 +911,12 @@ fn checks_of_a_key_near_its_limit_wait_for_the_claimed_ask() {
 /// ask for six checks; asking at once would make six.
 #[test]
 fn checks_behind_a_claimed_ask_for_a_lease_wait_for_it() {
-    let six = six_checks(
+    let six = concurrent_checks(
+        6,
         Quota::per_hour(100).unwrap(),
         Mode::Leased(Leases::new()),
         0,
-        Duration::from_secs(5),
-        Duration::from_millis(500),
+        (Duration::from_secs(5), Duration::from_millis(500)),
     );
     assert_eq!((six.admitted, six.asks), (6, 1));
 }
