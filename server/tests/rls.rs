@@ -648,6 +648,33 @@ async fn wait_for(
     panic!("the reload never showed");
 }
 
+/// The example Envoy configuration is Envoy's: read by Python with
+/// Envoy's generated configuration types (xds-protos), every field and
+/// typed config resolved, and asking what the example configuration
+/// serves (its domain, the descriptor keys its rules match, the service's
+/// default address over HTTP/2). No Envoy runs here: none is installable
+/// on this machine.
+#[test]
+fn the_example_envoy_configuration_is_envoy_s() {
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
+    let output = Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/python/envoy_config.py"
+        ))
+        .arg(format!("{examples}/envoy.yaml"))
+        .arg(format!("{examples}/ratelimit.yaml"))
+        .output()
+        .expect("python3 runs");
+    assert!(
+        output.status.success(),
+        "the Envoy configuration check failed (the test command installs PyYAML and \
+         xds-protos):\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(String::from_utf8(output.stdout).unwrap(), "ok\n");
+}
+
 /// The same service called from Python, with Envoy's generated stubs
 /// (xds-protos) over grpcio: a client written outside this project, as
 /// the proxies' own are. The test command installs both; without them
