@@ -92,9 +92,11 @@ struct Flags {
     #[arg(long, env = "TOLLGATE_REDIS_SERVERS", default_value = "1")]
     redis_servers: std::num::NonZeroU32,
     /// The longest a Redis call may take, in milliseconds (a later reply
-    /// is a failure). Keep it below the proxy's own timeout on the
-    /// service (Envoy's `timeout`, 20 ms by default), or the proxy gives up
-    /// before the failure policy answers.
+    /// is a failure). Keep the proxy's own timeout on the service (Envoy's
+    /// `timeout`, 20 ms by default) at least five times this: a check may
+    /// wait on others' calls before its own, and a refused request's
+    /// refunds take one more; past it, the proxy's failure mode decides,
+    /// not the policy.
     #[arg(long, env = "TOLLGATE_REDIS_TIMEOUT_MS", default_value_t = 250)]
     redis_timeout_ms: u64,
     /// The prefix of every Redis key the server writes (no `{` or `}`).

@@ -649,11 +649,12 @@ async fn wait_for(
 }
 
 /// The example Envoy configuration is Envoy's: read by Python with
-/// Envoy's generated configuration types (xds-protos), every field and
-/// typed config resolved, and asking what the example configuration
-/// serves (its domain, the descriptor keys its rules match, the service's
-/// default address over HTTP/2). No Envoy runs here: none is installable
-/// on this machine.
+/// Envoy's generated configuration types (xds-protos), every typed config
+/// resolved and an unknown field refused, and checked against what the
+/// example configuration serves (`envoy_config.py` lists what: the domain,
+/// every descriptor a rule path, the client's own address, the service's
+/// address over HTTP/2, …). Envoy's own field rules are not applied, and
+/// no Envoy runs here: none is installable on this machine.
 #[test]
 fn the_example_envoy_configuration_is_envoy_s() {
     let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
