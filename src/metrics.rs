@@ -354,14 +354,21 @@ mod tests {
         let denied = Decision::deny(1, 0, 1, 1);
         let all = Barrier::new(80);
         std::thread::scope(|scope| {
-            for _ in 0..80 {
-                scope.spawn(|| {
-                    counts.count(&Ok(denied), 3);
-                    all.wait();
-                    for _ in 0..9 {
+            let threads: Vec<_> = (0..80)
+                .map(|_| {
+                    scope.spawn(|| {
                         counts.count(&Ok(denied), 3);
-                    }
-                });
+                        all.wait();
+                        for _ in 0..9 {
+                            counts.count(&Ok(denied), 3);
+                        }
+                    })
+                })
+                .collect();
+            // Joined one by one: a scope's end waits for each closure, not
+            // for the thread-local destructors that give the numbers back.
+            for thread in threads {
+                thread.join().unwrap();
             }
         });
         let shared = counts.shared.checks[0].load(std::sync::atomic::Ordering::Relaxed);
