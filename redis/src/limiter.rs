@@ -571,7 +571,7 @@ impl<A: Scripted> RedisLimiter<A> {
         // waits again only while Redis denies (a key over its limit), at
         // most `MAX_WAITS` times, each wait at most a call's timeout; after
         // an admission, a failure or a wait that timed out, it asks itself.
-        // A key with room is not waited on ([`Hybrid::may_learn`]).
+        // A key with room is not waited on ([`Ask::may_learn`]).
         let mut waits = 0;
         let mut wait_again = true;
         loop {
@@ -595,8 +595,7 @@ impl<A: Scripted> RedisLimiter<A> {
                         .await;
                 }
                 Local::Ask(ask) => {
-                    if !(wait_again && waits < MAX_WAITS && hybrid.may_learn(&ask, tier.is_some()))
-                    {
+                    if !(wait_again && waits < MAX_WAITS && ask.may_learn(tier.is_some())) {
                         let under = under(ask.payload());
                         return self.ask(ask, key, cost, carried, under, None).await;
                     }

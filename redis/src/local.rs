@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tollgate::clock::Clock;
-use tollgate::remote::{Ask, Leases, LocalView, RemoteClock, RemoteQuota};
+use tollgate::remote::{Leases, LocalView, RemoteClock, RemoteQuota};
 
 #[cfg(doc)]
 use crate::RedisLimiter;
@@ -251,22 +251,6 @@ impl Flights {
 }
 
 impl Hybrid {
-    /// Whether a check that missed (`ask`, without the claim; under the
-    /// limiter's own quota or, `tier`, one it carried) may learn from the
-    /// reply to its key's claimed ask: only when another caller holds the
-    /// claim ([`Ask::behind_claim`]); then, with leases the check may spend
-    /// (its own quota's), always: the reply may bring one. Otherwise not
-    /// when by what this instance knows the key has more than half its
-    /// burst free, and more than the check's cost: the reply then most
-    /// likely admits, which teaches nothing that decides here.
-    pub(crate) fn may_learn(&self, ask: &Ask<'_, Vec<u8>, Option<Current>>, tier: bool) -> bool {
-        let Some(free) = ask.behind_claim() else {
-            return false;
-        };
-        matches!(self.mode, Mode::Leased(_)) && !tier
-            || free <= (ask.quota().burst() / 2).max(ask.request().cost)
-    }
-
     /// Makes the local half for `mode` (a deny cache for [`Mode::Exact`] too,
     /// which is never built), its instants read from `clock`, the remote
     /// deciding on `remote`.

@@ -983,6 +983,24 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
         self.asked.behind
     }
 
+    /// Whether this check (without the claim; under the view's own quota
+    /// or, `tier`, one it carried) may be decided here by the reply to its
+    /// key's claimed ask, and so is worth holding until that reply lands
+    /// rather than sent: only when another caller holds the claim
+    /// ([`behind_claim`](Ask::behind_claim)); then, with leases the check
+    /// may spend (the view's own quota's), always: the reply may bring
+    /// one. Otherwise not when by what this node knows the key has more
+    /// than half its burst free, and more than the check's cost: the reply
+    /// then most likely admits, which teaches nothing that decides here.
+    #[must_use]
+    pub fn may_learn(&self, tier: bool) -> bool {
+        let Some(free) = self.asked.behind else {
+            return false;
+        };
+        self.view.leases.is_some() && !tier
+            || free <= (self.asked.quota.burst() / 2).max(self.asked.request.cost)
+    }
+
     /// Installs what the remote's `reply` teaches: the clocks' offset, and
     /// for a claim, the key's new floor and lease. Returns whether a lease
     /// or floor was installed (not when another caller took the claim over

@@ -1,0 +1,3 @@
+//! The designs simulated: tollgate's, and its peers' as published.
+
+pub mod tollgate;
