@@ -9,5 +9,6 @@ pub mod designs;
 pub mod rng;
 pub mod scenario;
 pub mod server;
+pub mod slab;
 pub mod tally;
 pub mod world;

@@ -1,4 +1,6 @@
-//! `tollgate-sim`: the fleet simulations' tables.
+//! `tollgate-sim [--struck] [instances …]`: each design on fleets of the
+//! given sizes (10, 100 and 1 000 by default), steady or struck by faults
+//! (`Scenario::struck`), one line of figures a run.
 
 #[path = "../../tests/support/counting_alloc.rs"]
 #[allow(dead_code)]
@@ -8,9 +10,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tollgate::remote::Leases;
+use tollgate_sim::designs::envoy::Envoy;
 use tollgate_sim::designs::tollgate::Tollgate;
 use tollgate_sim::scenario::Scenario;
-use tollgate_sim::tally::Contract;
 use tollgate_sim::world::run;
 
 #[global_allocator]
@@ -21,6 +23,7 @@ fn live_bytes() -> u64 {
 }
 
 fn main() {
+    let struck = std::env::args().any(|arg| arg == "--struck");
     let sizes: Vec<usize> = std::env::args()
         .skip(1)
         .filter_map(|arg| arg.parse().ok())
@@ -31,14 +34,33 @@ fn main() {
         sizes
     };
     for &instances in &sizes {
-        for (name, leases) in [("deny-cached", None), ("leased", Some(Leases::new()))] {
-            let scenario = Arc::new(Scenario::steady(instances, 3_000_000_000, 1));
+        for name in ["deny-cached", "leased", "envoy"] {
+            let scenario = Arc::new(if struck {
+                Scenario::struck(instances, 3_000_000_000, 1)
+            } else {
+                Scenario::steady(instances, 3_000_000_000, 1)
+            });
             let started = Instant::now();
-            let mut design = Tollgate::new(&scenario, leases);
-            let mut tally = run(Arc::clone(&scenario), &mut design, Some(live_bytes));
-            let figures = tally.figures(Contract::Gcra, scenario.duration_ns, instances);
+            let mut tally = match name {
+                "deny-cached" => run(
+                    Arc::clone(&scenario),
+                    &mut Tollgate::new(&scenario, None),
+                    Some(live_bytes),
+                ),
+                "leased" => run(
+                    Arc::clone(&scenario),
+                    &mut Tollgate::new(&scenario, Some(Leases::new())),
+                    Some(live_bytes),
+                ),
+                _ => run(
+                    Arc::clone(&scenario),
+                    &mut Envoy::new(&scenario),
+                    Some(live_bytes),
+                ),
+            };
+            let figures = tally.figures(scenario.duration_ns, instances);
             println!(
-                "{instances:>6} {name:<12} calls/check {:.4} hot {:.4} over {} ({} in faults) admitted {} ideal {} under {:.2}% wait p50 {:.0} p99 {:.0} µs all p99 {:.0} ops/s {:.0} bytes/instance {:?} ({:.1} s)",
+                "{instances:>6} {name:<12} calls/check {:.4} hot {:.4} over {} ({} in faults) admitted {} ideal {} under {:.2}% wait p50 {:.0} p99 {:.0} µs all p99 {:.0} ops/s {:.0} bytes/instance {:?} background {:.3} ({:.1} s)",
                 figures.calls_per_check,
                 figures.hot_calls_per_check,
                 figures.over,
@@ -51,6 +73,7 @@ fn main() {
                 figures.wait_p99_us,
                 figures.operations_per_s,
                 figures.bytes_per_instance,
+                figures.background_ratio(),
                 started.elapsed().as_secs_f64()
             );
         }

@@ -193,4 +193,42 @@ impl Scenario {
             faults: Vec::new(),
         }
     }
+
+    /// The steady fleet of [`steady`](Scenario::steady), struck in turn
+    /// (times from the run's start): at 1.2 s the first half of the
+    /// instances takes 80 % of the traffic; at 1.5 s a tenth of them crash
+    /// and restart 0.5 s later; at 1.8 s a tenth more join; at 2.0 s the
+    /// hot key's master fails over to a replica that lost 50 ms of writes
+    /// and whose clock is 20 ms ahead; from 2.5 s to 2.7 s the last 5 % of
+    /// the instances are cut off from every master. Needs at least 3 s.
+    #[must_use]
+    pub fn struck(instances: usize, duration_ns: u64, seed: u64) -> Self {
+        const MS: u64 = 1_000_000;
+        let mut scenario = Self::steady(instances, duration_ns, seed);
+        scenario.joining = instances.div_ceil(10);
+        scenario.faults = vec![
+            Fault::Shift {
+                at_ns: 1_200 * MS,
+                first_half_share: 0.8,
+            },
+            Fault::Crash {
+                at_ns: 1_500 * MS,
+                share: 0.1,
+                down_ns: 500 * MS,
+            },
+            Fault::Join { at_ns: 1_800 * MS },
+            Fault::Failover {
+                at_ns: 2_000 * MS,
+                master: crate::world::master_of(crate::world::HOT_KEY, scenario.masters),
+                lost_ns: 50 * MS,
+                step_ns: 20 * MS as i64,
+            },
+            Fault::Partition {
+                at_ns: 2_500 * MS,
+                until_ns: 2_700 * MS,
+                share: 0.05,
+            },
+        ];
+        scenario
+    }
 }

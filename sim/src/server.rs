@@ -4,6 +4,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::scenario::{Fault, Scenario};
+
 /// A master's keys of values `V`, its clock, and the writes its replica
 /// has not yet received.
 #[derive(Debug)]
@@ -74,13 +76,24 @@ impl<V: Clone> Master<V> {
     }
 }
 
-/// The masters of a scenario, their clocks spread evenly over its skew.
+/// The masters of `scenario`, their clocks spread evenly over its skew,
+/// each replica trailing by the longest write loss of its failovers.
 #[must_use]
-pub fn masters<V: Clone>(count: usize, skew_ns: u64, lag_ns: u64) -> Vec<Master<V>> {
+pub fn masters<V: Clone>(scenario: &Scenario) -> Vec<Master<V>> {
+    let lag_ns = scenario
+        .faults
+        .iter()
+        .map(|fault| match *fault {
+            Fault::Failover { lost_ns, .. } => lost_ns,
+            _ => 0,
+        })
+        .max()
+        .unwrap_or(0);
+    let count = scenario.masters;
     (0..count)
         .map(|index| {
             let spread = if count > 1 {
-                (skew_ns as f64) * (index as f64 / (count - 1) as f64 - 0.5)
+                (scenario.skew_ns as f64) * (index as f64 / (count - 1) as f64 - 0.5)
             } else {
                 0.0
             };

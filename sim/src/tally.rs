@@ -1,5 +1,7 @@
 //! What a run decided, and the figures drawn from it.
 
+use std::collections::HashMap;
+
 use tollgate::remote::{LeaseRequest, RemoteQuota, lease};
 
 use crate::scenario::{Limit, Scenario};
@@ -14,6 +16,55 @@ pub enum Contract {
     /// A fixed window of a second: each aligned second holds at most the
     /// limit.
     FixedWindow,
+}
+
+/// One limiter deciding every arrival at once, with no delay: what a
+/// design is held against. GCRA is the script's Rust twin's, on
+/// microseconds; the fixed window counts each second.
+#[derive(Debug)]
+struct Reference {
+    contract: Contract,
+    limit: Limit,
+    quota: RemoteQuota,
+    /// GCRA: the key's TAT, µs; a fixed window: its second and count.
+    keys: HashMap<u64, (u64, u32)>,
+}
+
+impl Reference {
+    fn new(contract: Contract, limit: Limit) -> Self {
+        Self {
+            contract,
+            limit,
+            quota: RemoteQuota::new(limit.interval_ns() / 1_000, limit.burst)
+                .expect("a valid quota"),
+            keys: HashMap::new(),
+        }
+    }
+
+    /// Whether the reference admits a check of `key` at `at_ns`.
+    fn admit(&mut self, key: u64, at_ns: u64) -> bool {
+        match self.contract {
+            Contract::Gcra => {
+                let stored = self.keys.get(&key).map(|&(tat_us, _)| tat_us);
+                let (reply, written) =
+                    lease(stored, at_ns / 1_000, &self.quota, &LeaseRequest::plain(1))
+                        .expect("a valid request");
+                if let Some(tat_us) = written {
+                    self.keys.insert(key, (tat_us, 0));
+                }
+                reply.allowed
+            }
+            Contract::FixedWindow => {
+                let second = at_ns / 1_000_000_000;
+                let entry = self.keys.entry(key).or_insert((second, 0));
+                if entry.0 != second {
+                    *entry = (second, 0);
+                }
+                entry.1 += 1;
+                entry.1 <= self.limit.per_s
+            }
+        }
+    }
 }
 
 /// Everything recorded during a run.
@@ -35,12 +86,20 @@ pub struct Tally {
     waits_ns: Vec<u32>,
     /// The hot key's checks that waited.
     hot_waits_ns: Vec<u32>,
-    /// The instants the hot key's checks arrived.
-    hot_arrivals_ns: Vec<u64>,
+    /// The hot key's checks after the warm-up admitted.
+    hot_admitted: u64,
     /// The instants the hot key's admissions were decided.
     hot_admissions_ns: Vec<u64>,
     /// Instants a fault began (failovers and partitions).
     faults_ns: Vec<u64>,
+    /// The references of the hot key and of the background keys.
+    references: [Reference; 2],
+    /// Hot checks after the warm-up the reference admits.
+    hot_ideal: u64,
+    /// Background checks after the warm-up the reference admits.
+    pub background_ideal: u64,
+    /// Background checks after the warm-up the design admitted.
+    pub background_admitted: u64,
     /// What the instances held at the end, all together (if measured).
     pub instance_bytes: Option<u64>,
 }
@@ -48,7 +107,7 @@ pub struct Tally {
 impl Tally {
     /// An empty tally for `scenario`.
     #[must_use]
-    pub fn new(scenario: &Scenario) -> Self {
+    pub fn new(scenario: &Scenario, contract: Contract) -> Self {
         Self {
             hot: scenario.hot,
             warmup_ns: scenario.warmup_ns,
@@ -59,21 +118,35 @@ impl Tally {
             operations: vec![0; scenario.masters],
             waits_ns: Vec::new(),
             hot_waits_ns: Vec::new(),
-            hot_arrivals_ns: Vec::new(),
+            hot_admitted: 0,
             hot_admissions_ns: Vec::new(),
             faults_ns: Vec::new(),
+            references: [
+                Reference::new(contract, scenario.hot),
+                Reference::new(contract, scenario.background),
+            ],
+            hot_ideal: 0,
+            background_ideal: 0,
+            background_admitted: 0,
             instance_bytes: None,
         }
     }
 
-    pub(crate) fn arrived(&mut self, hot: bool, at_ns: u64) {
+    pub(crate) fn arrived(&mut self, key: u64, hot: bool, at_ns: u64) {
+        let admitted = self.references[usize::from(!hot)].admit(key, at_ns);
+        let counted = u64::from(admitted && at_ns >= self.warmup_ns);
         if hot {
-            self.hot_arrivals_ns.push(at_ns);
+            self.hot_ideal += counted;
+        } else {
+            self.background_ideal += counted;
         }
     }
 
     pub(crate) fn decided(&mut self, hot: bool, arrival_ns: u64, now_ns: u64, admitted: bool) {
         self.checks += 1;
+        if !hot {
+            self.background_admitted += u64::from(admitted && arrival_ns >= self.warmup_ns);
+        }
         let wait = u32::try_from(now_ns - arrival_ns).unwrap_or(u32::MAX);
         if wait > 0 {
             self.waits_ns.push(wait);
@@ -86,6 +159,7 @@ impl Tally {
             if admitted {
                 self.hot_admissions_ns.push(now_ns);
             }
+            self.hot_admitted += u64::from(admitted && arrival_ns >= self.warmup_ns);
         }
     }
 
@@ -103,20 +177,16 @@ impl Tally {
     }
 
     /// The figures of a run of `duration_ns` whose instances numbered
-    /// `instances`, judged by `contract`.
+    /// `instances`, judged by the design's contract.
     #[must_use]
-    pub fn figures(&mut self, contract: Contract, duration_ns: u64, instances: usize) -> Figures {
+    pub fn figures(&mut self, duration_ns: u64, instances: usize) -> Figures {
         self.hot_admissions_ns.sort_unstable();
-        let (over, over_in_faults) = match contract {
+        let (over, over_in_faults) = match self.references[0].contract {
             Contract::Gcra => self.gcra_over(),
             Contract::FixedWindow => self.fixed_window_over(),
         };
-        let ideal = self.ideal(contract);
-        let admitted = self
-            .hot_admissions_ns
-            .iter()
-            .filter(|&&at| at >= self.warmup_ns)
-            .count() as u64;
+        let ideal = self.hot_ideal;
+        let admitted = self.hot_admitted;
         let seconds = duration_ns as f64 / 1e9;
         Figures {
             calls_per_check: self.calls as f64 / self.checks.max(1) as f64,
@@ -132,6 +202,8 @@ impl Tally {
             bytes_per_instance: self
                 .instance_bytes
                 .map(|bytes| bytes / instances.max(1) as u64),
+            background_admitted: self.background_admitted,
+            background_ideal: self.background_ideal,
         }
     }
 
@@ -199,38 +271,6 @@ impl Tally {
         }
         (over, near)
     }
-
-    /// What the contract admits of the hot key's arrivals after the
-    /// warm-up, decided at each arrival by one limiter with no delay: GCRA
-    /// by the script's twin, on microseconds.
-    fn ideal(&self, contract: Contract) -> u64 {
-        let mut admitted = 0;
-        match contract {
-            Contract::Gcra => {
-                let quota = RemoteQuota::new(self.hot.interval_ns() / 1_000, self.hot.burst)
-                    .expect("a valid quota");
-                let mut stored = None;
-                for &at in &self.hot_arrivals_ns {
-                    let (reply, written) =
-                        lease(stored, at / 1_000, &quota, &LeaseRequest::plain(1))
-                            .expect("a valid request");
-                    stored = written.or(stored);
-                    admitted += u64::from(reply.allowed && at >= self.warmup_ns);
-                }
-            }
-            Contract::FixedWindow => {
-                let (mut second, mut count) = (u64::MAX, 0);
-                for &at in &self.hot_arrivals_ns {
-                    if at / 1_000_000_000 != second {
-                        (second, count) = (at / 1_000_000_000, 0);
-                    }
-                    count += 1;
-                    admitted += u64::from(count <= self.hot.per_s && at >= self.warmup_ns);
-                }
-            }
-        }
-        admitted
-    }
 }
 
 /// The `quantile` of `count` waits, of which those recorded in `waits_ns`
@@ -272,6 +312,10 @@ pub struct Figures {
     pub operations_per_s: f64,
     /// What an instance holds at the end, bytes.
     pub bytes_per_instance: Option<u64>,
+    /// Background checks admitted after the warm-up.
+    pub background_admitted: u64,
+    /// What one limiter with no delay admits of them.
+    pub background_ideal: u64,
 }
 
 impl Figures {
@@ -279,5 +323,12 @@ impl Figures {
     #[must_use]
     pub fn under(&self) -> f64 {
         1.0 - (self.admitted as f64 / self.ideal.max(1) as f64).min(1.0)
+    }
+
+    /// The background keys' admissions against the reference's: below 1,
+    /// under-admission; above, over.
+    #[must_use]
+    pub fn background_ratio(&self) -> f64 {
+        self.background_admitted as f64 / self.background_ideal.max(1) as f64
     }
 }

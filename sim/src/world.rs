@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::rng::{Rng, Zipf};
 use crate::scenario::{Fault, Scenario};
-use crate::tally::Tally;
+use crate::slab::Slab;
+use crate::tally::{Contract, Tally};
 
 /// The key every scenario makes hot.
 pub const HOT_KEY: u64 = 0;
@@ -47,6 +48,9 @@ pub trait Design {
         step_ns: i64,
     );
 
+    /// The limit the design promises on a key.
+    fn contract(&self) -> Contract;
+
     /// Drops everything the instances hold (their servers stay): what
     /// this frees is their memory.
     fn release_instances(&mut self);
@@ -71,8 +75,7 @@ pub struct World<E> {
     /// Read by the instances' clocks.
     clock: Arc<AtomicU64>,
     queue: BinaryHeap<Reverse<(u64, u64)>>,
-    slab: Vec<Option<Due<E>>>,
-    free: Vec<usize>,
+    slab: Slab<Due<E>>,
     sequence: u64,
     /// Every draw of the run.
     pub rng: Rng,
@@ -95,8 +98,7 @@ impl<E> World<E> {
             now_ns: 0,
             clock: Arc::new(AtomicU64::new(0)),
             queue: BinaryHeap::new(),
-            slab: Vec::new(),
-            free: Vec::new(),
+            slab: Slab::default(),
             sequence: 0,
             rng: Rng::new(scenario.seed),
             zipf: Zipf::new(scenario.keys, scenario.zipf_exponent),
@@ -132,16 +134,7 @@ impl<E> World<E> {
     }
 
     fn push(&mut self, at_ns: u64, due: Due<E>) {
-        let index = match self.free.pop() {
-            Some(index) => {
-                self.slab[index] = Some(due);
-                index
-            }
-            None => {
-                self.slab.push(Some(due));
-                self.slab.len() - 1
-            }
-        };
+        let index = self.slab.insert(due);
         self.sequence += 1;
         // Ties go in the order scheduled.
         self.queue
@@ -152,8 +145,7 @@ impl<E> World<E> {
     fn pop(&mut self) -> Option<(u64, Due<E>)> {
         let Reverse((at_ns, tagged)) = self.queue.pop()?;
         let index = (tagged & ((1 << 24) - 1)) as usize;
-        self.free.push(index);
-        Some((at_ns, self.slab[index].take().expect("a pending event")))
+        Some((at_ns, self.slab.take(index)))
     }
 
     /// A one-way network delay between `instance` and a server, ns: half
@@ -172,6 +164,20 @@ impl<E> World<E> {
         (rtt_us * 500.0) as u64
     }
 
+    /// Sends a call of `key` from `instance`: `arrives` is scheduled when
+    /// it reaches its server, or `times_out` after the scenario's timeout
+    /// when a partition cuts the instance off.
+    pub fn send(&mut self, instance: usize, key: u64, arrives: E, times_out: E) {
+        self.called(key);
+        if self.reachable(instance) {
+            let delay = self.one_way_ns(instance);
+            self.after(delay, arrives);
+        } else {
+            let timeout = self.scenario.timeout_ns;
+            self.after(timeout, times_out);
+        }
+    }
+
     /// Whether `instance` can reach the servers now (no partition between).
     #[must_use]
     pub fn reachable(&self, instance: usize) -> bool {
@@ -188,8 +194,7 @@ impl<E> World<E> {
     /// 16 384) over the masters' equal ranges.
     #[must_use]
     pub fn master_of(&self, key: u64) -> usize {
-        let slot = mix(key) % 16_384;
-        (slot as usize * self.scenario.masters) / 16_384
+        master_of(key, self.scenario.masters)
     }
 
     /// Records a check of `key` that arrived at `arrival_ns`, decided now.
@@ -233,6 +238,14 @@ impl<E> World<E> {
     }
 }
 
+/// The master of `masters` serving `key`: its Cluster slot (a hash of the
+/// key mod 16 384) over the masters' equal ranges.
+#[must_use]
+pub fn master_of(key: u64, masters: usize) -> usize {
+    let slot = mix(key) % 16_384;
+    (slot as usize * masters) / 16_384
+}
+
 /// Spreads a key's bits (SplitMix64's finaliser): Cluster slots and owners.
 #[must_use]
 pub fn mix(key: u64) -> u64 {
@@ -250,7 +263,7 @@ pub fn run<D: Design>(
     design: &mut D,
     live_bytes: Option<fn() -> u64>,
 ) -> Tally {
-    let tally = Tally::new(&scenario);
+    let tally = Tally::new(&scenario, design.contract());
     let mut world = World::<D::Event>::new(Arc::clone(&scenario), tally);
     for instance in 0..scenario.instances {
         design.start(&mut world, instance);
@@ -276,7 +289,7 @@ pub fn run<D: Design>(
                     world.zipf.sample(&mut world.rng)
                 };
                 if let Some(instance) = world.pick_instance() {
-                    world.tally.arrived(key == HOT_KEY, at_ns);
+                    world.tally.arrived(key, key == HOT_KEY, at_ns);
                     design.arrival(&mut world, instance, key);
                 }
                 let gap = world.rng.exponential(1.0 / rate_per_ns) as u64;

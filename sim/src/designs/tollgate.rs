@@ -17,6 +17,8 @@ use tollgate::remote::{
 
 use crate::scenario::Limit;
 use crate::server::{self, Master};
+use crate::slab::Slab;
+use crate::tally::Contract;
 use crate::world::{Design, HOT_KEY, World, mix};
 
 /// How many times a check is held behind its key's claimed call, as
@@ -107,8 +109,7 @@ pub struct Tollgate {
     remote: RemoteClock,
     instances: Vec<Option<Instance>>,
     epochs: Vec<u64>,
-    calls: Vec<Option<Call>>,
-    free: Vec<usize>,
+    calls: Slab<Call>,
     masters: Vec<Master<u64>>,
 }
 
@@ -134,9 +135,8 @@ impl Tollgate {
             remote,
             instances: (0..total).map(|_| None).collect(),
             epochs: vec![0; total],
-            calls: Vec::new(),
-            free: Vec::new(),
-            masters: server::masters(scenario.masters, scenario.skew_ns, lost_ns(scenario)),
+            calls: Slab::default(),
+            masters: server::masters(scenario),
         }
     }
 
@@ -163,7 +163,7 @@ impl Tollgate {
         if !ask.is_claim() && waits < MAX_WAITS && ask.may_learn(false) {
             if let Some(&flight) = state.flights.get(&(index, key)) {
                 drop(ask);
-                let call = self.calls[flight].as_mut().expect("a flight's call");
+                let call = self.calls.get_mut(flight);
                 call.waiters.push((arrival_ns, waits + 1));
                 return;
             }
@@ -181,35 +181,18 @@ impl Tollgate {
             waiters: Vec::new(),
             reply: None,
         };
-        let id = match self.free.pop() {
-            Some(id) => {
-                self.calls[id] = Some(call);
-                id
-            }
-            None => {
-                self.calls.push(Some(call));
-                self.calls.len() - 1
-            }
-        };
+        let id = self.calls.insert(call);
         if claim {
             if let Some(state) = self.instances[instance].as_mut() {
                 state.flights.insert((index, key), id);
             }
         }
-        world.called(key);
-        if world.reachable(instance) {
-            let delay = world.one_way_ns(instance);
-            world.after(delay, Event::AtMaster(id));
-        } else {
-            let timeout = world.scenario().timeout_ns;
-            world.after(timeout, Event::Timeout(id));
-        }
+        world.send(instance, key, Event::AtMaster(id), Event::Timeout(id));
     }
 
     /// Ends call `id` at its instance: its flight is over.
     fn land(&mut self, id: usize) -> Call {
-        let call = self.calls[id].take().expect("a pending call");
-        self.free.push(id);
+        let call = self.calls.take(id);
         if let Some(state) = self.instances[call.instance].as_mut() {
             if state.flights.get(&(call.view, call.key)) == Some(&id) {
                 state.flights.remove(&(call.view, call.key));
@@ -217,20 +200,6 @@ impl Tollgate {
         }
         call
     }
-}
-
-/// The longest write loss of the scenario's failovers: how far each
-/// replica trails.
-fn lost_ns(scenario: &crate::scenario::Scenario) -> u64 {
-    scenario
-        .faults
-        .iter()
-        .map(|fault| match *fault {
-            crate::scenario::Fault::Failover { lost_ns, .. } => lost_ns,
-            _ => 0,
-        })
-        .max()
-        .unwrap_or(0)
 }
 
 impl Design for Tollgate {
@@ -244,7 +213,7 @@ impl Design for Tollgate {
     fn event(&mut self, world: &mut World<Event>, event: Event) {
         match event {
             Event::AtMaster(id) => {
-                let call = self.calls[id].as_mut().expect("a pending call");
+                let call = self.calls.get_mut(id);
                 let master_index = world.master_of(call.key);
                 let master = &mut self.masters[master_index];
                 let now_ns = world.now_ns();
@@ -296,7 +265,7 @@ impl Design for Tollgate {
     }
 
     fn crash(&mut self, _world: &mut World<Event>, instance: usize) {
-        for call in self.calls.iter_mut().flatten() {
+        for call in self.calls.iter_mut() {
             if call.instance == instance {
                 call.held = None;
                 call.waiters.clear();
@@ -331,12 +300,16 @@ impl Design for Tollgate {
         });
     }
 
+    fn contract(&self) -> Contract {
+        Contract::Gcra
+    }
+
     fn failover(&mut self, world: &mut World<Event>, master: usize, lost_ns: u64, step_ns: i64) {
         self.masters[master].fail_over(world.now_ns(), lost_ns, step_ns);
     }
 
     fn release_instances(&mut self) {
-        for call in self.calls.iter_mut().flatten() {
+        for call in self.calls.iter_mut() {
             call.held = None;
             call.waiters = Vec::new();
         }
