@@ -644,6 +644,18 @@ fn leases_admit_no_more_than_the_remote_limiter() {
 }
 
 #[test]
+fn leases_with_holds_admit_no_more_than_the_remote_limiter() {
+    // A hold raises a floor after a call that left a node no units: it
+    // only denies, so the bound stands with it.
+    both_schedulers(
+        "leases with holds: 3 nodes, give-backs, a death, late replies",
+        ONE_QUOTA,
+        Some(Leases::new().with_holds(true)),
+        None,
+    );
+}
+
+#[test]
 fn the_deny_cache_denies_only_what_the_remote_would() {
     both_schedulers("deny cache: 3 nodes, a moving clock", ONE_QUOTA, None, None);
 }

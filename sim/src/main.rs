@@ -34,33 +34,31 @@ fn main() {
         sizes
     };
     for &instances in &sizes {
-        for name in ["deny-cached", "leased", "envoy"] {
+        for name in ["deny-cached", "leased", "leased, holds", "envoy"] {
             let scenario = Arc::new(if struck {
                 Scenario::struck(instances, 3_000_000_000, 1)
             } else {
                 Scenario::steady(instances, 3_000_000_000, 1)
             });
             let started = Instant::now();
-            let mut tally = match name {
-                "deny-cached" => run(
-                    Arc::clone(&scenario),
-                    &mut Tollgate::new(&scenario, None),
+            let leases = match name {
+                "deny-cached" => None,
+                "leased" => Some(Leases::new()),
+                _ => Some(Leases::new().with_holds(true)),
+            };
+            let shared = Arc::clone(&scenario);
+            let mut tally = if name == "envoy" {
+                run(shared, &mut Envoy::new(&scenario), Some(live_bytes))
+            } else {
+                run(
+                    shared,
+                    &mut Tollgate::new(&scenario, leases),
                     Some(live_bytes),
-                ),
-                "leased" => run(
-                    Arc::clone(&scenario),
-                    &mut Tollgate::new(&scenario, Some(Leases::new())),
-                    Some(live_bytes),
-                ),
-                _ => run(
-                    Arc::clone(&scenario),
-                    &mut Envoy::new(&scenario),
-                    Some(live_bytes),
-                ),
+                )
             };
             let figures = tally.figures(scenario.duration_ns, instances);
             println!(
-                "{instances:>6} {name:<12} calls/check {:.4} hot {:.4} over {} ({} in faults) admitted {} ideal {} under {:.2}% wait p50 {:.0} p99 {:.0} µs all p99 {:.0} ops/s {:.0} bytes/instance {:?} background {:.3} ({:.1} s)",
+                "{instances:>6} {name:<14} calls/check {:.4} hot {:.4} over {} ({} in faults) admitted {} ideal {} under {:.2}% wait p50 {:.0} p99 {:.0} µs all p99 {:.0} ops/s {:.0} bytes/instance {:?} background {:.3} ({:.1} s)",
                 figures.calls_per_check,
                 figures.hot_calls_per_check,
                 figures.over,

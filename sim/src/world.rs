@@ -77,8 +77,11 @@ pub struct World<E> {
     queue: BinaryHeap<Reverse<(u64, u64)>>,
     slab: Slab<Due<E>>,
     sequence: u64,
-    /// Every draw of the run.
-    pub rng: Rng,
+    /// The traffic's draws: arrivals, keys, instances. Every design of a
+    /// scenario sees the same traffic.
+    rng: Rng,
+    /// The network's draws, which follow the design's calls.
+    net_rng: Rng,
     scenario: Arc<Scenario>,
     zipf: Zipf,
     alive: Vec<bool>,
@@ -101,6 +104,7 @@ impl<E> World<E> {
             slab: Slab::default(),
             sequence: 0,
             rng: Rng::new(scenario.seed),
+            net_rng: Rng::new(scenario.seed ^ 0x6e65_7477_6f72_6b00),
             zipf: Zipf::new(scenario.keys, scenario.zipf_exponent),
             alive,
             cut: vec![false; total],
@@ -160,7 +164,7 @@ impl<E> World<E> {
         } else {
             net.in_zone_median_us
         };
-        let rtt_us = self.rng.log_normal(median_us, net.sigma);
+        let rtt_us = self.net_rng.log_normal(median_us, net.sigma);
         (rtt_us * 500.0) as u64
     }
 

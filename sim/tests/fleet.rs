@@ -86,3 +86,20 @@ fn the_tally_sees_envoy_s_fail_open_partition_over_admit() {
         .figures(struck.duration_ns, struck.instances);
     assert!(figures.over_in_faults > 0, "{figures:?}");
 }
+
+#[test]
+fn holds_cut_a_shared_hot_key_s_calls_and_keep_its_limit() {
+    // Six seconds: what the fleet leaves in the remote's free units at
+    // the warm-up's end and at the run's (up to a burst) counts against
+    // it, and a longer run makes that a smaller share.
+    let mut scenario = small(100, 1, false);
+    scenario.duration_ns = 6_000_000_000;
+    let leased = tollgate(scenario.clone(), Some(Leases::new()));
+    let held = tollgate(scenario, Some(Leases::new().with_holds(true)));
+    assert_eq!(held.over, 0, "{held:?}");
+    assert!(held.under() < 0.01, "{held:?}");
+    assert!(
+        held.hot_calls_per_check * 5.0 < leased.hot_calls_per_check,
+        "{leased:?}\n{held:?}"
+    );
+}

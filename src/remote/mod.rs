@@ -55,8 +55,18 @@
 //!   unit past its deadline expires; with a `slack` of `k`, units serve `k`
 //!   intervals longer and a window holds at most `k` more.
 //!
+//! * **Holds** ([`Leases::with_holds`], off by default). A key many nodes
+//!   want at once runs short of units, and every node's knowledge of it
+//!   lapses within an interval: each would call for nearly every check.
+//!   With holds, a node that a call left with no units, on a key short of
+//!   them that others take from too, denies the key's checks itself for
+//!   about as long as its sharers take to call once each. Those denials
+//!   are no longer exact (the remote might admit them; the units go to the
+//!   sharers' calls), and they never admit: the bound above stands.
+//!
 //! The design notes on leases have the proofs, the bounds on
-//! under-admission and extra wait, and the measurements.
+//! under-admission and extra wait, and the measurements; the note on
+//! fleets simulates them on up to a thousand nodes.
 //!
 //! # For backend implementers
 //!
@@ -157,6 +167,7 @@ impl RemoteQuota {
 pub struct Leases {
     max_units: u32,
     slack: u32,
+    holds: bool,
 }
 
 impl Leases {
@@ -167,6 +178,7 @@ impl Leases {
         Self {
             max_units: MAX_LEASE_UNITS,
             slack: 0,
+            holds: false,
         }
     }
 
@@ -190,6 +202,31 @@ impl Leases {
     #[must_use]
     pub const fn with_slack(self, slack: u32) -> Self {
         Self { slack, ..self }
+    }
+
+    /// Makes a node that shares a key short of units with other nodes hold
+    /// off asking for it, once a call left it no units: it denies the
+    /// key's checks itself for about as long as its sharers take to call
+    /// once each, so that a key many nodes want costs a call per lease's
+    /// worth of its refill rather than nearly a call per check.
+    ///
+    /// The price: the deny cache is no longer exact while a node holds
+    /// off. It may deny a check the remote would admit (the units go to the
+    /// sharers' calls instead, and the key's admissions stay at its limit),
+    /// and the denial's `retry_after` is the hold's end. It never admits
+    /// more: no window holds more than the remote limiter alone admits.
+    /// A key with half its burst free or more, or one no other node takes
+    /// from, is never held.
+    #[must_use]
+    pub const fn with_holds(self, holds: bool) -> Self {
+        Self { holds, ..self }
+    }
+
+    /// Whether a node holds off asking for a key it shares
+    /// ([`with_holds`](Leases::with_holds)).
+    #[must_use]
+    pub const fn holds(&self) -> bool {
+        self.holds
     }
 
     /// The most units a lease holds.

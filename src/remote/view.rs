@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, TryLockError};
 use std::time::Duration;
 
 use super::offset::{Offset, RemoteClock};
-use super::word::{MAX_END_US, Miss, Outcome, Rules, Word};
+use super::word::{MAX_END_US, Miss, Outcome, Rules, Word, hold_us};
 use super::{GiveBack, LeaseReply, LeaseRequest, Leases, MAX_SPAN_US, RemoteError, RemoteQuota};
 use crate::algorithm::{Algorithm, Carry, CarryAt, PackedAlgorithm, Verdict, validate_cost};
 use crate::cell::{Atomic, CellFor, Preferred};
@@ -1025,6 +1025,25 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
                 0
             },
             tag: self.asked.class,
+        };
+        let request = &self.asked.request;
+        let installed = if installed.units == 0 && view.leases.is_some_and(|leases| leases.holds) {
+            // Left no units: perhaps a hold, which raises the floor so that
+            // checks are denied here until it ends.
+            let quota = &self.asked.quota;
+            let taken = if reply.allowed { request.cost } else { 0 };
+            let floor_us = Word::unpack(claimed.0).end_us;
+            match hold_us(quota, floor_us, reply, taken, request.want) {
+                0 => installed,
+                hold => Word {
+                    end_us: installed
+                        .end_us
+                        .max(reply.now_us + hold + quota.tolerance_us() - quota.interval_us),
+                    ..installed
+                },
+            }
+        } else {
+            installed
         };
         view.exchange(&key, number, claimed, Knowledge(installed.pack()))
     }
