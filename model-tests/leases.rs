@@ -53,7 +53,7 @@ use std::time::Duration;
 use shuttle::sync::atomic::{AtomicU64, Ordering};
 use shuttle::sync::{Arc, Mutex};
 use shuttle::thread;
-use tollgate::canary::{Canary, plant};
+use tollgate::canary::{self, Canary, plant};
 use tollgate::clock::Clock;
 use tollgate::remote::{LeaseRequest, Leases, Local, LocalView, RemoteClock, RemoteQuota, lease};
 
@@ -646,13 +646,16 @@ fn leases_admit_no_more_than_the_remote_limiter() {
 #[test]
 fn leases_with_holds_admit_no_more_than_the_remote_limiter() {
     // A hold raises a floor after a call that left a node no units: it
-    // only denies, so the bound stands with it.
+    // only denies, so the bound stands with it. The runs take thousands.
+    let before = canary::holds();
     both_schedulers(
         "leases with holds: 3 nodes, give-backs, a death, late replies",
         ONE_QUOTA,
         Some(Leases::new().with_holds(true)),
         None,
     );
+    let holds = canary::holds() - before;
+    assert!(holds > 1_000, "{holds} holds");
 }
 
 #[test]

@@ -35,6 +35,7 @@
 //!   cache and leases).
 //! - `--service`: only the section on `tollgate-server` (in memory and on
 //!   Redis, against limitador behind the same front).
+//! - `--fleets`: only the section of simulated fleets (`tollgate-sim`).
 //! - `--help`: these flags.
 //!
 //! The report ends with each section's wall time. On the 2-core AMD EPYC VM
@@ -60,6 +61,7 @@ mod churn;
 #[path = "../../tests/support/counting_alloc.rs"]
 mod counting_alloc;
 mod distributed;
+mod fleets;
 #[path = "../../redis/tests/support/instances.rs"]
 mod instances;
 mod leases;
@@ -122,7 +124,7 @@ macro_rules! for_each_algorithm {
 const USAGE: &str = "\
 usage: tollgate-lab [--full] [--diagnostics] [--out DIR]
                     [--perf | --growth | --peers | --http | --distributed | --leases
-                     | --service]
+                     | --service | --fleets]
 
   (no flag)      the quick report: the summary of the judged targets, then
                  correctness, memory, performance, HTTP, Redis and the service
@@ -137,6 +139,7 @@ usage: tollgate-lab [--full] [--diagnostics] [--out DIR]
   --distributed  only the Redis sections
   --leases       only the last Redis section (deciding locally)
   --service      only the section on tollgate-server and limitador
+  --fleets       only the section of simulated fleets
 
        tollgate-lab --request-loop VARIANT N
                  N admitted requests through one HTTP variant's router (0 no
@@ -195,6 +198,7 @@ fn main() {
     let mut only_perf = false;
     let mut only_peers = false;
     let mut only_growth = false;
+    let mut only_fleets = false;
     let mut out = std::path::PathBuf::from("lab-output");
     let mut judge_block = None;
     let mut args = std::env::args().skip(1);
@@ -243,6 +247,7 @@ fn main() {
             "--http" => only_http = true,
             "--leases" => only_leases = true,
             "--service" => only_service = true,
+            "--fleets" => only_fleets = true,
             "--perf" => only_perf = true,
             "--growth" => only_growth = true,
             "--peers" => only_peers = true,
@@ -292,6 +297,13 @@ fn main() {
         rounds: if full { 20 } else { 10 },
     };
     let peer_rounds = if full { 5 } else { 3 };
+    if only_fleets {
+        let mut section = String::new();
+        times.time("fleets", || fleets::run(&mut section, full));
+        print!("{section}");
+        times.print(started);
+        return;
+    }
     if only_growth {
         let mut section = String::new();
         let growth = times.time("memory", || memory::growth_table(&mut section));
@@ -353,6 +365,9 @@ fn main() {
         correctness(&mut sections);
         memory(&mut sections, full, diagnostics, peer_rounds)
     });
+    // Before the counts stop: the fleets' memory is measured by them.
+    let mut fleets_section = String::new();
+    times.time("fleets", || fleets::run(&mut fleets_section, full));
     // Nothing reads the counts after the memory section: the timed sections
     // do not pay for counting.
     counting_alloc::stop();
@@ -370,6 +385,7 @@ fn main() {
     times.time("HTTP", || serving::run(&serving));
     times.time("Redis", || distributed::run(&distributed));
     times.time("service", || service::run(&service));
+    print!("{fleets_section}");
     times.print(started);
 }
 

@@ -6,6 +6,7 @@
 //! [`Scenario`](scenario::Scenario).
 
 pub mod designs;
+pub mod report;
 pub mod rng;
 pub mod scenario;
 pub mod server;

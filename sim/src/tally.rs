@@ -80,7 +80,7 @@ pub struct Tally {
     pub calls: u64,
     /// Calls for the hot key.
     pub hot_calls: u64,
-    /// Server-side operations per master.
+    /// Server-side operations per server (masters, or peers).
     pub operations: Vec<u64>,
     /// Checks that waited, ns each (saturated at `u32::MAX`).
     waits_ns: Vec<u32>,
@@ -142,7 +142,14 @@ impl Tally {
         }
     }
 
-    pub(crate) fn decided(&mut self, hot: bool, arrival_ns: u64, now_ns: u64, admitted: bool) {
+    pub(crate) fn decided(
+        &mut self,
+        hot: bool,
+        arrival_ns: u64,
+        decided_ns: u64,
+        now_ns: u64,
+        admitted: bool,
+    ) {
         self.checks += 1;
         if !hot {
             self.background_admitted += u64::from(admitted && arrival_ns >= self.warmup_ns);
@@ -157,7 +164,7 @@ impl Tally {
                 self.hot_waits_ns.push(wait);
             }
             if admitted {
-                self.hot_admissions_ns.push(now_ns);
+                self.hot_admissions_ns.push(decided_ns);
             }
             self.hot_admitted += u64::from(admitted && arrival_ns >= self.warmup_ns);
         }
@@ -168,8 +175,11 @@ impl Tally {
         self.hot_calls += u64::from(hot);
     }
 
-    pub(crate) fn operated(&mut self, master: usize, operations: u64) {
-        self.operations[master] += operations;
+    pub(crate) fn operated(&mut self, server: usize, operations: u64) {
+        if self.operations.len() <= server {
+            self.operations.resize(server + 1, 0);
+        }
+        self.operations[server] += operations;
     }
 
     pub(crate) fn failover(&mut self, at_ns: u64) {

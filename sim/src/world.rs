@@ -168,11 +168,12 @@ impl<E> World<E> {
         (rtt_us * 500.0) as u64
     }
 
-    /// Sends a call of `key` from `instance`: `arrives` is scheduled when
-    /// it reaches its server, or `times_out` after the scenario's timeout
-    /// when a partition cuts the instance off.
-    pub fn send(&mut self, instance: usize, key: u64, arrives: E, times_out: E) {
-        self.called(key);
+    /// Sends a call from `instance` (for the hot key, or carrying it):
+    /// `arrives` is scheduled when it reaches its server, or `times_out`
+    /// after the scenario's timeout when a partition cuts the instance off
+    /// (a call sent before a partition still arrives).
+    pub fn send(&mut self, instance: usize, hot: bool, arrives: E, times_out: E) {
+        self.called(hot);
         if self.reachable(instance) {
             let delay = self.one_way_ns(instance);
             self.after(delay, arrives);
@@ -204,18 +205,28 @@ impl<E> World<E> {
     /// Records a check of `key` that arrived at `arrival_ns`, decided now.
     pub fn decided(&mut self, key: u64, arrival_ns: u64, admitted: bool) {
         let now_ns = self.now_ns;
+        self.decided_at(key, arrival_ns, now_ns, admitted);
+    }
+
+    /// Records a check of `key` that arrived at `arrival_ns`, decided at
+    /// `decided_ns` (by a server: its admission counts at that instant)
+    /// and answered now.
+    pub fn decided_at(&mut self, key: u64, arrival_ns: u64, decided_ns: u64, admitted: bool) {
+        let now_ns = self.now_ns;
         self.tally
-            .decided(key == HOT_KEY, arrival_ns, now_ns, admitted);
+            .decided(key == HOT_KEY, arrival_ns, decided_ns, now_ns, admitted);
     }
 
-    /// Records a call to a server that a check of `key` caused.
-    pub fn called(&mut self, key: u64) {
-        self.tally.called(key == HOT_KEY);
+    /// Records a call to a server or a peer, for the hot key or carrying it
+    /// (`hot`).
+    pub fn called(&mut self, hot: bool) {
+        self.tally.called(hot);
     }
 
-    /// Records `operations` run on `master` (server-side commands).
-    pub fn operated(&mut self, master: usize, operations: u64) {
-        self.tally.operated(master, operations);
+    /// Records `operations` run on `server` (a master's commands, a peer's
+    /// work).
+    pub fn operated(&mut self, server: usize, operations: u64) {
+        self.tally.operated(server, operations);
     }
 
     /// Picks the instance a check goes to: the first or second half by
@@ -301,17 +312,15 @@ pub fn run<D: Design>(
             }
             Due::Fault(index) => match scenario.faults[index] {
                 Fault::Crash { share, down_ns, .. } => {
-                    let alive: Vec<usize> =
+                    let mut alive: Vec<usize> =
                         (0..world.alive.len()).filter(|&i| world.alive[i]).collect();
                     let count = ((alive.len() as f64) * share).round() as usize;
-                    for pick in 0..count {
-                        let chosen =
-                            alive[(mix(pick as u64 ^ at_ns) % alive.len() as u64) as usize];
-                        if world.alive[chosen] {
-                            world.alive[chosen] = false;
-                            design.crash(&mut world, chosen);
-                            world.push(at_ns + down_ns, Due::Restart(chosen));
-                        }
+                    // `count` distinct instances, in a seeded order.
+                    alive.sort_unstable_by_key(|&instance| mix(instance as u64 ^ at_ns));
+                    for &chosen in &alive[..count] {
+                        world.alive[chosen] = false;
+                        design.crash(&mut world, chosen);
+                        world.push(at_ns + down_ns, Due::Restart(chosen));
                     }
                 }
                 Fault::Shift {
@@ -319,8 +328,10 @@ pub fn run<D: Design>(
                 } => world.first_half_share = first_half_share,
                 Fault::Join { .. } => {
                     for instance in scenario.instances..world.alive.len() {
-                        world.alive[instance] = true;
-                        design.start(&mut world, instance);
+                        if !world.alive[instance] {
+                            world.alive[instance] = true;
+                            design.start(&mut world, instance);
+                        }
                     }
                 }
                 Fault::Failover {

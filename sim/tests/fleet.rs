@@ -12,7 +12,7 @@ use tollgate_sim::world::run;
 
 /// A fleet small enough for a debug build: a hot key of 2 000 a second
 /// at ten times its limit, 2 000 background checks a second over 10 000
-/// keys, for 2 s.
+/// keys, for 3 s (the first a warm-up).
 fn small(instances: usize, seed: u64, struck: bool) -> Scenario {
     let duration_ns = 3_000_000_000;
     let mut scenario = if struck {
@@ -102,4 +102,30 @@ fn holds_cut_a_shared_hot_key_s_calls_and_keep_its_limit() {
         held.hot_calls_per_check * 5.0 < leased.hot_calls_per_check,
         "{leased:?}\n{held:?}"
     );
+}
+
+#[test]
+fn the_peers_break_the_limit_where_their_designs_say() {
+    use tollgate_sim::report::figures;
+    let scenario = small(100, 1, false);
+    // One round trip a check to a counter: exact.
+    let envoy = figures("envoyproxy/ratelimit", &scenario, None);
+    assert_eq!((envoy.over, envoy.admitted), (0, envoy.ideal), "{envoy:?}");
+    // Every peer starts from a full copy of a GLOBAL key's bucket and
+    // learns the owner's count 100 ms later: a window holds more than the
+    // limit.
+    let gubernator = figures("gubernator GLOBAL", &scenario, None);
+    assert!(gubernator.over > 0, "{gubernator:?}");
+    // Instances admit everything until the first rejection rates come
+    // back, for every background key anew.
+    let counting = figures("local counting, 100 ms reports", &scenario, None);
+    assert!(
+        counting.over > 0 && counting.background_ratio() > 1.01,
+        "{counting:?}"
+    );
+    // Clients are blocked until their first lease, and a cold key's lease
+    // comes after its few checks: background keys are mostly denied.
+    let doorman = figures("Doorman", &scenario, None);
+    assert_eq!(doorman.over, 0, "{doorman:?}");
+    assert!(doorman.background_ratio() < 0.5, "{doorman:?}");
 }

@@ -60,9 +60,10 @@
 //!   lapses within an interval: each would call for nearly every check.
 //!   With holds, a node that a call left with no units, on a key short of
 //!   them that others take from too, denies the key's checks itself for
-//!   about as long as its sharers take to call once each. Those denials
-//!   are no longer exact (the remote might admit them; the units go to the
-//!   sharers' calls), and they never admit: the bound above stands.
+//!   about as long as its sharers take to call once each, never longer
+//!   than the key takes to rest. Those denials are no longer exact (the
+//!   remote might admit them; the units go to the sharers' calls), and
+//!   they never admit: the bound above stands.
 //!
 //! The design notes on leases have the proofs, the bounds on
 //! under-admission and extra wait, and the measurements; the note on
@@ -204,19 +205,34 @@ impl Leases {
         Self { slack, ..self }
     }
 
-    /// Makes a node that shares a key short of units with other nodes hold
-    /// off asking for it, once a call left it no units: it denies the
-    /// key's checks itself for about as long as its sharers take to call
-    /// once each, so that a key many nodes want costs a call per lease's
-    /// worth of its refill rather than nearly a call per check.
+    /// Makes a node hold off asking for a key that other nodes take from
+    /// too, once a call left it no units while the key had less than half
+    /// its burst free: it denies the key's checks itself for a while, so
+    /// that a key many nodes want costs about a call per lease rather than
+    /// nearly a call per check.
+    ///
+    /// How long: the admissions since its last call (the key's TAT moved
+    /// by one interval each), over its own, estimate how many nodes share
+    /// the key as if each took what it did; it holds off for as many times
+    /// its next lease's refill time, at most the key's debt after the call
+    /// (the time until the key would be fully rested if nobody took from it
+    /// again, at most a tolerance). Sharers that take more than it are
+    /// counted several times, so holds tend long, but never past that
+    /// debt: the key never rests full during a hold, and the units it
+    /// leaves stay on the remote for the sharers, or for this node when
+    /// the hold ends. The checks it denies meanwhile stay denied: on a key
+    /// whose sharers come and go, that is under-admission. No hold on a key
+    /// with half its burst free or more, on one the node knew nothing
+    /// recent of, or when the estimate finds fewer than two sharers.
     ///
     /// The price: the deny cache is no longer exact while a node holds
     /// off. It may deny a check the remote would admit (the units go to the
-    /// sharers' calls instead, and the key's admissions stay at its limit),
-    /// and the denial's `retry_after` is the hold's end. It never admits
-    /// more: no window holds more than the remote limiter alone admits.
-    /// A key with half its burst free or more, or one no other node takes
-    /// from, is never held.
+    /// sharers' calls; the key's admissions stay at its limit). Such a
+    /// denial reads as one the remote would give at the hold's end: a
+    /// `remaining` of 0, a `retry_after` of the hold's end (and the cost's
+    /// further intervals), a `reset_after` about a tolerance past it. It
+    /// never admits more: no window holds more than the remote limiter
+    /// alone admits.
     #[must_use]
     pub const fn with_holds(self, holds: bool) -> Self {
         Self { holds, ..self }

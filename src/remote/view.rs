@@ -1027,7 +1027,8 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
             tag: self.asked.class,
         };
         let request = &self.asked.request;
-        let installed = if installed.units == 0 && view.leases.is_some_and(|leases| leases.holds) {
+        let holds = view.leases.is_some_and(|leases| leases.holds);
+        let installed = if installed.units == 0 && holds {
             // Left no units: perhaps a hold, which raises the floor so that
             // checks are denied here until it ends.
             let quota = &self.asked.quota;
@@ -1035,12 +1036,14 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
             let floor_us = Word::unpack(claimed.0).end_us;
             match hold_us(quota, floor_us, reply, taken, request.want) {
                 0 => installed,
-                hold => Word {
-                    end_us: installed
-                        .end_us
-                        .max(reply.now_us + hold + quota.tolerance_us() - quota.interval_us),
-                    ..installed
-                },
+                hold => {
+                    canary::held();
+                    let held_us = reply.now_us + hold + quota.tolerance_us() - quota.interval_us;
+                    Word {
+                        end_us: installed.end_us.max(held_us),
+                        ..installed
+                    }
+                }
             }
         } else {
             installed

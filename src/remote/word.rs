@@ -366,20 +366,22 @@ impl Rules {
 
 /// How long a node that asked `want` lease units beside its own, and was
 /// left holding none by `reply`, holds off asking again for a key it had
-/// known at the floor `floor_us` before the call, when it shares the key
-/// with other nodes ([`Leases::with_holds`](super::Leases::with_holds)).
+/// known at the floor `floor_us` before the call, when other nodes take
+/// from the key too ([`Leases::with_holds`](super::Leases::with_holds)).
 ///
 /// The TAT moved from the floor to `reply.end_us` by every admission since,
-/// `taken` of them this node's (its cost and lease): their ratio estimates
-/// how many nodes share the key. A node that holds off for that many
-/// times its lease's refill time (`sharers × want × interval`) leaves the
-/// key, on average, a lease's worth of units for each of its sharers'
-/// calls: calls then come as often as the key refills by a lease, not as
-/// often as checks miss. No hold while the remote has half its burst free
-/// or more (the key has room), when the floor is older than a tolerance or
-/// unknown, or when fewer than two nodes share it; at most half a
-/// tolerance, times one more for each sixteen sharers. A hold only denies
-/// here what the remote might admit: it never admits.
+/// `taken` of them this node's (its cost). Their ratio estimates how many
+/// nodes share the key, as if each took what this node did; holding off
+/// for as many times a lease's refill time (`sharers × want × interval`)
+/// leaves the key, on average, a lease's worth of units for each sharer's
+/// call. Sharers that took larger leases than this node's cost are counted
+/// several times, so the hold never outlasts the key's debt after the
+/// reply (`reply.end_us − reply.now_us`, the time until the key would be
+/// fully rested if nobody took from it again): the key never rests full
+/// during a hold, whatever the sharers do. No hold while the remote has
+/// half its burst free or more (the key has room), when the floor is older
+/// than a tolerance or unknown, or with fewer than two sharers. A hold only
+/// denies here what the remote might admit: it never admits.
 pub(crate) fn hold_us(
     quota: &RemoteQuota,
     floor_us: u64,
@@ -400,12 +402,10 @@ pub(crate) fn hold_us(
     if sharers < 2 {
         return 0;
     }
-    let most_us = (tolerance_us / 2).saturating_mul((sharers / 16).max(1));
     sharers
         .saturating_mul(u64::from(want))
         .saturating_mul(interval_us)
-        .min(most_us)
-        .min(super::MAX_SPAN_US)
+        .min(reply.end_us.saturating_sub(reply.now_us))
 }
 
 #[cfg(all(test, not(any(feature = "loom", feature = "shuttle"))))]
@@ -631,35 +631,24 @@ mod tests {
     #[test]
     fn a_hold_lasts_a_lease_s_refill_for_each_sharer() {
         // 10 µs, burst 1 000 (tolerance 10 ms). A call of cost 1 wanting
-        // 16 units, admitted with none leased, 100 units free after it;
-        // the TAT moved 250 units past the floor this node knew.
+        // 16 units, admitted with none leased at 50 ms, 100 units free
+        // after it: the TAT at 59 ms, a debt of 9 ms.
         let quota = RemoteQuota::new(10, 1_000).unwrap();
-        let reply = |remaining, end_us| {
-            LeaseReply::new(true, remaining, 0, end_us - 50_000, 0, end_us, 50_000, 0)
-        };
-        let floor_us = 55_500;
-        let end_us = floor_us + 250 * 10;
-        // 250 sharers (250 units, one of them this node's): 250 × 16 × 10
-        // µs = 40 ms, at most half a tolerance times ⌊250 / 16⌋ = 15.
-        assert_eq!(
-            hold_us(&quota, floor_us, &reply(100, end_us), 1, 16),
-            40_000
-        );
-        // Fewer: 25 units, 25 sharers, 4 ms; the cap is half a tolerance.
-        let short = floor_us + 25 * 10;
-        assert_eq!(hold_us(&quota, floor_us, &reply(100, short), 1, 16), 4_000);
-        assert_eq!(hold_us(&quota, floor_us, &reply(100, short), 1, 64), 5_000);
-        // None: half the burst free, no lease wanted, no known floor, a
-        // floor older than a tolerance, or this node the only taker.
-        assert_eq!(hold_us(&quota, floor_us, &reply(500, end_us), 1, 16), 0);
-        assert_eq!(hold_us(&quota, floor_us, &reply(100, end_us), 1, 0), 0);
-        assert_eq!(hold_us(&quota, 0, &reply(100, end_us), 1, 16), 0);
-        assert_eq!(hold_us(&quota, 39_999, &reply(100, end_us), 1, 16), 0);
-        assert_eq!(
-            hold_us(&quota, floor_us, &reply(100, floor_us + 10), 1, 16),
-            0
-        );
-        // A denial took nothing: every unit since was a sharer's.
-        assert_eq!(hold_us(&quota, floor_us, &reply(0, short), 0, 16), 4_000);
+        let reply = |remaining| LeaseReply::new(true, remaining, 0, 9_000, 0, 59_000, 50_000, 0);
+        // Three units admitted since the floor, one of them this call's:
+        // three sharers, 3 × 16 × 10 µs.
+        let near = 59_000 - 3 * 10;
+        assert_eq!(hold_us(&quota, near, &reply(100), 1, 16), 480);
+        // A call of cost 2: one sharer and a half, none held.
+        assert_eq!(hold_us(&quota, near, &reply(100), 2, 16), 0);
+        // 64 units: 10.24 ms, cut to the debt.
+        let far = 59_000 - 64 * 10;
+        assert_eq!(hold_us(&quota, far, &reply(100), 1, 16), 9_000);
+        // None: half the burst free, no lease wanted, no known floor, or a
+        // floor older than a tolerance.
+        assert_eq!(hold_us(&quota, near, &reply(500), 1, 16), 0);
+        assert_eq!(hold_us(&quota, near, &reply(100), 1, 0), 0);
+        assert_eq!(hold_us(&quota, 0, &reply(100), 1, 16), 0);
+        assert_eq!(hold_us(&quota, 39_999, &reply(100), 1, 16), 0);
     }
 }

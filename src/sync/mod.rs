@@ -291,6 +291,30 @@ pub mod canary {
         PLANTED.with(|planted| planted.get() == Some(canary))
     }
 
+    #[cfg(any(feature = "loom", feature = "shuttle"))]
+    std::thread_local! {
+        // Holds installed (`crate::remote`) by the models this thread ran.
+        static HOLDS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Counts a hold installed (`crate::remote`), so that a model can show
+    /// it took some.
+    #[cfg(any(feature = "loom", feature = "shuttle"))]
+    pub(crate) fn held() {
+        HOLDS.with(|holds| holds.set(holds.get() + 1));
+    }
+
+    /// Counts nothing outside the model builds.
+    #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+    #[inline]
+    pub(crate) const fn held() {}
+
+    /// How many holds the models this thread ran installed.
+    #[cfg(any(feature = "loom", feature = "shuttle"))]
+    pub fn holds() -> u64 {
+        HOLDS.with(std::cell::Cell::get)
+    }
+
     /// Whether `canary` is planted: never, outside the model builds.
     #[cfg(not(any(feature = "loom", feature = "shuttle")))]
     #[inline]

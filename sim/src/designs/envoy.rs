@@ -21,6 +21,7 @@ struct Call {
     key: u64,
     arrival_ns: u64,
     admitted: bool,
+    decided_ns: u64,
 }
 
 /// The design's events.
@@ -70,9 +71,15 @@ impl Design for Envoy {
             key,
             arrival_ns: world.now_ns(),
             admitted: false,
+            decided_ns: 0,
         };
         let id = self.calls.insert(call);
-        world.send(instance, key, Event::AtMaster(id), Event::Timeout(id));
+        world.send(
+            instance,
+            key == HOT_KEY,
+            Event::AtMaster(id),
+            Event::Timeout(id),
+        );
     }
 
     fn event(&mut self, world: &mut World<Event>, event: Event) {
@@ -90,6 +97,7 @@ impl Design for Envoy {
                 master.set(now_ns, call.key, (second, count));
                 let limit = self.limits[usize::from(call.key != HOT_KEY)];
                 call.admitted = count <= limit.per_s;
+                call.decided_ns = now_ns;
                 let instance = call.instance;
                 // INCRBY and EXPIRE.
                 world.operated(master_index, 2);
@@ -99,7 +107,7 @@ impl Design for Envoy {
             Event::Reply(id) => {
                 let call = self.take(id);
                 if self.epochs[call.instance] == call.epoch && world.is_alive(call.instance) {
-                    world.decided(call.key, call.arrival_ns, call.admitted);
+                    world.decided_at(call.key, call.arrival_ns, call.decided_ns, call.admitted);
                 }
             }
             Event::Timeout(id) => {

@@ -82,6 +82,8 @@ struct Call {
     /// Checks held behind it: their arrival and the waits they made.
     waiters: Vec<(u64, u8)>,
     reply: Option<LeaseReply>,
+    /// When the master decided it.
+    decided_ns: u64,
 }
 
 /// One instance: a view for the hot key's quota and one for the
@@ -180,6 +182,7 @@ impl Tollgate {
             arrival_ns,
             waiters: Vec::new(),
             reply: None,
+            decided_ns: 0,
         };
         let id = self.calls.insert(call);
         if claim {
@@ -187,7 +190,12 @@ impl Tollgate {
                 state.flights.insert((index, key), id);
             }
         }
-        world.send(instance, key, Event::AtMaster(id), Event::Timeout(id));
+        world.send(
+            instance,
+            key == HOT_KEY,
+            Event::AtMaster(id),
+            Event::Timeout(id),
+        );
     }
 
     /// Ends call `id` at its instance: its flight is over.
@@ -228,6 +236,7 @@ impl Design for Tollgate {
                     master.set(now_ns, call.key, tat_us);
                 }
                 call.reply = Some(reply);
+                call.decided_ns = now_ns;
                 let instance = call.instance;
                 world.operated(master_index, 1);
                 let delay = world.one_way_ns(instance);
@@ -244,8 +253,11 @@ impl Design for Tollgate {
                     return;
                 }
                 held.complete(&reply);
-                world.decided(call.key, call.arrival_ns, reply.allowed);
+                world.decided_at(call.key, call.arrival_ns, call.decided_ns, reply.allowed);
+                // As tollgate-redis's: waiting again only while the remote
+                // denies.
                 for (arrival_ns, waits) in call.waiters {
+                    let waits = if reply.allowed { MAX_WAITS } else { waits };
                     self.check(world, call.instance, call.key, arrival_ns, waits);
                 }
             }
