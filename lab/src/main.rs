@@ -299,7 +299,7 @@ fn main() {
     let peer_rounds = if full { 5 } else { 3 };
     if only_fleets {
         let mut section = String::new();
-        times.time("fleets", || fleets::run(&mut section, full));
+        times.time("fleets", || fleets::run(&mut section, full, &out));
         print!("{section}");
         times.print(started);
         return;
@@ -367,7 +367,7 @@ fn main() {
     });
     // Before the counts stop: the fleets' memory is measured by them.
     let mut fleets_section = String::new();
-    times.time("fleets", || fleets::run(&mut fleets_section, full));
+    times.time("fleets", || fleets::run(&mut fleets_section, full, &out));
     // Nothing reads the counts after the memory section: the timed sections
     // do not pay for counting.
     counting_alloc::stop();

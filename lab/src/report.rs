@@ -1146,3 +1146,90 @@ pub fn peer_plot(peers: &[PeerRow], dir: &Path) -> std::io::Result<Option<PathBu
     .map_err(|error| std::io::Error::other(format!("peer-stores.svg: {error}")))?;
     Ok(Some(path))
 }
+
+/// A figure of a fleet's run that a plot draws.
+type FleetFigure = fn(&tollgate_sim::tally::Figures) -> f64;
+
+/// Writes the fleets' plots into `dir`: the hot key's calls a check, and its
+/// admissions over the reference's, against the fleet's size, a line per
+/// design; returns their paths.
+pub fn fleet_plots(
+    rows: &[tollgate_sim::report::Row],
+    dir: &Path,
+) -> std::io::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    #[allow(clippy::cast_precision_loss)]
+    let sizes: Vec<f64> = {
+        let mut sizes: Vec<f64> = rows.iter().map(|row| row.0 as f64).collect();
+        sizes.sort_by(f64::total_cmp);
+        sizes.dedup();
+        sizes
+    };
+    let (fewest, most) = (
+        sizes.first().copied().unwrap_or(1.0),
+        sizes.last().copied().unwrap_or(10.0),
+    );
+    let axis = XAxis {
+        desc: "instances (log scale)",
+        ticks: sizes,
+        label: |instances| short_count(*instances),
+        dodge: 0.0,
+    };
+    let series = |figure: FleetFigure| -> Vec<Series> {
+        tollgate_sim::report::DESIGNS
+            .iter()
+            .enumerate()
+            .map(|(index, design)| {
+                #[allow(clippy::cast_precision_loss)]
+                let points = rows
+                    .iter()
+                    .filter(|row| row.1 == *design)
+                    .map(|row| {
+                        let y = figure(&row.2);
+                        (row.0 as f64, y, y, y)
+                    })
+                    .collect();
+                Series {
+                    name: (*design).to_owned(),
+                    points,
+                    colour: if index < PALETTE.len() {
+                        PALETTE[index]
+                    } else {
+                        BASELINE
+                    },
+                    dashed: !design.starts_with("tollgate"),
+                }
+            })
+            .collect()
+    };
+    let mut written = Vec::new();
+    let charts: [(&str, &str, &str, FleetFigure); 2] = [
+        (
+            "fleets-calls.svg",
+            "A hot key at ten times its limit: calls a check, by fleet (simulated)",
+            "calls to a server or peer a check",
+            |figures| figures.hot_calls_per_check,
+        ),
+        (
+            "fleets-admitted.svg",
+            "A hot key at ten times its limit: admitted ÷ one limiter with no delay (simulated)",
+            "admitted ÷ the reference's",
+            |figures| figures.admitted as f64 / figures.ideal.max(1) as f64,
+        ),
+    ];
+    for (file, title, y_desc, figure) in charts {
+        let path = dir.join(file);
+        line_chart(
+            &path,
+            title,
+            (fewest / 1.5..most * 1.5).log_scale(),
+            &axis,
+            y_desc,
+            &series(figure),
+            &[],
+        )
+        .map_err(|error| std::io::Error::other(format!("{file}: {error}")))?;
+        written.push(path);
+    }
+    Ok(written)
+}

@@ -29,15 +29,13 @@ fn main() {
     };
     let scenario = |instances| {
         if struck {
-            Scenario::struck(instances, 3_000_000_000, 1)
+            Scenario::struck(instances, 5_000_000_000, 1)
         } else {
             Scenario::steady(instances, 3_000_000_000, 1)
         }
     };
-    print!(
-        "{}",
-        table(&sizes, scenario, Some(live_bytes), &mut |run| eprintln!(
-            "{run}"
-        ))
-    );
+    let (table, _) = table(&sizes, scenario, Some(live_bytes), &mut |run| {
+        eprintln!("{run}");
+    });
+    print!("{table}");
 }

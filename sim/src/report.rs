@@ -56,15 +56,20 @@ pub fn figures(design: &str, scenario: &Scenario, live_bytes: Option<fn() -> u64
     tally.figures(scenario.duration_ns, scenario.instances)
 }
 
+/// A run's place in a table: its fleet's size, its design, its figures.
+pub type Row = (usize, &'static str, Figures);
+
 /// A table of every design on `scenario` made for each of `sizes`
-/// (instances), in Markdown; `progress` is told each run's name.
+/// (instances), in Markdown, and its rows; `progress` is told each run's
+/// name.
 #[must_use]
 pub fn table(
     sizes: &[usize],
     scenario: impl Fn(usize) -> Scenario,
     live_bytes: Option<fn() -> u64>,
     progress: &mut dyn FnMut(&str),
-) -> String {
+) -> (String, Vec<Row>) {
+    let mut rows = Vec::new();
     let mut out = String::from(
         "| instances | design | calls a check (hot key) | hot key over the contract: away from faults; near them | hot key admitted / one limiter with no delay | under | hot key's wait p50 / p99 | background admitted / reference | busiest server, operations a second | an instance's memory | simulated in |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
@@ -74,6 +79,7 @@ pub fn table(
             progress(&format!("{instances} instances, {design}"));
             let started = Instant::now();
             let f = figures(design, &scenario, live_bytes);
+            rows.push((instances, design, f));
             let _ = writeln!(
                 out,
                 "| {instances} | {design} | {:.4} ({:.4}) | {}; {} | {} / {} | {:.2} % | {:.0} / {:.0} µs | {:.3} | {:.0} | {} | {:.1} s |",
@@ -94,5 +100,5 @@ pub fn table(
             );
         }
     }
-    out
+    (out, rows)
 }

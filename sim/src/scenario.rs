@@ -85,8 +85,8 @@ pub enum Fault {
         /// The new master's clock against the old one's.
         step_ns: i64,
     },
-    /// The last `share` of the instances cannot reach any server until
-    /// `until_ns`: their calls time out.
+    /// The last `share` of the running instances cannot reach any server
+    /// until `until_ns`: their calls time out.
     Partition {
         /// When.
         at_ns: u64,
@@ -197,10 +197,12 @@ impl Scenario {
     /// The steady fleet of [`steady`](Scenario::steady), struck in turn
     /// (times from the run's start): at 1.2 s the first half of the
     /// instances takes 80 % of the traffic; at 1.5 s a tenth of them crash
-    /// and restart 0.5 s later; at 1.8 s a tenth more join; at 2.0 s the
+    /// and restart 0.5 s later; at 1.8 s a tenth more join; at 3.0 s the
     /// hot key's master fails over to a replica that lost 50 ms of writes
-    /// and whose clock is 20 ms ahead; from 2.5 s to 2.7 s the last 5 % of
-    /// the instances are cut off from every master. Needs at least 3 s.
+    /// and whose clock is 20 ms ahead; from 3.5 s to 3.7 s the last 5 % of
+    /// the running instances are cut off from every server. Needs at least
+    /// 4 s; the crashes, the join and the shift are judged away from the
+    /// failover's reach (two tolerances) until 3 s.
     #[must_use]
     pub fn struck(instances: usize, duration_ns: u64, seed: u64) -> Self {
         const MS: u64 = 1_000_000;
@@ -218,14 +220,14 @@ impl Scenario {
             },
             Fault::Join { at_ns: 1_800 * MS },
             Fault::Failover {
-                at_ns: 2_000 * MS,
+                at_ns: 3_000 * MS,
                 master: crate::world::master_of(crate::world::HOT_KEY, scenario.masters),
                 lost_ns: 50 * MS,
                 step_ns: 20 * MS as i64,
             },
             Fault::Partition {
-                at_ns: 2_500 * MS,
-                until_ns: 2_700 * MS,
+                at_ns: 3_500 * MS,
+                until_ns: 3_700 * MS,
                 share: 0.05,
             },
         ];

@@ -346,10 +346,11 @@ pub fn run<D: Design>(
                 Fault::Partition {
                     share, until_ns, ..
                 } => {
-                    let total = world.alive.len();
-                    let count = ((total as f64) * share).round() as usize;
-                    // The last instances: the far ones when some are.
-                    for instance in total - count..total {
+                    let running: Vec<usize> =
+                        (0..world.alive.len()).filter(|&i| world.alive[i]).collect();
+                    let count = ((running.len() as f64) * share).round() as usize;
+                    // The last of them: the far ones when some are.
+                    for &instance in &running[running.len() - count..] {
                         world.cut[instance] = true;
                     }
                     world.tally.failover(at_ns);

@@ -214,9 +214,14 @@ impl Leases {
     /// How long: the admissions since its last call (the key's TAT moved
     /// by one interval each), over its own, estimate how many nodes share
     /// the key as if each took what it did; it holds off for as many times
-    /// its next lease's refill time, at most the key's debt after the call
-    /// (the time until the key would be fully rested if nobody took from it
-    /// again, at most a tolerance). Sharers that take more than it are
+    /// the refill time of the lease it asked for, at most the key's debt
+    /// after the call (the time until the key would be fully rested if
+    /// nobody took from it again, at most a tolerance), for a check of one
+    /// unit under the view's own quota. A check of cost `c` is denied
+    /// `c − 1` intervals longer, a carried quota of a smaller burst the
+    /// difference of the tolerances longer, and after the remote's clock
+    /// stepped forward, by up to the step longer until a reply corrects
+    /// the node's bound of it. Sharers that take more than it are
     /// counted several times, so holds tend long, but never past that
     /// debt: the key never rests full during a hold, and the units it
     /// leaves stay on the remote for the sharers, or for this node when

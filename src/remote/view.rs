@@ -2,9 +2,9 @@
 //! ([`LocalView`]), and the calls a check needs ([`Ask`]).
 //!
 //! Each key's knowledge is one `AtomicU64` in the crate's lock-free table
-//! (`word.rs` documents the layout): a lower bound `end` of the remote TAT,
-//! the lease units held (the top slots up to `end`), and the next lease's
-//! size. A check is the table's check with an algorithm of this module's:
+//! (`word.rs` documents the layout): a lower bound `end` of the remote TAT
+//! (or, with holds, a floor raised past it that only denies), the lease
+//! units held (the top slots up to `end`), and the next lease's size. A check is the table's check with an algorithm of this module's:
 //! a spend from the lease is one compare-and-swap; a denial (the floor
 //! `end` denies) is a load and a compare and writes nothing; a miss
 //! **claims** the key (one compare-and-swap) and asks the remote, so one
@@ -19,7 +19,8 @@
 //! than itself); the remote decides on its own. `offset.rs` keeps an upper
 //! bound of the remote's reading at a local instant, measured from each
 //! round trip's send, so that a unit is spent before its deadline on the
-//! remote's clock and a cached denial ends no later than the remote's.
+//! remote's clock and a cached denial ends no later than the remote's (a
+//! hold's, on purpose, later).
 //!
 //! A reply installs the new knowledge with a compare-and-exchange from the
 //! claimed word. A claim whose caller never completes (its future dropped:

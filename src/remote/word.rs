@@ -10,7 +10,7 @@
 //!
 //! | field | meaning |
 //! |---|---|
-//! | `end` | a lower bound of the remote key's TAT, on the deciding clock, in whole µs |
+//! | `end` | a lower bound of the remote key's TAT, on the deciding clock, in whole µs (a hold's floor, without units, may stand above it: it only denies) |
 //! | `units` 0..=510 | lease units held: the slots `end − (units − 1)·I`, …, `end` |
 //! | `tag`, units 0..=510 | the size class of the next lease: `4 << class` units, at most the configured maximum |
 //! | `units` = 511 ([`CLAIMED`]) | one caller is asking the remote (its ask keeps the size class) |
@@ -239,6 +239,8 @@ impl Rules {
         // The remote's debt is at least `end − now`: its TAT only moves
         // later (admissions move it on, denials write nothing, time pays it
         // back one for one), so a cost it already exceeds is denied there.
+        // (A hold's floor stands above the TAT on purpose: denied here
+        // though the remote might admit, for as long as the hold lasts.)
         // Not counting this node's own units: asked for, it would give them
         // back, and the remote would decide without them.
         let floor_us = word.floor_us(self.lease_interval_us);
@@ -650,5 +652,8 @@ mod tests {
         assert_eq!(hold_us(&quota, near, &reply(100), 1, 0), 0);
         assert_eq!(hold_us(&quota, 0, &reply(100), 1, 16), 0);
         assert_eq!(hold_us(&quota, 39_999, &reply(100), 1, 16), 0);
+        // A denial took nothing: every unit since was a sharer's, three of
+        // them.
+        assert_eq!(hold_us(&quota, near, &reply(100), 0, 16), 480);
     }
 }
