@@ -183,6 +183,14 @@ impl<E> World<E> {
         }
     }
 
+    /// Answers a call: records `operations` run on `server`, and schedules
+    /// `reply` when it reaches `instance`, one one-way delay from now.
+    pub fn answer(&mut self, server: usize, operations: u64, instance: usize, reply: E) {
+        self.operated(server, operations);
+        let delay = self.one_way_ns(instance);
+        self.after(delay, reply);
+    }
+
     /// Whether `instance` can reach the servers now (no partition between).
     #[must_use]
     pub fn reachable(&self, instance: usize) -> bool {

@@ -166,18 +166,14 @@ impl Design for Databricks {
                     };
                     rates.push((key, rejection));
                 }
-                world.operated(master, counts.len() as u64);
                 let epoch = self.epochs[instance];
-                let delay = world.one_way_ns(instance);
                 let rates = Rc::new(rates);
-                world.after(
-                    delay,
-                    Event::Answer {
-                        instance,
-                        epoch,
-                        rates,
-                    },
-                );
+                let answer = Event::Answer {
+                    instance,
+                    epoch,
+                    rates,
+                };
+                world.answer(master, counts.len() as u64, instance, answer);
             }
             Event::Answer {
                 instance,

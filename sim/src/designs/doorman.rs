@@ -245,9 +245,7 @@ impl Design for Doorman {
                 );
                 request.granted = granted;
                 let instance = request.instance;
-                world.operated(master, 1);
-                let delay = world.one_way_ns(instance);
-                world.after(delay, Event::Answer(id));
+                world.answer(master, 1, instance, Event::Answer(id));
             }
             Event::Answer(id) | Event::Failed(id) => {
                 let request = self.requests.take(id);

@@ -100,9 +100,7 @@ impl Design for Envoy {
                 call.decided_ns = now_ns;
                 let instance = call.instance;
                 // INCRBY and EXPIRE.
-                world.operated(master_index, 2);
-                let delay = world.one_way_ns(instance);
-                world.after(delay, Event::Reply(id));
+                world.answer(master_index, 2, instance, Event::Reply(id));
             }
             Event::Reply(id) => {
                 let call = self.take(id);

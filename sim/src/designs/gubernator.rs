@@ -306,9 +306,7 @@ impl Design for Gubernator {
                 let call = self.forwarded.get_mut(id);
                 call.admitted = admitted;
                 call.decided_ns = now_ns;
-                world.operated(owner, 1);
-                let delay = world.one_way_ns(peer);
-                world.after(delay, Event::Answer(id));
+                world.answer(owner, 1, peer, Event::Answer(id));
             }
             Event::Answer(id) | Event::Failed(id) => {
                 let call = self.forwarded.take(id);

@@ -238,9 +238,7 @@ impl Design for Tollgate {
                 call.reply = Some(reply);
                 call.decided_ns = now_ns;
                 let instance = call.instance;
-                world.operated(master_index, 1);
-                let delay = world.one_way_ns(instance);
-                world.after(delay, Event::Reply(id));
+                world.answer(master_index, 1, instance, Event::Reply(id));
             }
             Event::Reply(id) => {
                 let call = self.land(id);
