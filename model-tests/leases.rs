@@ -176,6 +176,67 @@ const CROWD: &[Plan] = &[
     (2, &[Check(1, Complete)]),
 ];
 
+/// A node's lease that a hold would move (the `HoldKeepsUnits` canary):
+/// node 0 leases and spends; node 1's lease moves the TAT on while the
+/// clock passes, so that node 0's next call is granted a unit and held off
+/// with it (two sharers, the key short of units); node 0 waits three
+/// steps, another node drains the key, and node 0 spends its unit then:
+/// past its deadline, and a window too many, if the hold moved it.
+const LATE: &[Plan] = &[
+    (
+        0,
+        &[
+            Check(1, Complete),
+            Check(1, Complete),
+            Tick,
+            Tick,
+            Tick,
+            Check(1, Complete),
+            Tick,
+            Tick,
+            Tick,
+            Drain,
+            Check(1, Complete),
+        ],
+    ),
+    (1, &[Check(1, Complete)]),
+];
+
+/// Two nodes taking turns on a key short of units while time moves: a
+/// call that leaves a node a lease may hold it off too, and the node's
+/// claim once the lease is spent then finds that hold running and writes
+/// it into the key's word (`Leases::with_holds`); a check of two units
+/// claims with a unit to give back, and another node drains the key.
+const TURNS: &[Plan] = &[
+    (
+        0,
+        &[
+            Check(1, Complete),
+            Tick,
+            Check(1, Complete),
+            Check(1, Complete),
+            Check(1, Complete),
+            Check(1, Complete),
+            Check(2, Complete),
+            Tick,
+            Tick,
+            Tick,
+            Check(1, Complete),
+        ],
+    ),
+    (
+        1,
+        &[
+            Check(1, Complete),
+            Check(1, Complete),
+            Tick,
+            Check(1, Complete),
+            Check(1, Complete),
+            Drain,
+        ],
+    ),
+];
+
 /// A node alone on the key (the crowd leaves few schedules in which a
 /// lease's units come back: another node is admitted between nearly every
 /// lease and the request that gives it back): it leases, asks for two
@@ -645,8 +706,9 @@ fn leases_admit_no_more_than_the_remote_limiter() {
 
 #[test]
 fn leases_with_holds_admit_no_more_than_the_remote_limiter() {
-    // A hold raises a floor after a call that left a node no units: it
-    // only denies, so the bound stands with it. The runs take thousands.
+    // A hold raises a key's floor, after a call that left a node no units
+    // or, found by a later claim, once they ran out: it only denies, so the
+    // bound stands with it. The runs take thousands of both.
     let before = canary::holds();
     both_schedulers(
         "leases with holds: 3 nodes, give-backs, a death, late replies",
@@ -654,8 +716,30 @@ fn leases_with_holds_admit_no_more_than_the_remote_limiter() {
         Some(Leases::new().with_holds(true)),
         None,
     );
-    let holds = canary::holds() - before;
-    assert!(holds > 1_000, "{holds} holds");
+    both_schedulers(
+        "leases with holds",
+        &[("turns", TURNS)],
+        Some(Leases::new().with_holds(true)),
+        None,
+    );
+    let after = canary::holds();
+    let (decided, found) = (after.0 - before.0, after.1 - before.1);
+    eprintln!("{decided} decided, {found} found");
+    assert!(
+        decided > 1_000 && found > 1_000,
+        "{decided} decided, {found} found"
+    );
+}
+
+#[test]
+#[should_panic(expected = "the window bound")]
+fn canary_hold_keeps_units_is_caught() {
+    both_schedulers(
+        "canary: a found hold keeps the units it would give back",
+        &[("late", LATE)],
+        Some(Leases::new().with_holds(true)),
+        Some(Canary::HoldKeepsUnits),
+    );
 }
 
 #[test]

@@ -800,3 +800,56 @@ fn a_remote_clock_stepped_back_spends_no_expired_unit() {
 fn a_client_clock_stepped_back_spends_no_expired_unit() {
     assert_eq!(after_a_step_back(RemoteClock::Local), (0, 10));
 }
+
+/// A node that shares a key short of units with others holds off asking
+/// for it: a call that grants it a lease and finds the key's TAT moved by
+/// others since its last one decides a hold, which the node's claim finds
+/// once the lease is spent. The node then denies the key itself (the
+/// remote would admit: holds are not exact) until the hold ends, and asks
+/// again after.
+#[test]
+fn a_hold_decided_with_a_lease_denies_once_the_lease_is_spent() {
+    const MS: u64 = 1_000_000;
+    for holds in [true, false] {
+        let node = Node::new(RemoteClock::One, Some(Leases::new().with_holds(holds)), 16);
+        let mut remote = Remote::default();
+        // The clocks' offset, then a lease of 4 units, spent.
+        node.check(&mut remote, "warm", 1, T0);
+        assert_eq!(node.check(&mut remote, "k", 1, T0), (true, true));
+        for _ in 0..4 {
+            assert_eq!(node.check(&mut remote, "k", 1, T0), (true, false));
+        }
+        // Other nodes take what the key has left.
+        let plain = LeaseRequest::plain(1);
+        let taken = (0..10)
+            .filter(|_| remote.answer("k", T0, &plain).allowed)
+            .count();
+        assert_eq!(taken, 5);
+        // 40 ms on, 3 units are free: the call is admitted with a lease of
+        // 1, and leaves the key 2 free. Since the node's floor (T0 + 50
+        // ms), 7 were admitted, 2 of them its own: 3 sharers, who would
+        // take 24 units (240 ms to refill), more than the key's debt after
+        // the call (80 ms): the hold is 40 to 80 ms.
+        let now = T0 + 40 * MS;
+        assert_eq!(node.check(&mut remote, "k", 1, now), (true, true));
+        assert_eq!(node.check(&mut remote, "k", 1, now), (true, false));
+        // The lease spent, the remote would admit (its debt is 80 ms of
+        // 90): with holds the node denies here until the hold's end.
+        let probe = LeaseRequest::plain(1);
+        let (reply, _) =
+            lease(remote.tats.get("k").copied(), now / 1_000, &quota(), &probe).unwrap();
+        assert!(reply.allowed);
+        let held = node.check(&mut remote, "k", 1, now);
+        if holds {
+            assert_eq!(held, (false, false));
+            assert_eq!(
+                node.check(&mut remote, "k", 1, now + 39 * MS),
+                (false, false)
+            );
+            // Past the longest hold: asked.
+            assert!(node.check(&mut remote, "k", 1, now + 80 * MS).1);
+        } else {
+            assert_eq!(held, (true, true));
+        }
+    }
+}

@@ -58,16 +58,16 @@
 //! * **Holds** ([`Leases::with_holds`], off by default). A key many nodes
 //!   want at once runs short of units, and every node's knowledge of it
 //!   lapses within an interval: each would call for nearly every check.
-//!   With holds, a node that a call left with no units, on a key short of
-//!   them that others take from too, denies the key's checks itself for
-//!   about as long as its sharers take to call once each, never longer
-//!   than the key takes to rest. Those denials are no longer exact (the
-//!   remote might admit them; the units go to the sharers' calls), and
-//!   they never admit: the bound above stands.
+//!   With holds, a node whose call finds a key short of units that others
+//!   take from too denies the key's checks itself, once the call's lease
+//!   (if any) is spent, for about as long as its sharers take to call once
+//!   each, never longer than the key takes to rest. Those denials are no
+//!   longer exact (the remote might admit them; the units go to the
+//!   sharers' calls), and they never admit: the bound above stands.
 //!
 //! The design notes on leases have the proofs, the bounds on
 //! under-admission and extra wait, and the measurements; the note on
-//! fleets simulates them on up to a thousand nodes.
+//! fleets simulates them on up to ten thousand nodes.
 //!
 //! # For backend implementers
 //!
@@ -80,6 +80,7 @@
 //! they are under no semver promise.
 
 mod call;
+mod holds;
 mod offset;
 mod script;
 mod view;
@@ -206,29 +207,38 @@ impl Leases {
     }
 
     /// Makes a node hold off asking for a key that other nodes take from
-    /// too, once a call left it no units while the key had less than half
-    /// its burst free: it denies the key's checks itself for a while, so
-    /// that a key many nodes want costs about a call per lease rather than
-    /// nearly a call per check.
+    /// too, when a call finds the key with less than half its burst free:
+    /// once the call's lease (if any) is spent, the node denies the key's
+    /// checks itself for a while, so that a key many nodes want costs
+    /// about a call per node and hold rather than nearly a call per check.
     ///
-    /// How long: the admissions since its last call (the key's TAT moved
-    /// by one interval each), over its own, estimate how many nodes share
-    /// the key as if each took what it did; it holds off for as many times
-    /// the refill time of the lease it asked for, at most the key's debt
-    /// after the call (the time until the key would be fully rested if
-    /// nobody took from it again, at most a tolerance), for a check of one
-    /// unit under the view's own quota. A check of cost `c` is denied
-    /// `c − 1` intervals longer, a carried quota of a smaller burst the
-    /// difference of the tolerances longer, and after the remote's clock
-    /// stepped forward, by up to the step longer until a reply corrects
-    /// the node's bound of it. Sharers that take more than it are
-    /// counted several times, so holds tend long, but never past that
-    /// debt: the key never rests full during a hold, and the units it
-    /// leaves stay on the remote for the sharers, or for this node when
-    /// the hold ends. The checks it denies meanwhile stay denied: on a key
-    /// whose sharers come and go, that is under-admission. No hold on a key
-    /// with half its burst free or more, on one the node knew nothing
-    /// recent of, or when the estimate finds fewer than two sharers.
+    /// How long: the admissions since its previous call (the key's TAT
+    /// moved by one interval each), over its own (the call's cost and the
+    /// units it was granted), estimate how many nodes share the key, as if
+    /// each took what it did; it holds off for as many times the refill
+    /// time of the lease it asked for, at most the key's debt after the
+    /// call (the time until the key would be fully rested if nobody took
+    /// from it again, at most a tolerance), and of that a share from half
+    /// to all, drawn for each hold, so that nodes that called together do
+    /// not call again together. That is for a check of one unit under the
+    /// view's own quota: a check of cost `c` is denied `c − 1` intervals
+    /// longer, a carried quota of a smaller burst the difference of the
+    /// tolerances longer, and after the remote's clock stepped forward, by
+    /// up to the step longer until a reply corrects the node's bound of
+    /// it. The key never rests full during a hold, whatever the sharers
+    /// do, and the units it leaves stay on the remote for the sharers, or
+    /// for this node when the hold ends. The checks it denies meanwhile
+    /// stay denied: on a key whose sharers come and go, that is
+    /// under-admission. No hold on a key with half its burst free or more,
+    /// on one the node knew nothing recent of, or when the estimate finds
+    /// fewer than two sharers.
+    ///
+    /// Where: a hold that starts at once (the call left no units) raises
+    /// the key's floor; one that starts when the lease is spent, and the
+    /// floor the next estimate starts from, wait in a table beside the
+    /// keys (256 slots by the key's hash, 4 KiB, a hint: a slot another
+    /// key's running hold takes is lost to this one, which then only
+    /// costs calls).
     ///
     /// The price: the deny cache is no longer exact while a node holds
     /// off. It may deny a check the remote would admit (the units go to the

@@ -42,6 +42,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, TryLockError};
 use std::time::Duration;
 
+use super::holds::{Holds, Spot};
 use super::offset::{Offset, RemoteClock};
 use super::word::{MAX_END_US, Miss, Outcome, Rules, Word, hold_us};
 use super::{GiveBack, LeaseReply, LeaseRequest, Leases, MAX_SPAN_US, RemoteError, RemoteQuota};
@@ -405,6 +406,8 @@ where
     /// What the rules of a new quota are made with.
     leases: Option<Leases>,
     claim_us: u64,
+    /// The holds beside the words, with [`Leases::with_holds`].
+    holds: Option<Holds>,
     /// Held by [`set_quota`](LocalView::set_quota): one change at a time.
     changing: Mutex<()>,
     store: <DefaultStore as StoreKind<K, Judge<P>>>::Store,
@@ -462,6 +465,8 @@ struct Asked<K, P> {
     /// most units the remote can have free, by what this node knew when
     /// the check missed.
     behind: Option<u32>,
+    /// The claimed key's slot in the view's holds, with holds.
+    spot: Option<Spot>,
 }
 
 /// What a check's generation tells an ask: the number of the generation,
@@ -544,6 +549,9 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
             clocks,
             leases,
             claim_us,
+            holds: leases
+                .is_some_and(|leases| leases.holds)
+                .then(|| Holds::new(None)),
             changing: Mutex::new(()),
         })
     }
@@ -703,6 +711,22 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
         under: &U,
         decided: impl Fn(Decision, &P) -> R,
     ) -> Result<Local<'_, K, P, R>, CheckError> {
+        self.decide_held(key, cost, under, decided, self.holds.as_ref())
+    }
+
+    /// [`decide`](LocalView::decide), a claim first looking for a hold of
+    /// its key in `holds`: a running one is written into the word (its
+    /// raised floor, which then denies), and the check decided again
+    /// without looking.
+    #[inline]
+    fn decide_held<Q: Lookup<K> + ?Sized, U: Under<Judge<P>>, R>(
+        &self,
+        key: &Q,
+        cost: u32,
+        under: &U,
+        decided: impl Fn(Decision, &P) -> R,
+        holds: Option<&Holds>,
+    ) -> Result<Local<'_, K, P, R>, CheckError> {
         let Some(recent_ns) = self.recent_ns() else {
             // Nothing is known before the first round trip: ask.
             return self.unclaimed_under(cost, under);
@@ -738,8 +762,18 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
                 ask.asked.behind = behind;
                 Local::Ask(ask)
             }
-            Finished::Missed(Miss::Claim { word, class, back }, decided) => {
-                Local::Ask(self.claimed(key, cost, word, class, back, *decided))
+            Finished::Missed(Miss::Claim { word, class, back }, judged) => {
+                let mut ask = self.claimed(key, cost, word, class, back, *judged);
+                if let Some(holds) = holds {
+                    let spot = holds.spot(key);
+                    ask.asked.spot = Some(spot);
+                    // Units to give back go with the call.
+                    let giving_back = back > 0 && !canary::planted(Canary::HoldKeepsUnits);
+                    if !giving_back && ask.held(holds.until_us(spot), &judged.rules) {
+                        return self.decide_held(key, cost, under, decided, None);
+                    }
+                }
+                Local::Ask(ask)
             }
         })
     }
@@ -805,6 +839,17 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
         self.clocks.offset.sending(reading_ns);
     }
 
+    /// This view with its holds' slots drawn from `salt` rather than a
+    /// random one, so that a simulation runs alike each time (a node
+    /// facing untrusted keys keeps the random one).
+    #[must_use]
+    pub fn with_hold_salt(mut self, salt: u64) -> Self {
+        if self.holds.is_some() {
+            self.holds = Some(Holds::new(Some(salt)));
+        }
+        self
+    }
+
     /// The most units a lease holds (zero: a deny cache only).
     #[must_use]
     pub fn max_lease_units(&self) -> u32 {
@@ -864,6 +909,7 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
                 // Read after the claim: the ask is sent no earlier.
                 sent_ns: self.sending(),
                 behind: None,
+                spot: None,
             }),
         }
     }
@@ -1002,6 +1048,41 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
             || free <= (self.asked.quota.burst() / 2).max(self.asked.request.cost)
     }
 
+    /// Ends this claim without a call if `until_us`, a hold's raised floor
+    /// (0: none), still holds its key off now under `rules`: the floor is
+    /// written into the key's word, where it denies. Returns whether it
+    /// was.
+    fn held(&mut self, until_us: u64, rules: &Rules) -> bool {
+        let view = self.view;
+        // The remote's instant bounded at the ask's own reading: no clock
+        // is read again.
+        let Some(now_ns) = view.clocks.offset.remote_ns(self.asked.sent_ns) else {
+            return false;
+        };
+        if until_us.saturating_sub(now_ns / 1_000) <= rules.tolerance_us - rules.interval_us {
+            return false;
+        }
+        let Some((key, claimed, replaced, number)) = self.asked.claim.take() else {
+            return false;
+        };
+        let held = Word {
+            end_us: until_us.max(Word::unpack(claimed.0).end_us),
+            units: if canary::planted(Canary::HoldKeepsUnits) {
+                Word::unpack(replaced.0).units
+            } else {
+                0
+            },
+            tag: self.asked.class,
+        };
+        if view.exchange(&key, number, claimed, Knowledge(held.pack())) {
+            canary::held(true);
+            true
+        } else {
+            self.asked.claim = Some((key, claimed, replaced, number));
+            false
+        }
+    }
+
     /// Installs what the remote's `reply` teaches: the clocks' offset, and
     /// for a claim, the key's new floor and lease. Returns whether a lease
     /// or floor was installed (not when another caller took the claim over
@@ -1027,29 +1108,57 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
             },
             tag: self.asked.class,
         };
-        let request = &self.asked.request;
-        let holds = view.leases.is_some_and(|leases| leases.holds);
-        let installed = if installed.units == 0 && holds {
-            // Left no units: perhaps a hold, which raises the floor so that
-            // checks are denied here until it ends.
-            let quota = &self.asked.quota;
-            let taken = if reply.allowed { request.cost } else { 0 };
-            let floor_us = Word::unpack(claimed.0).end_us;
-            match hold_us(quota, floor_us, reply, taken, request.want) {
-                0 => installed,
-                hold => {
-                    canary::held();
-                    let held_us = reply.now_us + hold + quota.tolerance_us() - quota.interval_us;
-                    Word {
-                        end_us: installed.end_us.max(held_us),
-                        ..installed
-                    }
-                }
+        let installed = match (&view.holds, self.asked.spot) {
+            (Some(holds), Some(spot)) => {
+                self.hold(holds, spot, Word::unpack(claimed.0), reply, installed)
+            }
+            _ => installed,
+        };
+        view.exchange(&key, number, claimed, Knowledge(installed.pack()))
+    }
+
+    /// The word to install after `reply` (`installed` without a hold) on a
+    /// key claimed with `claimed`, its hold (if any) decided and recorded
+    /// in `holds` at `spot`: written into the word now when the call left
+    /// no units, else when they run out (the key's next claim finds it).
+    fn hold(
+        &self,
+        holds: &Holds,
+        spot: Spot,
+        claimed: Word,
+        reply: &LeaseReply,
+        installed: Word,
+    ) -> Word {
+        let (request, quota) = (&self.asked.request, &self.asked.quota);
+        // The floor the node knew after its latest call: a hold's raised
+        // floor hides it from the word.
+        let floor_us = holds
+            .floor_us(spot)
+            .map_or(claimed.end_us, |floor_us| floor_us.min(claimed.end_us));
+        // What this node took since: its cost and the units granted.
+        let taken = if reply.allowed {
+            request.cost + installed.units
+        } else {
+            0
+        };
+        let until_us = match hold_us(quota, floor_us, reply, taken, request.want) {
+            0 if !holds.has(spot) => return installed,
+            0 => 0,
+            hold => {
+                canary::held(false);
+                reply.now_us + holds.spread(hold, reply.now_us) + quota.tolerance_us()
+                    - quota.interval_us
+            }
+        };
+        holds.note(spot, reply.now_us, reply.end_us, until_us);
+        if installed.units == 0 || canary::planted(Canary::HoldKeepsUnits) {
+            Word {
+                end_us: installed.end_us.max(until_us),
+                ..installed
             }
         } else {
             installed
-        };
-        view.exchange(&key, number, claimed, Knowledge(installed.pack()))
+        }
     }
 
     /// Ends an ask whose call was never sent (the caller knows it: a

@@ -366,13 +366,15 @@ impl Rules {
     }
 }
 
-/// How long a node that asked `want` lease units beside its own, and was
-/// left holding none by `reply`, holds off asking again for a key it had
-/// known at the floor `floor_us` before the call, when other nodes take
-/// from the key too ([`Leases::with_holds`](super::Leases::with_holds)).
+/// How long a node that asked `want` lease units beside its own holds off
+/// asking again (once the units `reply` granted are spent) for a key it
+/// had known at the floor `floor_us` after its previous call, when other
+/// nodes take from the key too
+/// ([`Leases::with_holds`](super::Leases::with_holds)).
 ///
 /// The TAT moved from the floor to `reply.end_us` by every admission since,
-/// `taken` of them this node's (its cost). Their ratio estimates how many
+/// `taken` of them this node's (the call's cost and the units granted: its
+/// previous lease lies below the floor). Their ratio estimates how many
 /// nodes share the key, as if each took what this node did; holding off
 /// for as many times a lease's refill time (`sharers × want × interval`)
 /// leaves the key, on average, a lease's worth of units for each sharer's

@@ -269,6 +269,10 @@ pub mod canary {
         /// a later one was sent already (`crate::remote`'s `Offset`): a
         /// unit expired under the old bound is spent again.
         BoundFallsBack,
+        /// A hold is written into a word that holds lease units (a call's
+        /// new lease, or a claim's units to give back): their slots move
+        /// up to the hold's floor (`crate::remote`'s holds).
+        HoldKeepsUnits,
     }
 
     #[cfg(any(feature = "loom", feature = "shuttle"))]
@@ -293,25 +297,34 @@ pub mod canary {
 
     #[cfg(any(feature = "loom", feature = "shuttle"))]
     std::thread_local! {
-        // Holds installed (`crate::remote`) by the models this thread ran.
-        static HOLDS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+        // Holds (`crate::remote`) the models this thread ran decided, and
+        // those a claim found running and wrote into its key's word.
+        static HOLDS: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
     }
 
-    /// Counts a hold installed (`crate::remote`), so that a model can show
-    /// it took some.
+    /// Counts a hold decided (`crate::remote`), or one a claim found
+    /// running (`at_claim`), so that a model can show it took some.
     #[cfg(any(feature = "loom", feature = "shuttle"))]
-    pub(crate) fn held() {
-        HOLDS.with(|holds| holds.set(holds.get() + 1));
+    pub(crate) fn held(at_claim: bool) {
+        HOLDS.with(|holds| {
+            let (decided, found) = holds.get();
+            holds.set(if at_claim {
+                (decided, found + 1)
+            } else {
+                (decided + 1, found)
+            });
+        });
     }
 
     /// Counts nothing outside the model builds.
     #[cfg(not(any(feature = "loom", feature = "shuttle")))]
     #[inline]
-    pub(crate) const fn held() {}
+    pub(crate) const fn held(_at_claim: bool) {}
 
-    /// How many holds the models this thread ran installed.
+    /// How many holds the models this thread ran decided, and how many a
+    /// claim found running.
     #[cfg(any(feature = "loom", feature = "shuttle"))]
-    pub fn holds() -> u64 {
+    pub fn holds() -> (u64, u64) {
         HOLDS.with(std::cell::Cell::get)
     }
 

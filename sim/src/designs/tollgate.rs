@@ -301,7 +301,8 @@ impl Design for Tollgate {
                     NonZeroUsize::new(LOCAL_KEYS).expect("nonzero"),
                     Duration::from_nanos(2 * world.scenario().timeout_ns),
                 )
-                .expect("a valid view"),
+                .expect("a valid view")
+                .with_hold_salt(mix(instance as u64 ^ 0x5a17)),
             )
         });
         self.instances[instance] = Some(Instance {
