@@ -176,7 +176,7 @@ const CROWD: &[Plan] = &[
     (2, &[Check(1, Complete)]),
 ];
 
-/// A node's lease that a hold would move (the `HoldKeepsUnits` canary):
+/// A node's lease that a hold would move (the `HoldMovesLease` canary):
 /// node 0 leases and spends; node 1's lease moves the TAT on while the
 /// clock passes, so that node 0's next call is granted a unit and held off
 /// with it (two sharers, the key short of units); node 0 waits three
@@ -626,7 +626,10 @@ fn model(plans: &'static [Plan], leases: Option<Leases>, canary: Option<Canary>,
                 NonZeroUsize::new(16).unwrap(),
                 Duration::from_secs(1),
             )
-            .unwrap(),
+            .unwrap()
+            // Holds drawn alike in every run, so that a failing schedule
+            // replays.
+            .with_hold_salt(lag_ns),
             client_clock,
             world: Arc::clone(&world),
             back_ns,
@@ -708,7 +711,8 @@ fn leases_admit_no_more_than_the_remote_limiter() {
 fn leases_with_holds_admit_no_more_than_the_remote_limiter() {
     // A hold raises a key's floor, after a call that left a node no units
     // or, found by a later claim, once they ran out: it only denies, so the
-    // bound stands with it. The runs take thousands of both.
+    // bound stands with it, with other quotas and a change of quota too.
+    // The runs take thousands of both.
     let before = canary::holds();
     both_schedulers(
         "leases with holds: 3 nodes, give-backs, a death, late replies",
@@ -719,6 +723,12 @@ fn leases_with_holds_admit_no_more_than_the_remote_limiter() {
     both_schedulers(
         "leases with holds",
         &[("turns", TURNS)],
+        Some(Leases::new().with_holds(true)),
+        None,
+    );
+    both_schedulers(
+        "leases with holds: other quotas, a change",
+        QUOTAS,
         Some(Leases::new().with_holds(true)),
         None,
     );
@@ -733,12 +743,12 @@ fn leases_with_holds_admit_no_more_than_the_remote_limiter() {
 
 #[test]
 #[should_panic(expected = "the window bound")]
-fn canary_hold_keeps_units_is_caught() {
+fn canary_hold_moves_lease_is_caught() {
     both_schedulers(
-        "canary: a found hold keeps the units it would give back",
+        "canary: a hold moves the lease its call granted",
         &[("late", LATE)],
         Some(Leases::new().with_holds(true)),
-        Some(Canary::HoldKeepsUnits),
+        Some(Canary::HoldMovesLease),
     );
 }
 

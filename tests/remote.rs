@@ -826,10 +826,10 @@ fn a_hold_decided_with_a_lease_denies_once_the_lease_is_spent() {
             .count();
         assert_eq!(taken, 5);
         // 40 ms on, 3 units are free: the call is admitted with a lease of
-        // 1, and leaves the key 2 free. Since the node's floor (T0 + 50
-        // ms), 7 were admitted, 2 of them its own: 3 sharers, who would
-        // take 24 units (240 ms to refill), more than the key's debt after
-        // the call (80 ms): the hold is 40 to 80 ms.
+        // 1 (of 9 asked), and leaves the key 2 free. Since the node's floor
+        // (T0 + 50 ms), 7 were admitted, 2 of them its own: 3 sharers, who
+        // would take 27 units (270 ms to refill), more than the key's debt
+        // after the call (80 ms): the hold is 40 to 80 ms.
         let now = T0 + 40 * MS;
         assert_eq!(node.check(&mut remote, "k", 1, now), (true, true));
         assert_eq!(node.check(&mut remote, "k", 1, now), (true, false));

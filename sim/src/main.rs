@@ -1,6 +1,8 @@
-//! `tollgate-sim [--struck] [instances …]`: every design on fleets of the
-//! given sizes (10, 100 and 1 000 by default), steady or struck by faults
-//! (`Scenario::struck`), as a Markdown table.
+//! `tollgate-sim [--struck] [--seconds S] [instances …]`: every design on
+//! fleets of the given sizes (10, 100 and 1 000 by default), steady or
+//! struck by faults (`Scenario::struck`), for `S` simulated seconds (3
+//! steady, 5 struck, by default; the first is a warm-up), as a Markdown
+//! table.
 
 #[path = "../../tests/support/counting_alloc.rs"]
 #[allow(dead_code)]
@@ -17,21 +19,31 @@ fn live_bytes() -> u64 {
 }
 
 fn main() {
-    let struck = std::env::args().any(|arg| arg == "--struck");
-    let sizes: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|arg| arg.parse().ok())
-        .collect();
-    let sizes = if sizes.is_empty() {
-        vec![10, 100, 1_000]
-    } else {
-        sizes
-    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let struck = args.iter().any(|arg| arg == "--struck");
+    let mut seconds = None;
+    let mut sizes = Vec::new();
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        if arg == "--seconds" {
+            seconds = rest.next().and_then(|value| value.parse::<u64>().ok());
+            if seconds.is_none_or(|seconds| seconds < if struck { 4 } else { 2 }) {
+                eprintln!("--seconds wants a whole number, at least 2 (4 struck)");
+                std::process::exit(2);
+            }
+        } else if let Ok(size) = arg.parse() {
+            sizes.push(size);
+        }
+    }
+    if sizes.is_empty() {
+        sizes = vec![10, 100, 1_000];
+    }
+    let duration_ns = seconds.unwrap_or(if struck { 5 } else { 3 }) * 1_000_000_000;
     let scenario = |instances| {
         if struck {
-            Scenario::struck(instances, 5_000_000_000, 1)
+            Scenario::struck(instances, duration_ns, 1)
         } else {
-            Scenario::steady(instances, 3_000_000_000, 1)
+            Scenario::steady(instances, duration_ns, 1)
         }
     };
     let (table, _) = table(&sizes, scenario, Some(live_bytes), &mut |run| {

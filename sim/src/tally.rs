@@ -67,20 +67,24 @@ impl Reference {
     }
 }
 
-/// Everything recorded during a run.
+/// Everything recorded during a run: the hot key's admissions for the
+/// windows from the start, the rest after the warm-up only (its first
+/// calls, when every instance learns every key, are not the fleet's
+/// steady cost).
 #[derive(Debug)]
 pub struct Tally {
     hot: Limit,
     warmup_ns: u64,
-    /// Checks decided, all keys.
+    /// Checks decided, all keys, of those that arrived after the warm-up.
     pub checks: u64,
     /// The hot key's checks decided.
     pub hot_checks: u64,
-    /// Calls to servers that checks caused, all keys.
+    /// Calls to servers that checks caused after the warm-up, all keys.
     pub calls: u64,
     /// Calls for the hot key.
     pub hot_calls: u64,
-    /// Server-side operations per server (masters, or peers).
+    /// Server-side operations per server (masters, or peers) after the
+    /// warm-up.
     pub operations: Vec<u64>,
     /// Checks that waited, ns each (saturated at `u32::MAX`).
     waits_ns: Vec<u32>,
@@ -150,9 +154,17 @@ impl Tally {
         now_ns: u64,
         admitted: bool,
     ) {
+        // Every admission counts for the windows; the rest after the
+        // warm-up only.
+        if hot && admitted {
+            self.hot_admissions_ns.push(decided_ns);
+        }
+        if arrival_ns < self.warmup_ns {
+            return;
+        }
         self.checks += 1;
         if !hot {
-            self.background_admitted += u64::from(admitted && arrival_ns >= self.warmup_ns);
+            self.background_admitted += u64::from(admitted);
         }
         let wait = u32::try_from(now_ns - arrival_ns).unwrap_or(u32::MAX);
         if wait > 0 {
@@ -163,23 +175,24 @@ impl Tally {
             if wait > 0 {
                 self.hot_waits_ns.push(wait);
             }
-            if admitted {
-                self.hot_admissions_ns.push(decided_ns);
-            }
-            self.hot_admitted += u64::from(admitted && arrival_ns >= self.warmup_ns);
+            self.hot_admitted += u64::from(admitted);
         }
     }
 
-    pub(crate) fn called(&mut self, hot: bool) {
-        self.calls += 1;
-        self.hot_calls += u64::from(hot);
+    pub(crate) fn called(&mut self, hot: bool, at_ns: u64) {
+        if at_ns >= self.warmup_ns {
+            self.calls += 1;
+            self.hot_calls += u64::from(hot);
+        }
     }
 
-    pub(crate) fn operated(&mut self, server: usize, operations: u64) {
+    pub(crate) fn operated(&mut self, server: usize, operations: u64, at_ns: u64) {
         if self.operations.len() <= server {
             self.operations.resize(server + 1, 0);
         }
-        self.operations[server] += operations;
+        if at_ns >= self.warmup_ns {
+            self.operations[server] += operations;
+        }
     }
 
     pub(crate) fn failover(&mut self, at_ns: u64) {
@@ -197,7 +210,7 @@ impl Tally {
         };
         let ideal = self.hot_ideal;
         let admitted = self.hot_admitted;
-        let seconds = duration_ns as f64 / 1e9;
+        let seconds = duration_ns.saturating_sub(self.warmup_ns) as f64 / 1e9;
         Figures {
             calls_per_check: self.calls as f64 / self.checks.max(1) as f64,
             hot_calls_per_check: self.hot_calls as f64 / self.hot_checks.max(1) as f64,
@@ -318,7 +331,8 @@ pub struct Figures {
     pub hot_wait_p99_us: f64,
     /// 99th percentile of every check's added latency, µs.
     pub wait_p99_us: f64,
-    /// Server operations a second on the busiest master.
+    /// Server operations a second on the busiest master, after the
+    /// warm-up.
     pub operations_per_s: f64,
     /// What an instance holds at the end, bytes.
     pub bytes_per_instance: Option<u64>,

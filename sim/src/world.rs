@@ -228,13 +228,13 @@ impl<E> World<E> {
     /// Records a call to a server or a peer, for the hot key or carrying it
     /// (`hot`).
     pub fn called(&mut self, hot: bool) {
-        self.tally.called(hot);
+        self.tally.called(hot, self.now_ns);
     }
 
     /// Records `operations` run on `server` (a master's commands, a peer's
     /// work).
     pub fn operated(&mut self, server: usize, operations: u64) {
-        self.tally.operated(server, operations);
+        self.tally.operated(server, operations, self.now_ns);
     }
 
     /// Picks the instance a check goes to: the first or second half by

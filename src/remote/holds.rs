@@ -1,20 +1,23 @@
 //! Holds kept beside the words ([`Leases::with_holds`](super::Leases::with_holds)).
 //!
 //! A key's word holds a lease or a floor, not both and a hold, so a hold
-//! decided by a call that left a node some units, or the floor a hold's
-//! raised word hides, has no place there. This table keeps both for the
+//! decided by a call that granted a node units, and the floor a hold's
+//! raised word hides, have no place there. This table keeps both for the
 //! keys a node holds off: a slot a key's hash picks, with the hold's end
-//! (the raised floor to install once the key's units run out) and the
-//! floor the node knew after its latest call (a lower bound of the TAT,
-//! from which the next call's estimate of the key's sharers starts).
+//! (0 for none) and the floor the node's latest call for the key left
+//! (`reply.end`, a lower bound of the TAT then, from which the next call's
+//! estimate of the key's sharers starts).
 //!
-//! The table is a hint and only ever denies: a slot is overwritten by
-//! another key's hold, its two fields are written apart, and a key's
-//! `Borrow` may hash otherwise than the key. Each of these loses a hold or
-//! lengthens one, never more than a hold's own cap (a tolerance), and no
-//! hold admits anything: a raised floor only denies. Each field carries a
-//! print of the key's hash, and a field whose print differs is not this
-//! key's.
+//! A claim applies a hold it finds only while the key's word still stands
+//! where that call left it (its floor is the slot's floor, no units left):
+//! a word forgotten since (a change of quota, an eviction), moved by a
+//! later call, or another key whose hash falls on the same slot and print
+//! finds a floor of its own and no hold. So the table is a hint that only
+//! ever denies, and only the key it was decided for: a slot is overwritten
+//! by another key's call (never while that key's hold runs), and its two
+//! fields are written apart; each loses a hold or, for the estimate, a
+//! floor, which costs calls. No hold admits anything: a raised floor only
+//! denies.
 
 use std::hash::{BuildHasher, DefaultHasher, Hash, Hasher, RandomState};
 
@@ -39,11 +42,15 @@ pub(crate) struct Spot {
 
 /// One slot's fields.
 struct Slot {
-    /// The raised floor that holds the key off, once its units run out.
-    until: AtomicU64,
-    /// The floor the node knew after its latest call for the key.
+    /// The end of the key's hold: the remote's instant until which it
+    /// denies a check of one unit.
+    end: AtomicU64,
+    /// The floor the node's latest call for the key left.
     floor: AtomicU64,
 }
+
+/// The largest instant a field holds, µs (above any the remote gives).
+const MAX_US: u64 = u64::MAX >> PRINT_BITS;
 
 /// A view's table of holds.
 pub(crate) struct Holds {
@@ -60,7 +67,7 @@ impl Holds {
         Self {
             salt: salt.unwrap_or_else(|| RandomState::new().hash_one(0_u64)),
             slots: std::iter::repeat_with(|| Slot {
-                until: AtomicU64::new(0),
+                end: AtomicU64::new(0),
                 floor: AtomicU64::new(0),
             })
             .take(SLOTS)
@@ -70,10 +77,7 @@ impl Holds {
 
     /// The slot of `key` (its `Hash` runs: a panic there propagates).
     pub(crate) fn spot<Q: Hash + ?Sized>(&self, key: &Q) -> Spot {
-        let mut hasher = DefaultHasher::new();
-        hasher.write_u64(self.salt);
-        key.hash(&mut hasher);
-        let hash = hasher.finish();
+        let hash = self.salted(key);
         Spot {
             // The low bits pick the slot, the high bits are its print.
             #[allow(clippy::cast_possible_truncation)]
@@ -82,52 +86,49 @@ impl Holds {
         }
     }
 
-    /// The raised floor that holds `spot`'s key off (0: none recorded).
-    pub(crate) fn until_us(&self, spot: Spot) -> u64 {
-        Self::read(&self.slots[spot.index].until, spot)
+    /// The end of `spot`'s key's hold (0: none recorded).
+    pub(crate) fn end_us(&self, spot: Spot) -> u64 {
+        Self::read(&self.slots[spot.index].end, spot)
     }
 
-    /// The floor known after the latest call for `spot`'s key, if recorded.
+    /// The floor the latest call for `spot`'s key left, if recorded.
     pub(crate) fn floor_us(&self, spot: Spot) -> Option<u64> {
         Some(Self::read(&self.slots[spot.index].floor, spot)).filter(|&floor_us| floor_us > 0)
     }
 
-    /// Whether `spot`'s slot is its key's.
-    pub(crate) fn has(&self, spot: Spot) -> bool {
-        self.floor_us(spot).is_some()
-    }
-
-    /// Records, for `spot`'s key, the floor its latest call taught at the
-    /// remote's `now_us` and the raised floor that holds it off (0 for
-    /// none); not over another key's hold still running then.
-    pub(crate) fn note(&self, spot: Spot, now_us: u64, floor_us: u64, until_us: u64) {
+    /// Records, for `spot`'s key, the floor its latest call left at the
+    /// remote's `now_us` and the end of the hold it decided (0 for none);
+    /// not over another key's hold still running then.
+    pub(crate) fn note(&self, spot: Spot, now_us: u64, floor_us: u64, end_us: u64) {
         let fields = &self.slots[spot.index];
-        let other = fields.until.load(Ordering::Relaxed);
+        let other = fields.end.load(Ordering::Relaxed);
         if other & PRINT_MASK != spot.print && other >> PRINT_BITS > now_us {
             return;
         }
-        fields
-            .until
-            .store(until_us << PRINT_BITS | spot.print, Ordering::Relaxed);
-        fields
-            .floor
-            .store(floor_us << PRINT_BITS | spot.print, Ordering::Relaxed);
+        let field = |value_us: u64| value_us.min(MAX_US) << PRINT_BITS | spot.print;
+        fields.end.store(field(end_us), Ordering::Relaxed);
+        fields.floor.store(field(floor_us), Ordering::Relaxed);
     }
 
     /// A share of `hold_us` drawn from `draw` (the reply's instant), from
-    /// half to all of it: nodes that called together hold off for
+    /// half of it up to all: nodes that called together hold off for
     /// different times, and call again apart. (Held off all alike, a key's
     /// sharers would call in waves, and between waves the key could rest
     /// full.)
     pub(crate) fn spread(&self, hold_us: u64, draw: u64) -> u64 {
-        let mut hasher = DefaultHasher::new();
-        hasher.write_u64(self.salt);
-        hasher.write_u64(draw);
-        let share = (u128::from(hold_us / 2) * u128::from(hasher.finish())) >> u64::BITS;
+        let share = (u128::from(hold_us / 2) * u128::from(self.salted(&draw))) >> u64::BITS;
         // Below `hold_us / 2`: the shift leaves 64 bits.
         #[allow(clippy::cast_possible_truncation)]
         let share = share as u64;
         hold_us - hold_us / 2 + share
+    }
+
+    /// `value`'s hash after the salt's.
+    fn salted<T: Hash + ?Sized>(&self, value: &T) -> u64 {
+        let mut hasher = DefaultHasher::new();
+        hasher.write_u64(self.salt);
+        value.hash(&mut hasher);
+        hasher.finish()
     }
 
     fn read(field: &AtomicU64, spot: Spot) -> u64 {
@@ -148,20 +149,21 @@ mod tests {
     fn a_key_reads_its_own_slot_and_not_another_s() {
         let holds = Holds::new(None);
         let (a, b) = (holds.spot("a"), holds.spot("b"));
-        assert_eq!((holds.until_us(a), holds.floor_us(a)), (0, None));
+        assert_eq!((holds.end_us(a), holds.floor_us(a)), (0, None));
         holds.note(a, 900, 1_000, 5_000);
-        assert_eq!((holds.until_us(a), holds.floor_us(a)), (5_000, Some(1_000)));
-        assert!(holds.has(a));
+        assert_eq!((holds.end_us(a), holds.floor_us(a)), (5_000, Some(1_000)));
         // A key whose print differs reads nothing of the slot, whichever
         // it is.
         let other = super::Spot {
             print: a.print ^ 1,
             ..a
         };
-        assert_eq!((holds.until_us(other), holds.floor_us(other)), (0, None));
+        assert_eq!((holds.end_us(other), holds.floor_us(other)), (0, None));
         holds.note(b, 900, 2_000, 0);
-        assert_eq!(holds.floor_us(b), Some(2_000));
-        assert_eq!(holds.until_us(b), 0);
+        assert_eq!((holds.end_us(b), holds.floor_us(b)), (0, Some(2_000)));
+        // An instant beyond the fields' is kept as their largest.
+        holds.note(b, 900, u64::MAX, 0);
+        assert_eq!(holds.floor_us(b), Some(super::MAX_US));
     }
 
     #[test]
@@ -175,13 +177,13 @@ mod tests {
         };
         holds.note(other, 4_999, 3_000, 9_000);
         assert_eq!(
-            (holds.until_us(key), holds.floor_us(key)),
+            (holds.end_us(key), holds.floor_us(key)),
             (5_000, Some(2_000))
         );
         // Ended, it gives way.
         holds.note(other, 5_000, 3_000, 9_000);
-        assert_eq!((holds.until_us(key), holds.floor_us(key)), (0, None));
-        assert_eq!(holds.until_us(other), 9_000);
+        assert_eq!((holds.end_us(key), holds.floor_us(key)), (0, None));
+        assert_eq!(holds.end_us(other), 9_000);
         // The same salt, the same slots.
         assert_eq!(Holds::new(Some(7)).spot("hot").index, key.index);
     }

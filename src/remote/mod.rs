@@ -236,9 +236,14 @@ impl Leases {
     /// Where: a hold that starts at once (the call left no units) raises
     /// the key's floor; one that starts when the lease is spent, and the
     /// floor the next estimate starts from, wait in a table beside the
-    /// keys (256 slots by the key's hash, 4 KiB, a hint: a slot another
+    /// keys (256 slots by the key's hash, 4 KiB). The key's next claim
+    /// applies the hold only while the key's word stands where that call
+    /// left it (a change of quota or a later call forgets it), and only
+    /// while it still denies at the node's upper bound of the remote's
+    /// clock (on a Cluster, widened by the declared skew: a found hold
+    /// ends up to that much early). The table is a hint: a slot another
     /// key's running hold takes is lost to this one, which then only
-    /// costs calls).
+    /// costs calls.
     ///
     /// The price: the deny cache is no longer exact while a node holds
     /// off. It may deny a check the remote would admit (the units go to the

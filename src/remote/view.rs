@@ -711,21 +711,20 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
         under: &U,
         decided: impl Fn(Decision, &P) -> R,
     ) -> Result<Local<'_, K, P, R>, CheckError> {
-        self.decide_held(key, cost, under, decided, self.holds.as_ref())
+        self.decide_held(key, cost, under, decided, true)
     }
 
-    /// [`decide`](LocalView::decide), a claim first looking for a hold of
-    /// its key in `holds`: a running one is written into the word (its
-    /// raised floor, which then denies), and the check decided again
-    /// without looking.
-    #[inline]
+    /// [`decide`](LocalView::decide), a claim (with holds) first looking
+    /// (`look`) for a hold of its key that the key's latest call decided:
+    /// one that still denies the check is written into the word (its raised
+    /// floor), and the check is decided again without looking.
     fn decide_held<Q: Lookup<K> + ?Sized, U: Under<Judge<P>>, R>(
         &self,
         key: &Q,
         cost: u32,
         under: &U,
         decided: impl Fn(Decision, &P) -> R,
-        holds: Option<&Holds>,
+        look: bool,
     ) -> Result<Local<'_, K, P, R>, CheckError> {
         let Some(recent_ns) = self.recent_ns() else {
             // Nothing is known before the first round trip: ask.
@@ -764,13 +763,12 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
             }
             Finished::Missed(Miss::Claim { word, class, back }, judged) => {
                 let mut ask = self.claimed(key, cost, word, class, back, *judged);
-                if let Some(holds) = holds {
+                if let Some(holds) = &self.holds {
                     let spot = holds.spot(key);
                     ask.asked.spot = Some(spot);
                     // Units to give back go with the call.
-                    let giving_back = back > 0 && !canary::planted(Canary::HoldKeepsUnits);
-                    if !giving_back && ask.held(holds.until_us(spot), &judged.rules) {
-                        return self.decide_held(key, cost, under, decided, None);
+                    if look && back == 0 && ask.hold_found(holds, spot, &judged.rules) {
+                        return self.decide_held(key, cost, under, decided, false);
                     }
                 }
                 Local::Ask(ask)
@@ -780,7 +778,8 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> LocalView<K, P> {
 
     /// The decision [`check`](LocalView::check) would take here now,
     /// consuming nothing, with its quota's payload; `None` when it would
-    /// ask the remote.
+    /// ask the remote (or, with holds, when its claim would find a hold
+    /// that denies it: `check` then denies).
     ///
     /// # Errors
     ///
@@ -1048,39 +1047,40 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
             || free <= (self.asked.quota.burst() / 2).max(self.asked.request.cost)
     }
 
-    /// Ends this claim without a call if `until_us`, a hold's raised floor
-    /// (0: none), still holds its key off now under `rules`: the floor is
-    /// written into the key's word, where it denies. Returns whether it
-    /// was.
-    fn held(&mut self, until_us: u64, rules: &Rules) -> bool {
+    /// Ends this claim without a call if the key's latest call decided a
+    /// hold (kept in `holds` at `spot`) that still denies this check under
+    /// `rules`, and the key's word stands where that call left it (its
+    /// floor): the hold's raised floor is written into the word. Returns
+    /// whether it was.
+    fn hold_found(&mut self, holds: &Holds, spot: Spot, rules: &Rules) -> bool {
         let view = self.view;
-        // The remote's instant bounded at the ask's own reading: no clock
-        // is read again.
+        let Some((key, claimed, _, number)) = &self.asked.claim else {
+            return false;
+        };
+        let floor = Word::unpack(claimed.0);
+        if holds.floor_us(spot) != Some(floor.end_us) {
+            return false;
+        }
+        let held = Word {
+            tag: self.asked.class,
+            ..floor
+        }
+        .held(holds.end_us(spot), rules.tolerance_us, rules.interval_us);
+        // Judged at the remote's instant bounded at the ask's own reading
+        // (no clock read again), as the check would be on the held word.
         let Some(now_ns) = view.clocks.offset.remote_ns(self.asked.sent_ns) else {
             return false;
         };
-        if until_us.saturating_sub(now_ns / 1_000) <= rules.tolerance_us - rules.interval_us {
+        if !matches!(
+            rules.outcome(held.pack(), now_ns, self.asked.request.cost),
+            Outcome::Deny(_)
+        ) || !view.exchange(key, *number, *claimed, Knowledge(held.pack()))
+        {
             return false;
         }
-        let Some((key, claimed, replaced, number)) = self.asked.claim.take() else {
-            return false;
-        };
-        let held = Word {
-            end_us: until_us.max(Word::unpack(claimed.0).end_us),
-            units: if canary::planted(Canary::HoldKeepsUnits) {
-                Word::unpack(replaced.0).units
-            } else {
-                0
-            },
-            tag: self.asked.class,
-        };
-        if view.exchange(&key, number, claimed, Knowledge(held.pack())) {
-            canary::held(true);
-            true
-        } else {
-            self.asked.claim = Some((key, claimed, replaced, number));
-            false
-        }
+        self.asked.claim = None;
+        canary::held(true);
+        true
     }
 
     /// Installs what the remote's `reply` teaches: the clocks' offset, and
@@ -1110,7 +1110,7 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
         };
         let installed = match (&view.holds, self.asked.spot) {
             (Some(holds), Some(spot)) => {
-                self.hold(holds, spot, Word::unpack(claimed.0), reply, installed)
+                self.decide_hold(holds, spot, Word::unpack(claimed.0), reply, installed)
             }
             _ => installed,
         };
@@ -1120,8 +1120,9 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
     /// The word to install after `reply` (`installed` without a hold) on a
     /// key claimed with `claimed`, its hold (if any) decided and recorded
     /// in `holds` at `spot`: written into the word now when the call left
-    /// no units, else when they run out (the key's next claim finds it).
-    fn hold(
+    /// no units, else by the key's next claim once they are spent
+    /// ([`hold_found`](Ask::hold_found)).
+    fn decide_hold(
         &self,
         holds: &Holds,
         spot: Spot,
@@ -1141,20 +1142,22 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
         } else {
             0
         };
-        let until_us = match hold_us(quota, floor_us, reply, taken, request.want) {
-            0 if !holds.has(spot) => return installed,
+        let hold_end_us = match hold_us(quota, floor_us, reply, taken, request.want) {
+            0 if holds.floor_us(spot).is_none() => return installed,
             0 => 0,
             hold => {
                 canary::held(false);
-                reply.now_us + holds.spread(hold, reply.now_us) + quota.tolerance_us()
-                    - quota.interval_us
+                reply.now_us + holds.spread(hold, reply.now_us)
             }
         };
-        holds.note(spot, reply.now_us, reply.end_us, until_us);
-        if installed.units == 0 || canary::planted(Canary::HoldKeepsUnits) {
+        holds.note(spot, reply.now_us, reply.end_us, hold_end_us);
+        let held = installed.held(hold_end_us, quota.tolerance_us(), quota.interval_us);
+        if installed.units == 0 {
+            held
+        } else if canary::planted(Canary::HoldMovesLease) {
             Word {
-                end_us: installed.end_us.max(until_us),
-                ..installed
+                units: installed.units,
+                ..held
             }
         } else {
             installed

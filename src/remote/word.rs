@@ -89,6 +89,20 @@ impl Word {
         }
     }
 
+    /// This word held off until `hold_end_us` under a quota of tolerance
+    /// `tolerance_us` and interval `interval_us`: no units, and a floor
+    /// raised (never lowered) so that it denies a check of one unit until
+    /// then. It stands above the TAT then, and only denies.
+    pub(crate) fn held(self, hold_end_us: u64, tolerance_us: u64, interval_us: u64) -> Self {
+        Self {
+            end_us: self
+                .end_us
+                .max(hold_end_us.saturating_add(tolerance_us - interval_us)),
+            units: 0,
+            ..self
+        }
+    }
+
     /// The fields of a packed word.
     pub(crate) const fn unpack(word: u64) -> Self {
         // The masks keep each field within its bits: truncation is the point.

@@ -269,10 +269,10 @@ pub mod canary {
         /// a later one was sent already (`crate::remote`'s `Offset`): a
         /// unit expired under the old bound is spent again.
         BoundFallsBack,
-        /// A hold is written into a word that holds lease units (a call's
-        /// new lease, or a claim's units to give back): their slots move
-        /// up to the hold's floor (`crate::remote`'s holds).
-        HoldKeepsUnits,
+        /// A hold is written into the word of a call that granted a lease
+        /// (not kept beside it until the lease is spent): the lease's
+        /// slots move up to the hold's floor (`crate::remote`'s holds).
+        HoldMovesLease,
     }
 
     #[cfg(any(feature = "loom", feature = "shuttle"))]
