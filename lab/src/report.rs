@@ -214,7 +214,7 @@ fn short_count(keys: f64) -> String {
 }
 
 /// `n` with a space between groups of three digits.
-fn thousands(n: u64) -> String {
+pub fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut grouped = String::new();
     for (index, digit) in digits.chars().enumerate() {
