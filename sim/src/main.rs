@@ -1,8 +1,9 @@
-//! `tollgate-sim [--struck] [--seconds S] [instances …]`: every design on
-//! fleets of the given sizes (10, 100 and 1 000 by default), steady or
-//! struck by faults (`Scenario::struck`), for `S` simulated seconds (3
-//! steady, 5 struck, by default; the first is a warm-up), as a Markdown
-//! table.
+//! `tollgate-sim [--struck] [--seconds S] [--cross-region SHARE]
+//! [instances …]`: every design on fleets of the given sizes (10, 100 and
+//! 1 000 by default), steady or struck by faults (`Scenario::struck`), for
+//! `S` simulated seconds (3 steady, 5 struck, by default; the first is a
+//! warm-up), with a share of the instances in another region (none by
+//! default; round trips of a median of 60 ms), as a Markdown table.
 
 #[path = "../../tests/support/counting_alloc.rs"]
 #[allow(dead_code)]
@@ -22,10 +23,19 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let struck = args.iter().any(|arg| arg == "--struck");
     let mut seconds = None;
+    let mut cross_region = 0.0;
     let mut sizes = Vec::new();
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
-        if arg == "--seconds" {
+        if arg == "--cross-region" {
+            match rest.next().and_then(|value| value.parse::<f64>().ok()) {
+                Some(share) if (0.0..=1.0).contains(&share) => cross_region = share,
+                _ => {
+                    eprintln!("--cross-region wants a share from 0 to 1");
+                    std::process::exit(2);
+                }
+            }
+        } else if arg == "--seconds" {
             seconds = rest.next().and_then(|value| value.parse::<u64>().ok());
             if seconds.is_none_or(|seconds| seconds < if struck { 4 } else { 2 }) {
                 eprintln!("--seconds wants a whole number, at least 2 (4 struck)");
@@ -40,11 +50,13 @@ fn main() {
     }
     let duration_ns = seconds.unwrap_or(if struck { 5 } else { 3 }) * 1_000_000_000;
     let scenario = |instances| {
-        if struck {
+        let mut scenario = if struck {
             Scenario::struck(instances, duration_ns, 1)
         } else {
             Scenario::steady(instances, duration_ns, 1)
-        }
+        };
+        scenario.net.cross_region_share = cross_region;
+        scenario
     };
     let (table, _) = table(&sizes, scenario, Some(live_bytes), &mut |run| {
         eprintln!("{run}");

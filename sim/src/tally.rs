@@ -70,11 +70,14 @@ impl Reference {
 /// Everything recorded during a run: the hot key's admissions for the
 /// windows from the start, the rest after the warm-up only (its first
 /// calls, when every instance learns every key, are not the fleet's
-/// steady cost).
+/// steady cost), and calls and operations before the run's end.
 #[derive(Debug)]
 pub struct Tally {
     hot: Limit,
     warmup_ns: u64,
+    /// The run's end: no check arrives after it, and calls and operations
+    /// count before it (those of checks in flight then land later).
+    end_ns: u64,
     /// Checks decided, all keys, of those that arrived after the warm-up.
     pub checks: u64,
     /// The hot key's checks decided.
@@ -90,7 +93,7 @@ pub struct Tally {
     waits_ns: Vec<u32>,
     /// The hot key's checks that waited.
     hot_waits_ns: Vec<u32>,
-    /// The hot key's checks after the warm-up admitted.
+    /// The hot key's admissions decided after the warm-up, before the end.
     hot_admitted: u64,
     /// The instants the hot key's admissions were decided.
     hot_admissions_ns: Vec<u64>,
@@ -102,7 +105,7 @@ pub struct Tally {
     hot_ideal: u64,
     /// Background checks after the warm-up the reference admits.
     pub background_ideal: u64,
-    /// Background checks after the warm-up the design admitted.
+    /// Background admissions decided after the warm-up, before the end.
     pub background_admitted: u64,
     /// What the instances held at the end, all together (if measured).
     pub instance_bytes: Option<u64>,
@@ -115,6 +118,7 @@ impl Tally {
         Self {
             hot: scenario.hot,
             warmup_ns: scenario.warmup_ns,
+            end_ns: scenario.duration_ns,
             checks: 0,
             hot_checks: 0,
             calls: 0,
@@ -154,18 +158,27 @@ impl Tally {
         now_ns: u64,
         admitted: bool,
     ) {
-        // Every admission counts for the windows; the rest after the
-        // warm-up only.
-        if hot && admitted {
-            self.hot_admissions_ns.push(decided_ns);
+        // Every admission counts for the windows; against the reference,
+        // those decided within the judged span (the reference's are its
+        // arrivals within it: a check's round trip moves its decision, and
+        // those in flight at either end balance); checks and waits by
+        // their arrival after the warm-up.
+        if admitted {
+            if hot {
+                self.hot_admissions_ns.push(decided_ns);
+            }
+            if (self.warmup_ns..self.end_ns).contains(&decided_ns) {
+                if hot {
+                    self.hot_admitted += 1;
+                } else {
+                    self.background_admitted += 1;
+                }
+            }
         }
         if arrival_ns < self.warmup_ns {
             return;
         }
         self.checks += 1;
-        if !hot {
-            self.background_admitted += u64::from(admitted);
-        }
         let wait = u32::try_from(now_ns - arrival_ns).unwrap_or(u32::MAX);
         if wait > 0 {
             self.waits_ns.push(wait);
@@ -175,12 +188,11 @@ impl Tally {
             if wait > 0 {
                 self.hot_waits_ns.push(wait);
             }
-            self.hot_admitted += u64::from(admitted);
         }
     }
 
     pub(crate) fn called(&mut self, hot: bool, at_ns: u64) {
-        if at_ns >= self.warmup_ns {
+        if (self.warmup_ns..self.end_ns).contains(&at_ns) {
             self.calls += 1;
             self.hot_calls += u64::from(hot);
         }
@@ -190,7 +202,7 @@ impl Tally {
         if self.operations.len() <= server {
             self.operations.resize(server + 1, 0);
         }
-        if at_ns >= self.warmup_ns {
+        if (self.warmup_ns..self.end_ns).contains(&at_ns) {
             self.operations[server] += operations;
         }
     }

@@ -299,8 +299,14 @@ pub fn run<D: Design>(
     let first = world.rng.exponential(1.0 / rate_per_ns) as u64;
     world.push(first, Due::Arrival);
     while let Some((at_ns, due)) = world.pop() {
-        if at_ns >= scenario.duration_ns {
+        // No check arrives after the run's end; the calls in flight land
+        // (or time out) for one timeout more, so that every check that
+        // arrived is decided.
+        if at_ns >= scenario.duration_ns.saturating_add(scenario.timeout_ns) {
             break;
+        }
+        if at_ns >= scenario.duration_ns && matches!(due, Due::Arrival) {
+            continue;
         }
         world.now_ns = at_ns;
         world.clock.store(at_ns, Ordering::Relaxed);
