@@ -278,6 +278,10 @@ pub fn mix(key: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// How many timeouts a run goes on after its end, for the checks still
+/// waiting then.
+const DRAIN_TIMEOUTS: u64 = 5;
+
 /// Runs `scenario` on `design` to its end and returns the tally; with
 /// `live_bytes` (the bytes a counting allocator holds live), the instances'
 /// memory is measured at the end as what releasing them frees.
@@ -300,9 +304,13 @@ pub fn run<D: Design>(
     world.push(first, Due::Arrival);
     while let Some((at_ns, due)) = world.pop() {
         // No check arrives after the run's end; the calls in flight land
-        // (or time out) for one timeout more, so that every check that
-        // arrived is decided.
-        if at_ns >= scenario.duration_ns.saturating_add(scenario.timeout_ns) {
+        // (or time out) for five timeouts more, so that a check that waits
+        // behind its key's claimed calls (at most four) is decided too.
+        if at_ns
+            >= scenario
+                .duration_ns
+                .saturating_add(DRAIN_TIMEOUTS * scenario.timeout_ns)
+        {
             break;
         }
         if at_ns >= scenario.duration_ns && matches!(due, Due::Arrival) {

@@ -13,7 +13,8 @@
 //! a word forgotten since (a change of quota, an eviction), moved by a
 //! later call, or another key whose hash falls on the same slot and print
 //! finds a floor of its own and no hold. So the table is a hint that only
-//! ever denies, and only the key it was decided for: a slot is overwritten
+//! ever denies, and (but for a key whose hash meets the same slot, print
+//! and floor) only the key it was decided for: a slot is overwritten
 //! by another key's call (never while that key's hold runs), and its two
 //! fields are written apart; each loses a hold or, for the estimate, a
 //! floor, which costs calls. No hold admits anything: a raised floor only
@@ -29,7 +30,14 @@ use crate::sync::{AtomicU64, Ordering};
 const SLOTS: usize = 256;
 
 /// The bits of a field that carry the hash's print; the rest is an
-/// instant in µs (below 2^52, as a word's `end`).
+/// instant in µs (clamped to [`MAX_US`]):
+///
+/// ```text
+///  63                                                  12 11          0
+/// +------------------------------------------------------+-------------+
+/// | instant: remote microseconds (52 bits; 0 for none)    | print (12)  |
+/// +------------------------------------------------------+-------------+
+/// ```
 const PRINT_BITS: u32 = 12;
 const PRINT_MASK: u64 = (1 << PRINT_BITS) - 1;
 
@@ -101,6 +109,15 @@ impl Holds {
     /// not over another key's hold still running then.
     pub(crate) fn note(&self, spot: Spot, now_us: u64, floor_us: u64, end_us: u64) {
         let fields = &self.slots[spot.index];
+        // Relaxed, here and in `read`: each field is whole in its word
+        // (its print beside its instant) and publishes nothing else, and
+        // no read of it can make a hold admit. A claim may read fields
+        // older than the key's word it claimed (whose cell is relaxed
+        // too): an older floor is not the word's, and no hold is applied;
+        // a newer floor beside an older end applies the hold this key's
+        // previous call decided, which only denies, for no longer than
+        // that hold's own cap. Another key writing the slot meanwhile
+        // leaves a print that is not this key's.
         let other = fields.end.load(Ordering::Relaxed);
         if other & PRINT_MASK != spot.print && other >> PRINT_BITS > now_us {
             return;

@@ -1049,11 +1049,17 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
 
     /// Ends this claim without a call if the key's latest call decided a
     /// hold (kept in `holds` at `spot`) that still denies this check under
-    /// `rules`, and the key's word stands where that call left it (its
-    /// floor): the hold's raised floor is written into the word. Returns
-    /// whether it was.
+    /// `rules` (the view's own quota's: a check carrying another asks),
+    /// and the key's word stands where that call left it (its floor): the
+    /// hold's raised floor is written into the word. Returns whether it
+    /// was.
     fn hold_found(&mut self, holds: &Holds, spot: Spot, rules: &Rules) -> bool {
         let view = self.view;
+        // Holds are the view's own quota's (only its calls ask for leases
+        // and decide one): a check carrying another quota asks.
+        if rules.max_units == 0 {
+            return false;
+        }
         let Some((key, claimed, _, number)) = &self.asked.claim else {
             return false;
         };
@@ -1108,28 +1114,41 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
             },
             tag: self.asked.class,
         };
-        let installed = match (&view.holds, self.asked.spot) {
-            (Some(holds), Some(spot)) => {
-                self.decide_hold(holds, spot, Word::unpack(claimed.0), reply, installed)
-            }
-            _ => installed,
+        let Some(holds) = view.holds.as_ref().zip(self.asked.spot) else {
+            return view.exchange(&key, number, claimed, Knowledge(installed.pack()));
         };
-        view.exchange(&key, number, claimed, Knowledge(installed.pack()))
+        let (installed, hold_end_us) =
+            self.decide_hold(holds, Word::unpack(claimed.0), reply, installed);
+        // Recorded once installed: a reply that is not (the claim taken
+        // over, the quota changed) leaves the record of the call that was.
+        let done = view.exchange(&key, number, claimed, Knowledge(installed.pack()));
+        match hold_end_us {
+            Some(hold_end_us) if done => {
+                let (holds, spot) = holds;
+                holds.note(spot, reply.now_us, reply.end_us, hold_end_us);
+                if hold_end_us > 0 {
+                    canary::held(false);
+                }
+            }
+            _ => {}
+        }
+        done
     }
 
     /// The word to install after `reply` (`installed` without a hold) on a
-    /// key claimed with `claimed`, its hold (if any) decided and recorded
-    /// in `holds` at `spot`: written into the word now when the call left
-    /// no units, else by the key's next claim once they are spent
+    /// key claimed with `claimed`, and what to record in `holds` for it
+    /// once installed: the end of the hold it decided (0 for none), or
+    /// nothing when there is none and no record of the key to keep up. A
+    /// hold is written into the word now when the call left no units,
+    /// else by the key's next claim once they are spent
     /// ([`hold_found`](Ask::hold_found)).
     fn decide_hold(
         &self,
-        holds: &Holds,
-        spot: Spot,
+        (holds, spot): (&Holds, Spot),
         claimed: Word,
         reply: &LeaseReply,
         installed: Word,
-    ) -> Word {
+    ) -> (Word, Option<u64>) {
         let (request, quota) = (&self.asked.request, &self.asked.quota);
         // The floor the node knew after its latest call: a hold's raised
         // floor hides it from the word.
@@ -1143,16 +1162,12 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
             0
         };
         let hold_end_us = match hold_us(quota, floor_us, reply, taken, request.want) {
-            0 if holds.floor_us(spot).is_none() => return installed,
-            0 => 0,
-            hold => {
-                canary::held(false);
-                reply.now_us + holds.spread(hold, reply.now_us)
-            }
+            0 if holds.floor_us(spot).is_none() => return (installed, None),
+            0 => return (installed, Some(0)),
+            hold => reply.now_us + holds.spread(hold, reply.now_us),
         };
-        holds.note(spot, reply.now_us, reply.end_us, hold_end_us);
         let held = installed.held(hold_end_us, quota.tolerance_us(), quota.interval_us);
-        if installed.units == 0 {
+        let word = if installed.units == 0 {
             held
         } else if canary::planted(Canary::HoldMovesLease) {
             Word {
@@ -1161,7 +1176,8 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
             }
         } else {
             installed
-        }
+        };
+        (word, Some(hold_end_us))
     }
 
     /// Ends an ask whose call was never sent (the caller knows it: a
