@@ -36,13 +36,21 @@ fn main() {
                 }
             }
         } else if arg == "--seconds" {
-            seconds = rest.next().and_then(|value| value.parse::<u64>().ok());
-            if seconds.is_none_or(|seconds| seconds < if struck { 4 } else { 2 }) {
-                eprintln!("--seconds wants a whole number, at least 2 (4 struck)");
+            seconds = rest
+                .next()
+                .and_then(|value| value.parse::<u64>().ok())
+                .filter(|&seconds| (if struck { 4 } else { 2 }..=1_000_000).contains(&seconds));
+            if seconds.is_none() {
+                eprintln!("--seconds wants a whole number from 2 (4 struck) to 1 000 000");
                 std::process::exit(2);
             }
         } else if let Ok(size) = arg.parse() {
             sizes.push(size);
+        } else if arg != "--struck" {
+            eprintln!(
+                "unknown argument {arg:?}: tollgate-sim [--struck] [--seconds S] [--cross-region SHARE] [instances …]"
+            );
+            std::process::exit(2);
         }
     }
     if sizes.is_empty() {

@@ -4,7 +4,8 @@
 //! Each key's knowledge is one `AtomicU64` in the crate's lock-free table
 //! (`word.rs` documents the layout): a lower bound `end` of the remote TAT
 //! (or, with holds, a floor raised past it that only denies), the lease
-//! units held (the top slots up to `end`), and the next lease's size. A check is the table's check with an algorithm of this module's:
+//! units held (the top slots up to `end`), and the next lease's size. A
+//! check is the table's check with an algorithm of this module's:
 //! a spend from the lease is one compare-and-swap; a denial (the floor
 //! `end` denies) is a load and a compare and writes nothing; a miss
 //! **claims** the key (one compare-and-swap) and asks the remote, so one
@@ -1152,9 +1153,8 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
         let (request, quota) = (&self.asked.request, &self.asked.quota);
         // The floor the node knew after its latest call: a hold's raised
         // floor hides it from the word.
-        let floor_us = holds
-            .floor_us(spot)
-            .map_or(claimed.end_us, |floor_us| floor_us.min(claimed.end_us));
+        let recorded_us = holds.floor_us(spot);
+        let floor_us = recorded_us.map_or(claimed.end_us, |floor_us| floor_us.min(claimed.end_us));
         // What this node took since: its cost and the units granted.
         let taken = if reply.allowed {
             request.cost + installed.units
@@ -1162,7 +1162,7 @@ impl<K: Key, P: Copy + Default + Send + Sync + 'static> Ask<'_, K, P> {
             0
         };
         let hold_end_us = match hold_us(quota, floor_us, reply, taken, request.want) {
-            0 if holds.floor_us(spot).is_none() => return (installed, None),
+            0 if recorded_us.is_none() => return (installed, None),
             0 => return (installed, Some(0)),
             hold => reply.now_us + holds.spread(hold, reply.now_us),
         };
